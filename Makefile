@@ -1,0 +1,41 @@
+# xpu-timer. `make demo` runs the main job on the fake GPU testbed;
+# `make test` runs every test. Both install what they need.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin
+export PATH := /usr/local/go/bin:$(PATH)
+
+.PHONY: all build test demo bench generate check-generate testbed deps clean
+
+all: build
+
+deps:
+	@scripts/deps.sh
+
+build:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+testbed: deps
+	@$(MAKE) -s -C testdata/fakegpu
+
+# Rebuild the committed BPF objects with the pinned clang.
+generate: deps
+	@scripts/generate.sh
+
+# Fail when the committed BPF objects differ from what the sources produce.
+check-generate: deps
+	@scripts/generate.sh --check
+
+test: deps testbed
+	@scripts/test.sh
+
+demo: deps testbed build
+	@scripts/demo.sh
+
+bench: deps testbed build
+	@scripts/bench.sh
+
+clean:
+	rm -rf $(BIN)
+	@$(MAKE) -s -C testdata/fakegpu clean

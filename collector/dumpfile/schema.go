@@ -1,0 +1,65 @@
+// Package dumpfile is the on-disk format of a rank's hang dump,
+// RRRRR-WWWWW.stacktrace in XPU_TIMER_TIMELINE_PATH: versioned JSON, written
+// atomically, read back by the viewer.
+package dumpfile
+
+import (
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Schema names this format and its version. Readers accept any
+// "xpu-timer.stacktrace/1.x" and reject other values.
+const Schema = "xpu-timer.stacktrace/1.0"
+
+// File is one rank's dump.
+type File struct {
+	Schema string `json:"schema"`
+
+	// Identity, from the process environment (torchrun's names).
+	Rank           int      `json:"rank"`
+	WorldSize      int      `json:"world_size"`
+	LocalRank      int      `json:"local_rank"`
+	LocalWorldSize int      `json:"local_world_size"`
+	Host           string   `json:"host"`
+	IP             string   `json:"ip,omitempty"`
+	JobName        string   `json:"job_name,omitempty"`
+	PodName        string   `json:"pod_name,omitempty"`
+	PID            int      `json:"pid"`
+	Cmdline        []string `json:"cmdline,omitempty"`
+
+	// State is the process state as /proc/PID/stat spells it, with its
+	// meaning: "S (sleeping)", "D (disk sleep)", "R (running)".
+	State string `json:"state"`
+
+	Reason       string        `json:"reason"` // "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual"
+	DumpedAt     time.Time     `json:"dumped_at"`
+	DumpDuration time.Duration `json:"dump_duration_ns"`
+	StoppedFor   time.Duration `json:"stopped_for_ns"` // longest time any thread was stopped
+
+	Hang  *timer.Hang       `json:"hang,omitempty"`  // this rank's own decision, if it hung
+	Comms []timer.CommState `json:"comms,omitempty"` // per-communicator sequence numbers at dump time
+
+	Threads []stack.Thread `json:"threads"`
+	Errors  []string       `json:"errors,omitempty"` // what could not be captured, and why
+	GPU     *GPU           `json:"gpu,omitempty"`
+}
+
+// GPU is what NVML said of the rank's device at dump time.
+type GPU struct {
+	Index       int        `json:"index"`
+	UUID        string     `json:"uuid,omitempty"`
+	Name        string     `json:"name,omitempty"`
+	Utilization uint32     `json:"utilization_percent"`
+	MemoryUsed  uint64     `json:"memory_used_bytes"`
+	MemoryTotal uint64     `json:"memory_total_bytes"`
+	Xids        []XidEvent `json:"xids,omitempty"`
+}
+
+// XidEvent is one Xid error reported by the driver.
+type XidEvent struct {
+	Xid  uint64    `json:"xid"`
+	Time time.Time `json:"time"`
+}

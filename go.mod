@@ -1,0 +1,21 @@
+module github.com/xpu-timer/xpu-timer
+
+go 1.26.8
+
+require (
+	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
+	github.com/chzyer/readline v1.5.1 // indirect
+	github.com/cilium/ebpf v0.22.0 // indirect
+	github.com/go-delve/delve v1.27.2 // indirect
+	github.com/google/pprof v0.0.0-20261016150608-1facf8f91b50 // indirect
+	github.com/ianlancetaylor/demangle v0.0.0-20260724033716-83e58baca724 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/prometheus/client_golang v1.25.0 // indirect
+	github.com/prometheus/client_model v0.6.3 // indirect
+	github.com/prometheus/common v0.73.1 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)
+
+tool github.com/cilium/ebpf/cmd/bpf2go

@@ -1,0 +1,57 @@
+package timer
+
+// Hang is the engine's decision that a process is stuck, and on what.
+// Durations are nanoseconds so the struct serialises without loss.
+type Hang struct {
+	Kind       string `json:"kind"` // "gpu": a thread waits on GPU work outstanding past the timeout; "host": no CUDA/NCCL call for longer than the timeout while peers wait
+	PID        int    `json:"pid"`
+	Rank       int    `json:"rank"`           // -1 if unknown
+	DetectedAt int64  `json:"detected_at_ns"` // monotonic ns
+	Timeout    int64  `json:"timeout_ns"`
+
+	Oldest  *Op         `json:"oldest,omitempty"`  // oldest outstanding op the waiters depend on ("gpu")
+	AgeNs   int64       `json:"age_ns"`            // how long Oldest has been outstanding, or how long the host has been silent ("host")
+	Waiters []Waiter    `json:"waiters,omitempty"` // threads blocked on or polling GPU work
+	Comms   []CommState `json:"comms,omitempty"`
+	Pending int         `json:"pending"` // outstanding ops across all streams
+}
+
+// Op is one unit of GPU work: a kernel, a copy, a graph or a collective.
+type Op struct {
+	Kind   string    `json:"kind"` // "kernel", "memcpy", "graph", "collective"
+	Vendor string    `json:"vendor"`
+	Stream uint64    `json:"stream"`
+	TID    int       `json:"tid"`       // thread that enqueued it
+	Issued int64     `json:"issued_ns"` // monotonic ns of the enqueue
+	Kernel string    `json:"kernel,omitempty"`
+	Func   uint64    `json:"func,omitempty"`
+	Grid   [3]uint32 `json:"grid,omitempty"`
+	Block  [3]uint32 `json:"block,omitempty"`
+	Bytes  uint64    `json:"bytes,omitempty"` // copy bytes, or collective per-rank buffer bytes (count × dtype size)
+
+	Op     string `json:"op,omitempty"` // AllReduce, ...
+	Dtype  string `json:"dtype,omitempty"`
+	Count  uint64 `json:"count,omitempty"`
+	Peer   int32  `json:"peer,omitempty"`
+	Comm   string `json:"comm,omitempty"` // communicator id: hex of the unique id's first 16 bytes, or "local:<handle>" when its init was not seen
+	Seq    uint64 `json:"seq,omitempty"`  // 1-based sequence number of this collective on its communicator
+	NRanks int32  `json:"nranks,omitempty"`
+}
+
+// Waiter is a thread blocked in, or repeatedly polling, a GPU completion call.
+type Waiter struct {
+	TID    int    `json:"tid"`
+	Call   string `json:"call"`   // e.g. "cudaStreamSynchronize", "cudaEventQuery (polling)"
+	Stream uint64 `json:"stream"` // stream waited on (0 for device-wide)
+	Since  int64  `json:"since_ns"`
+}
+
+// CommState is what one rank knows of one communicator.
+type CommState struct {
+	ID        string `json:"id"`
+	Rank      int32  `json:"rank"`
+	NRanks    int32  `json:"nranks"`
+	Issued    uint64 `json:"issued"`    // sequence number of the last collective issued
+	Completed uint64 `json:"completed"` // sequence number of the last collective known complete
+	LastOp    string `json:"last_op,omitempty"`
+}
