@@ -14,6 +14,26 @@ type Hang struct {
 	Waiters []Waiter    `json:"waiters,omitempty"` // threads blocked on or polling GPU work
 	Comms   []CommState `json:"comms,omitempty"`
 	Pending int         `json:"pending"` // outstanding ops across all streams
+
+	// Collective is, for "gpu", the oldest collective among the awaited
+	// work not known complete. Kernels queued before a collective usually
+	// completed without the application observing it, so when Oldest is
+	// such a kernel this is the op most likely stuck, waiting for peers.
+	Collective *Op `json:"collective,omitempty"`
+
+	// Lagging is set for "host": the communicator on which peers wait for
+	// a collective this process has not issued.
+	Lagging *Lag `json:"lagging,omitempty"`
+}
+
+// Lag says how far a host-stalled process trails a waiting peer on one
+// communicator.
+type Lag struct {
+	Comm     string `json:"comm"`
+	Issued   uint64 `json:"issued"`    // last sequence number this process issued
+	Awaited  uint64 `json:"awaited"`   // sequence number the peer waits on
+	PeerPID  int    `json:"peer_pid"`  // the waiting peer (one of them)
+	PeerRank int    `json:"peer_rank"` // -1 if unknown
 }
 
 // Op is one unit of GPU work: a kernel, a copy, a graph or a collective.

@@ -1,7 +1,6 @@
-// Package timer is the hang and timing engine: decoded GPU API events go in,
-// hang decisions and timing statistics come out. It knows nothing of eBPF,
-// files or clocks; the caller passes the time with every call.
 package timer
+
+// The package documentation is in doc.go.
 
 // Kind says which API call an Event records.
 type Kind uint8

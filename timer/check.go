@@ -1,0 +1,160 @@
+package timer
+
+import "slices"
+
+// view is one process's situation at one instant.
+type view struct {
+	p       *proc
+	waiters []waiting
+	stuck   *qop              // oldest op awaited by a waiter past the timeout, nil if none
+	colls   map[string]uint64 // highest awaited collective per communicator of those waiters
+	coll    *qop              // oldest collective awaited by those waiters
+}
+
+// Check decides at time now which processes newly hang. A process fires
+// once; it fires again only after it recovered (see Recovered). Calling
+// Check twice at the same time returns nothing the second time.
+func (e *Engine) Check(now int64) []Hang {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.evaluate(now, true)
+}
+
+// Recovered returns the pids whose hang decision cleared (their awaited
+// work completed, the host issued work again, or the process exited)
+// since the last call.
+func (e *Engine) Recovered(now int64) []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.evaluate(now, false)
+	out := e.recovered
+	e.recovered = nil
+	return out
+}
+
+func (e *Engine) evaluate(now int64, fire bool) []Hang {
+	views := make([]view, 0, len(e.procs))
+	for _, p := range e.procs {
+		v := view{p: p, waiters: p.waiters(now, e.cfg.PollRepeat)}
+		for _, w := range v.waiters {
+			if now-w.Since <= e.timeout {
+				continue
+			}
+			o := p.awaited(w.targets)
+			if o == nil || now-o.op.Issued <= e.timeout {
+				continue
+			}
+			if v.stuck == nil || o.gseq < v.stuck.gseq {
+				v.stuck = o
+			}
+			if v.colls == nil {
+				v.colls = make(map[string]uint64)
+			}
+			if c := p.awaitedColls(w.targets, v.colls); c != nil && (v.coll == nil || c.gseq < v.coll.gseq) {
+				v.coll = c
+			}
+		}
+		views = append(views, v)
+	}
+	slices.SortFunc(views, func(a, b view) int { return a.p.pid - b.p.pid })
+
+	var out []Hang
+	for i := range views {
+		v := &views[i]
+		p := v.p
+		if h := p.hang; h != nil {
+			var still bool
+			if h.Kind == "gpu" {
+				still = v.stuck != nil
+			} else {
+				_, still = e.hostStalled(views, v, now)
+				still = still && p.lastWork <= h.DetectedAt-h.AgeNs
+			}
+			if still {
+				continue
+			}
+			p.hang = nil
+			e.recovered = append(e.recovered, p.pid)
+		}
+		if !fire {
+			continue
+		}
+		if v.stuck != nil {
+			h := e.decision(p, "gpu", now)
+			op := v.stuck.op
+			h.Oldest = &op
+			h.AgeNs = now - op.Issued
+			if v.coll != nil {
+				c := v.coll.op
+				h.Collective = &c
+			}
+			for _, w := range v.waiters {
+				h.Waiters = append(h.Waiters, w.Waiter)
+			}
+			p.hang = &h
+			out = append(out, h)
+			continue
+		}
+		if lag, ok := e.hostStalled(views, v, now); ok {
+			h := e.decision(p, "host", now)
+			h.AgeNs = now - p.lastWork
+			h.Lagging = lag
+			if o := p.oldest(); o != nil {
+				op := o.op
+				h.Oldest = &op
+			}
+			p.hang = &h
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func (e *Engine) decision(p *proc, kind string, now int64) Hang {
+	return Hang{
+		Kind: kind, PID: p.pid, Rank: p.rank, DetectedAt: now, Timeout: e.timeout,
+		Comms: p.commStates(), Pending: p.pending,
+	}
+}
+
+// hostStalled says whether v's process has issued no GPU work for longer
+// than the timeout while a peer waits, past the timeout, on a collective
+// this process has not issued (or, when no communicator links them, on
+// anything). The Lag names the communicator when one links them.
+func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
+	p := v.p
+	if v.stuck != nil || now-p.lastWork <= e.timeout || (p.gseq == 0 && len(p.comms) == 0) {
+		return nil, false // busy on the GPU, recently active, or never a GPU user (a launcher, a data loader)
+	}
+	for i := range views {
+		q := &views[i]
+		if q.p == p || q.stuck == nil {
+			continue
+		}
+		linked := false
+		var lag *Lag
+		for id, seq := range q.colls {
+			if isLocal(id) {
+				continue
+			}
+			c := p.commByID(id)
+			if c == nil {
+				continue
+			}
+			linked = true
+			if c.issued < seq && (lag == nil || id < lag.Comm) {
+				lag = &Lag{Comm: id, Issued: c.issued, Awaited: seq, PeerPID: q.p.pid, PeerRank: q.p.rank}
+			}
+		}
+		if lag != nil {
+			return lag, true
+		}
+		if linked {
+			continue // linked, and this process is not behind
+		}
+		if !p.hasGlobalComm() || !q.p.hasGlobalComm() {
+			return nil, true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,117 @@
+// Package timer is the hang and timing engine: decoded GPU API events go in,
+// hang decisions and timing statistics come out. It knows nothing of eBPF,
+// files or clocks; the caller passes the time with every call (Event.Time,
+// and the now of Check, Recovered and State, all monotonic nanoseconds).
+//
+// # Outstanding work
+//
+// Per process and per stream the engine keeps a queue of outstanding ops:
+// kernel launches (runtime, driver API), graph launches, async copies,
+// collectives and synchronous copies. Every op has its issue time, a
+// position in its stream, and, for a collective, its communicator and a
+// 1-based sequence number on that communicator (counted per collective;
+// ncclGroupStart/End grouping does not change the count). The
+// communicator of a handle comes from KindCommInit (hex of the first 16
+// bytes of the ncclUniqueId, the same on every rank); a handle whose
+// initialisation was not seen is "local:<hex handle>". Collective bytes
+// are Count × DtypeSize (per-rank buffer bytes). A stream keeps at most
+// Config.MaxOpsPerStream ops: beyond, the oldest is forgotten and counted
+// in ProcState.Dropped. KindProcessExit forgets a process.
+//
+// # Completion rules
+//
+// Only successful calls (return 0) retire work; a failed call retires
+// nothing.
+//   - cudaEventRecord(ev, s) remembers s's current position for ev.
+//   - cudaEventQuery(ev) returning 0, or cudaEventSynchronize(ev) returning
+//     0, retires ev's stream up to ev's position.
+//   - cudaStreamSynchronize(s) retires s up to its position at the call's
+//     entry; cudaStreamQuery(s) returning 0 retires all of s.
+//   - cudaDeviceSynchronize retires every stream up to its position at the
+//     call's entry.
+//   - A synchronous cudaMemcpy is an op of the legacy default stream 0
+//     issued at entry; its successful return retires stream 0 up to and
+//     including the copy. Only stream 0 is retired, because streams
+//     created non-blocking (as PyTorch's are) do not synchronise with it;
+//     but the copying thread counts as a device-wide waiter (like
+//     cudaDeviceSynchronize), since with blocking streams it waits for
+//     them all: a hang is then blamed on the oldest outstanding op of the
+//     process.
+//   - cudaStreamWaitEvent(s, ev) makes later items of s depend on ev's
+//     position in its stream. When s is retired past that wait, the
+//     dependency is retired too (it must have completed first), and a
+//     waiter on s waits, through it, for the other stream's work.
+//
+// # Waiters and the hang rule
+//
+// A thread waits when it is inside a blocking call (cudaStreamSynchronize,
+// cudaEventSynchronize, cudaDeviceSynchronize, cudaMemcpy: Enter seen, no
+// Exit yet), or when it polled the same event and got cudaErrorNotReady
+// (600) Config.PollRepeat times (not necessarily back to back, so a
+// watchdog polling several events in turn counts) since that event was
+// recorded: it is a polling waiter from its first not-ready poll until the
+// event reports ready or is recorded again. What a waiter waits for is
+// every op before its target position and, through stream-wait
+// dependencies, the ops those wait for; the oldest of them not known
+// complete is what it is stuck on.
+//
+// A process is hung on the GPU ("gpu") when a waiter has been waiting
+// longer than Config.HangTimeout and the work it waits for still has an
+// op not known complete (which has then been outstanding at least as
+// long). The wait itself must last past the timeout: a process that was
+// busy on the CPU for long and then synchronises quickly raises nothing,
+// and neither does one whose GPU work is all complete while it computes,
+// sleeps or writes a checkpoint, however old its last launch.
+//
+// A process is stalled on the host ("host") when it has issued no GPU work
+// (launch, copy, collective) for longer than the timeout while a peer in
+// the engine is stuck (a waiter past the timeout on outstanding work) and
+// that work includes a collective of a communicator this process also
+// belongs to at a sequence number this process has not issued:
+// Hang.Lagging names the communicator, this process's last sequence
+// number and the highest one the peer awaits. Polling and synchronising
+// are not new work, so a rank whose watchdog keeps querying completed
+// events every 100 ms is still stalled. When no communicator links the two
+// (the peer awaits no collective on a communicator this process knows,
+// and one of them knows no communicator by its unique id), any stuck peer
+// counts; a peer stuck only on communicators this process has already
+// reached does not. A process that never issued GPU work nor created a
+// communicator (a launcher, a data loader worker) is never stalled.
+//
+// Check fires a decision once per process; Recovered reports a process
+// whose condition cleared (its waiters' work completed or the waits ended,
+// or for "host" it issued work again or the peers stopped waiting), after
+// which it may fire again. A process that exits or execs is reported
+// recovered if it was hung.
+//
+// # Timing
+//
+// The observed duration of an op runs from the later of its issue and the
+// previous observed completion on its stream to the time its completion
+// was observed; ops retired together share the earlier bound. It is an
+// upper bound of the GPU time when the completion is observed promptly (a
+// thread was waiting for it), and inflated by how late the host looked.
+// Where the application itself calls cudaEventElapsedTime(start, end) and
+// exactly one op lies between the two records on one stream, the measured
+// time is that op's exact duration; any other measured span goes to
+// Stats.Spans. Statistics are per process, per kernel name (graph
+// launches and copies are not included) and per collective key (op,
+// dtype, size class = bytes rounded up to a power of two, ranks); each
+// keeps count, sum, min, max and quantiles from a bounded log-linear
+// histogram, and at most 1024 keys per kind per process (the rest merge
+// into "[other]"). Collective bandwidths follow nccl-tests (AlgBytes,
+// BusBytes) in Gbit/s.
+//
+// # Known limits
+//
+// Stream handle 1 (cudaStreamLegacy) is the legacy default stream 0. The
+// per-thread default stream (handle 2) is treated as one stream of the
+// process. The oldest op of a "gpu" decision is the oldest not known
+// complete: when the application never observed the completion of
+// earlier work on that stream, it may be older than the op really stuck;
+// Hang.Collective then names the oldest awaited collective, and Hang.Comms
+// the per-communicator issued and completed sequence numbers. A stream or
+// device synchronize whose entry was not seen (tracing began inside it)
+// retires nothing at its return; an event synchronize retires up to the
+// event's latest record.
+package timer

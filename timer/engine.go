@@ -1,0 +1,244 @@
+package timer
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultHangTimeout     = 300 * time.Second
+	DefaultPollRepeat      = 3
+	DefaultMaxOpsPerStream = 65536
+)
+
+// RetNotReady is cudaErrorNotReady (and mcErrorNotReady): the result of a
+// query whose work is still running.
+const RetNotReady = 600
+
+// Bounds on per-process bookkeeping other than the op queues.
+const (
+	maxEvents      = 65536 // recorded event handles remembered per process
+	maxThreads     = 4096  // threads with wait state per process
+	maxPollStreaks = 32    // not-ready events tracked per thread
+	maxStatKeys    = 1024  // distinct kernel names or collective keys per process
+	maxDeps        = 1024  // pending cudaStreamWaitEvent dependencies per stream
+	maxStreams     = 4096  // streams per process before idle ones are forgotten
+)
+
+// Config tunes the engine. Zero fields take their defaults.
+type Config struct {
+	HangTimeout     time.Duration // how long a waiter may wait on outstanding work; default 300 s
+	PollRepeat      int           // polls of the same not-ready event that make a polling waiter; default 3
+	MaxOpsPerStream int           // outstanding ops kept per stream, oldest dropped beyond; default 65536
+}
+
+// Engine turns the events of many processes into hang decisions and timing
+// statistics. It is safe for concurrent use; events of one process must be
+// handled in time order.
+type Engine struct {
+	mu        sync.Mutex
+	cfg       Config
+	timeout   int64
+	procs     map[int]*proc
+	last      *proc // cache of the most recent process
+	recovered []int // pids whose decision cleared, not yet returned by Recovered
+	ids       map[int]identity
+}
+
+type identity struct{ rank, world int }
+
+// NewEngine returns an engine with cfg, defaults filled in.
+func NewEngine(cfg Config) *Engine {
+	if cfg.HangTimeout <= 0 {
+		cfg.HangTimeout = DefaultHangTimeout
+	}
+	if cfg.PollRepeat <= 0 {
+		cfg.PollRepeat = DefaultPollRepeat
+	}
+	if cfg.MaxOpsPerStream <= 0 {
+		cfg.MaxOpsPerStream = DefaultMaxOpsPerStream
+	}
+	return &Engine{
+		cfg:     cfg,
+		timeout: int64(cfg.HangTimeout),
+		procs:   make(map[int]*proc),
+		ids:     make(map[int]identity),
+	}
+}
+
+// Config returns the engine's configuration with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// SetIdentity names the rank and world size of a process.
+func (e *Engine) SetIdentity(pid, rank, worldSize int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.ids[pid] = identity{rank, worldSize}
+	if p := e.procs[pid]; p != nil {
+		p.rank, p.world = rank, worldSize
+	}
+}
+
+// proc returns the state of pid, creating it at time t.
+func (e *Engine) proc(pid int, t int64) *proc {
+	if p := e.last; p != nil && p.pid == pid {
+		return p
+	}
+	p := e.procs[pid]
+	if p == nil {
+		p = newProc(pid, t, e.cfg.MaxOpsPerStream)
+		if id, ok := e.ids[pid]; ok {
+			p.rank, p.world = id.rank, id.world
+		}
+		e.procs[pid] = p
+	}
+	e.last = p
+	return p
+}
+
+// Handle consumes one event.
+func (e *Engine) Handle(ev Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if ev.Kind == KindProcessExit {
+		e.drop(ev.PID)
+		return
+	}
+	if ev.Stream == 1 {
+		ev.Stream = 0 // cudaStreamLegacy is the legacy default stream
+	}
+	p := e.proc(ev.PID, ev.Time)
+	if ev.Time > p.lastActivity {
+		p.lastActivity = ev.Time
+	}
+	switch ev.Kind {
+	case KindLaunch, KindGraphLaunch, KindMemcpyAsync, KindCollective:
+		p.issue(&ev)
+	case KindMemcpy:
+		p.memcpy(&ev)
+	case KindEventRecord:
+		p.record(&ev)
+	case KindEventQuery:
+		p.eventQuery(&ev)
+	case KindEventSynchronize, KindStreamSynchronize, KindDeviceSynchronize:
+		p.blocking(&ev)
+	case KindStreamQuery:
+		if ev.Ret == 0 {
+			s := p.stream(ev.Stream)
+			p.retire(s, s.next, ev.Time)
+		}
+	case KindStreamWaitEvent:
+		p.waitEvent(&ev)
+	case KindEventElapsed:
+		p.elapsed(&ev)
+	case KindCommInit:
+		p.commInit(&ev)
+	case KindCommDestroy:
+		p.commDestroy(&ev)
+	case KindGroupStart:
+		p.groupDepth++
+	case KindGroupEnd:
+		if p.groupDepth > 0 {
+			p.groupDepth--
+		}
+	case KindProcessExec:
+		// A new program image: its GPU state starts afresh.
+		rank, world := p.rank, p.world
+		q := newProc(ev.PID, ev.Time, e.cfg.MaxOpsPerStream)
+		q.rank, q.world = rank, world
+		if p.hang != nil {
+			e.recovered = append(e.recovered, p.pid)
+		}
+		e.procs[ev.PID] = q
+		e.last = q
+	}
+}
+
+// drop forgets an exited process.
+func (e *Engine) drop(pid int) {
+	p := e.procs[pid]
+	if p == nil {
+		return
+	}
+	if p.hang != nil {
+		e.recovered = append(e.recovered, pid)
+	}
+	delete(e.procs, pid)
+	delete(e.ids, pid)
+	if e.last == p {
+		e.last = nil
+	}
+}
+
+// Processes lists the pids the engine holds state for, ascending.
+func (e *Engine) Processes() []int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	pids := make([]int, 0, len(e.procs))
+	for pid := range e.procs {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+// ProcState is what the metrics need of one process.
+type ProcState struct {
+	PID          int    `json:"pid"`
+	Rank         int    `json:"rank"`  // -1 if unknown
+	World        int    `json:"world"` // 0 if unknown
+	Pending      int    `json:"pending"`
+	OldestAgeNs  int64  `json:"oldest_age_ns"` // age of the oldest outstanding op, 0 when none
+	LastActivity int64  `json:"last_activity_ns"`
+	LastWork     int64  `json:"last_work_ns"` // last launch, copy or collective (or first sight)
+	Dropped      uint64 `json:"dropped"`      // ops forgotten because a stream's queue was full
+	Waiters      int    `json:"waiters"`
+	Hung         bool   `json:"hung"`
+	HangKind     string `json:"hang_kind,omitempty"`
+}
+
+// State reports the state of pid at time now.
+func (e *Engine) State(pid int, now int64) (ProcState, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.procs[pid]
+	if p == nil {
+		return ProcState{}, false
+	}
+	st := ProcState{
+		PID: p.pid, Rank: p.rank, World: p.world, Pending: p.pending,
+		LastActivity: p.lastActivity, LastWork: p.lastWork, Dropped: p.dropped,
+		Waiters: len(p.waiters(now, e.cfg.PollRepeat)),
+	}
+	if o := p.oldest(); o != nil {
+		st.OldestAgeNs = max(0, now-o.op.Issued)
+	}
+	if p.hang != nil {
+		st.Hung, st.HangKind = true, p.hang.Kind
+	}
+	return st, true
+}
+
+// Comms reports what pid knows of its communicators, in order of creation.
+func (e *Engine) Comms(pid int) []CommState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.procs[pid]
+	if p == nil {
+		return nil
+	}
+	return p.commStates()
+}
+
+// Hung returns the current decision of pid, if it is hung.
+func (e *Engine) Hung(pid int) (Hang, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.procs[pid]
+	if p == nil || p.hang == nil {
+		return Hang{}, false
+	}
+	return *p.hang, true
+}

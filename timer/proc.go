@@ -1,0 +1,411 @@
+package timer
+
+// proc is the engine's state of one process.
+type proc struct {
+	pid, rank, world int
+	maxOps           int
+
+	streams    map[uint64]*stream
+	lastStream *stream // cache for launch bursts on one stream
+	events     map[uint64]*eventRec
+	threads    map[int]*thread
+	comms      map[uint64]*comm
+	commOrder  int
+	groupDepth int
+
+	gseq         uint64 // process-wide issue counter
+	pending      int
+	dropped      uint64
+	lastActivity int64
+	lastWork     int64
+
+	hang  *Hang
+	stats procStats
+}
+
+func newProc(pid int, t int64, maxOps int) *proc {
+	return &proc{
+		pid: pid, rank: -1, maxOps: maxOps,
+		streams:      make(map[uint64]*stream),
+		events:       make(map[uint64]*eventRec),
+		threads:      make(map[int]*thread),
+		comms:        make(map[uint64]*comm),
+		lastActivity: t,
+		lastWork:     t,
+	}
+}
+
+// stream is one GPU stream: a queue of outstanding ops in issue order.
+// Positions count ops and wait markers; every item with a position below
+// done is known complete.
+type stream struct {
+	id       uint64
+	q        []qop // ring buffer
+	head, n  int
+	next     uint64 // position of the next item
+	nops     uint64 // ops issued (positions minus wait markers)
+	done     uint64
+	lastDone int64 // observed completion time of the latest retirement
+	last     opRef // the latest op issued, for cudaEventElapsedTime
+	deps     []dep
+}
+
+// qop is an outstanding op with its place in the stream and the process.
+type qop struct {
+	op        Op
+	pos, gseq uint64
+	comm      *comm // collectives
+}
+
+// dep says that items of a stream from position at on wait for stream on
+// to reach position onPos (cudaStreamWaitEvent).
+type dep struct {
+	at, onPos uint64
+	on        uint64
+}
+
+// eventRec is the last cudaEventRecord of an event handle.
+type eventRec struct {
+	stream uint64
+	pos    uint64
+	nops   uint64
+	last   opRef
+	gen    uint64 // bumped at every record
+	ready  bool   // a query or synchronize reported it complete
+}
+
+// opRef is what timing statistics need of an op.
+type opRef struct {
+	valid bool
+	coll  bool
+	name  string  // kernel name
+	key   CollKey // collective key
+	bytes uint64
+}
+
+func (p *proc) stream(id uint64) *stream {
+	if s := p.lastStream; s != nil && s.id == id {
+		return s
+	}
+	s := p.streams[id]
+	if s == nil {
+		if len(p.streams) >= maxStreams {
+			p.pruneStreams()
+		}
+		s = &stream{id: id}
+		p.streams[id] = s
+	}
+	p.lastStream = s
+	return s
+}
+
+// pruneStreams forgets idle streams (no outstanding op, no dependency)
+// and the events recorded on them.
+func (p *proc) pruneStreams() {
+	for id, s := range p.streams {
+		if s.n == 0 && len(s.deps) == 0 {
+			delete(p.streams, id)
+		}
+	}
+	for h, r := range p.events {
+		if p.streams[r.stream] == nil {
+			delete(p.events, h)
+		}
+	}
+	p.lastStream = nil
+}
+
+func (s *stream) front() *qop { return &s.q[s.head] }
+
+func (s *stream) push(o *qop, limit int) (dropped bool) {
+	if s.n == len(s.q) {
+		if s.n >= limit {
+			s.head = (s.head + 1) % len(s.q)
+			s.n--
+			dropped = true
+		} else {
+			grown := make([]qop, max(16, min(2*len(s.q), limit)))
+			for i := 0; i < s.n; i++ {
+				grown[i] = s.q[(s.head+i)%len(s.q)]
+			}
+			s.q, s.head = grown, 0
+		}
+	}
+	s.q[(s.head+s.n)%len(s.q)] = *o
+	s.n++
+	return dropped
+}
+
+func (s *stream) pop() qop {
+	o := s.q[s.head]
+	s.q[s.head] = qop{}
+	s.head = (s.head + 1) % len(s.q)
+	s.n--
+	return o
+}
+
+// issue enqueues a launch, graph launch, async copy or collective.
+func (p *proc) issue(ev *Event) {
+	s := p.stream(ev.Stream)
+	q := qop{op: Op{
+		Vendor: ev.Vendor.String(), Stream: ev.Stream, TID: ev.TID, Issued: ev.Time,
+	}}
+	o := &q.op
+	var ref opRef
+	switch ev.Kind {
+	case KindLaunch:
+		o.Kind, o.Kernel, o.Func, o.Grid, o.Block = "kernel", ev.Kernel, ev.Func, ev.Grid, ev.Block
+		ref = opRef{valid: true, name: p.kernelName(ev.Kernel, ev.Func)}
+	case KindGraphLaunch:
+		o.Kind, o.Func = "graph", ev.Handle
+	case KindMemcpyAsync:
+		o.Kind, o.Bytes = "memcpy", ev.Bytes
+	case KindCollective:
+		c := p.comm(ev.Comm)
+		c.issued++
+		c.lastOp = ev.Op.String()
+		o.Kind, o.Op, o.Dtype, o.Count, o.Peer = "collective", ev.Op.String(), DtypeName(ev.Dtype), ev.Count, ev.Peer
+		o.Bytes = ev.Count * DtypeSize(ev.Dtype)
+		o.Comm, o.Seq, o.NRanks = c.id, c.issued, c.nranks
+		q.comm = c
+		ref = opRef{valid: true, coll: true, key: collKey(o.Op, o.Dtype, o.Bytes, o.NRanks), bytes: o.Bytes}
+	}
+	p.enqueue(s, &q, ev.Time)
+	s.last = ref
+}
+
+func (p *proc) enqueue(s *stream, o *qop, t int64) {
+	o.pos, o.gseq = s.next, p.gseq
+	s.next++
+	s.nops++
+	p.gseq++
+	if s.push(o, p.maxOps) {
+		p.dropped++
+	} else {
+		p.pending++
+	}
+	if t > p.lastWork {
+		p.lastWork = t
+	}
+}
+
+// retire marks every item of s below pos complete, observed at time t, and
+// follows the cudaStreamWaitEvent dependencies that completion implies.
+func (p *proc) retire(s *stream, pos uint64, t int64) {
+	pos = min(pos, s.next) // a stream forgotten and met again starts afresh
+	if pos <= s.done {
+		return
+	}
+	s.done = pos
+	base := s.lastDone
+	popped := false
+	for s.n > 0 && s.front().pos < pos {
+		o := s.pop()
+		p.pending--
+		popped = true
+		p.completed(&o, t-max(o.op.Issued, base))
+	}
+	if popped && t > s.lastDone {
+		s.lastDone = t
+	}
+	if len(s.deps) == 0 {
+		return
+	}
+	keep := s.deps[:0]
+	var implied []dep
+	for _, d := range s.deps {
+		if d.at < pos {
+			implied = append(implied, d)
+		} else {
+			keep = append(keep, d)
+		}
+	}
+	s.deps = keep
+	for _, d := range implied {
+		p.retire(p.stream(d.on), d.onPos, t)
+	}
+}
+
+// completed accounts for an op known complete after dur nanoseconds
+// (observed, an upper bound).
+func (p *proc) completed(q *qop, dur int64) {
+	o := &q.op
+	switch o.Kind {
+	case "kernel":
+		p.stats.kernel(p.kernelName(o.Kernel, o.Func)).observed.add(dur)
+	case "collective":
+		if c := q.comm; c != nil && o.Seq > c.completed {
+			c.completed = o.Seq
+		}
+		cs := p.stats.coll(collKey(o.Op, o.Dtype, o.Bytes, o.NRanks))
+		cs.observed.add(dur)
+		cs.observedBytes += o.Bytes
+	}
+}
+
+// memcpy handles a synchronous cudaMemcpy: the copy is an op on the legacy
+// default stream, and the calling thread waits device-wide until it returns.
+func (p *proc) memcpy(ev *Event) {
+	th := p.thread(ev.TID)
+	if ev.Phase == PhaseEnter {
+		s := p.stream(0)
+		o := qop{op: Op{Kind: "memcpy", Vendor: ev.Vendor.String(), TID: ev.TID, Issued: ev.Time, Bytes: ev.Bytes}}
+		p.enqueue(s, &o, ev.Time)
+		s.last = opRef{}
+		th.wait = &blockWait{kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}
+		return
+	}
+	w := th.wait
+	th.wait = nil
+	if w == nil || w.kind != KindMemcpy || ev.Ret != 0 {
+		return
+	}
+	p.retire(p.stream(0), w.copyPos, ev.Time)
+}
+
+// snapshot returns every stream's current position.
+func (p *proc) snapshot() []target {
+	ts := make([]target, 0, len(p.streams))
+	for id, s := range p.streams {
+		if s.next > s.done {
+			ts = append(ts, target{stream: id, pos: s.next})
+		}
+	}
+	return ts
+}
+
+func (p *proc) record(ev *Event) {
+	s := p.stream(ev.Stream)
+	r := p.events[ev.Handle]
+	if r == nil {
+		if len(p.events) >= maxEvents {
+			p.evictEvents()
+		}
+		r = &eventRec{}
+		p.events[ev.Handle] = r
+	}
+	*r = eventRec{stream: ev.Stream, pos: s.next, nops: s.nops, last: s.last, gen: r.gen + 1}
+}
+
+// evictEvents forgets recorded events, those already complete first.
+func (p *proc) evictEvents() {
+	for h, r := range p.events {
+		if s := p.streams[r.stream]; s == nil || r.pos <= s.done {
+			delete(p.events, h)
+		}
+	}
+	for h := range p.events {
+		if len(p.events) < maxEvents*3/4 {
+			break
+		}
+		delete(p.events, h)
+	}
+}
+
+func (p *proc) eventQuery(ev *Event) {
+	r := p.events[ev.Handle]
+	switch {
+	case ev.Ret == 0:
+		if r != nil {
+			r.ready = true
+			p.retire(p.stream(r.stream), r.pos, ev.Time)
+		}
+		if th := p.threads[ev.TID]; th != nil {
+			th.clearPoll(ev.Handle)
+		}
+	case ev.Ret == RetNotReady && r != nil && !r.ready:
+		p.thread(ev.TID).poll(ev.Handle, r.gen, ev.Time, ev.Vendor)
+	}
+}
+
+func (p *proc) blocking(ev *Event) {
+	th := p.thread(ev.TID)
+	if ev.Phase == PhaseEnter {
+		w := &blockWait{kind: ev.Kind, vendor: ev.Vendor, since: ev.Time, stream: ev.Stream}
+		switch ev.Kind {
+		case KindStreamSynchronize:
+			s := p.stream(ev.Stream)
+			w.targets = []target{{stream: ev.Stream, pos: s.next}}
+		case KindEventSynchronize:
+			if r := p.events[ev.Handle]; r != nil {
+				w.stream = r.stream
+				w.targets = []target{{stream: r.stream, pos: r.pos}}
+				w.event, w.gen = r, r.gen
+			}
+		case KindDeviceSynchronize:
+			w.stream = 0
+			w.targets = p.snapshot()
+		}
+		th.wait = w
+		return
+	}
+	w := th.wait
+	th.wait = nil
+	if w == nil && ev.Kind == KindEventSynchronize && ev.Ret == 0 {
+		// Entry not seen (tracing began inside the call): the event's
+		// latest record is what it waited for.
+		if r := p.events[ev.Handle]; r != nil {
+			r.ready = true
+			p.retire(p.stream(r.stream), r.pos, ev.Time)
+		}
+		return
+	}
+	if w == nil || w.kind != ev.Kind || ev.Ret != 0 {
+		return
+	}
+	if w.event != nil && w.event.gen == w.gen {
+		w.event.ready = true
+	}
+	for _, t := range w.targets {
+		p.retire(p.stream(t.stream), t.pos, ev.Time)
+	}
+}
+
+func (p *proc) waitEvent(ev *Event) {
+	r := p.events[ev.Handle]
+	if r == nil || r.stream == ev.Stream {
+		return
+	}
+	src := p.stream(r.stream)
+	s := p.stream(ev.Stream)
+	if r.pos <= src.done {
+		return
+	}
+	if len(s.deps) >= maxDeps {
+		s.deps = append(s.deps[:0], s.deps[1:]...)
+	}
+	s.deps = append(s.deps, dep{at: s.next, on: r.stream, onPos: r.pos})
+	s.next++ // the wait is an item of the stream
+}
+
+// elapsed attributes the GPU time the application measured between two
+// events to the single op between them, or to the measured-span statistic.
+func (p *proc) elapsed(ev *Event) {
+	if ev.Ret != 0 || ev.ElapsedMs < 0 {
+		return
+	}
+	ns := int64(float64(ev.ElapsedMs) * 1e6)
+	a, b := p.events[ev.Handle], p.events[ev.Handle2]
+	if a != nil && b != nil && a.stream == b.stream && b.nops == a.nops+1 && b.last.valid {
+		if b.last.coll {
+			cs := p.stats.coll(b.last.key)
+			cs.exact.add(ns)
+			cs.exactBytes += b.last.bytes
+		} else {
+			p.stats.kernel(b.last.name).exact.add(ns)
+		}
+		return
+	}
+	p.stats.spans.add(ns)
+}
+
+// oldest is the oldest outstanding op of the process.
+func (p *proc) oldest() *qop {
+	var best *qop
+	for _, s := range p.streams {
+		if s.n > 0 && (best == nil || s.front().gseq < best.gseq) {
+			best = s.front()
+		}
+	}
+	return best
+}

@@ -1,0 +1,244 @@
+package timer
+
+import (
+	"slices"
+	"strconv"
+)
+
+// target is a point of a stream a waiter waits for: every item below pos.
+type target struct {
+	stream, pos uint64
+}
+
+// thread is the wait state of one thread.
+type thread struct {
+	wait  *blockWait
+	polls []pollStreak
+}
+
+// blockWait is a thread inside a blocking call.
+type blockWait struct {
+	kind    Kind
+	vendor  Vendor
+	since   int64
+	stream  uint64
+	targets []target
+	copyPos uint64    // KindMemcpy: the copy's own end position on stream 0
+	event   *eventRec // KindEventSynchronize
+	gen     uint64
+}
+
+// pollStreak counts consecutive not-ready queries of one event by a thread.
+type pollStreak struct {
+	handle uint64
+	gen    uint64
+	n      int
+	since  int64
+	vendor Vendor
+}
+
+func (p *proc) thread(tid int) *thread {
+	th := p.threads[tid]
+	if th == nil {
+		if len(p.threads) >= maxThreads {
+			for id, t := range p.threads {
+				if t.wait == nil && len(t.polls) == 0 {
+					delete(p.threads, id)
+				}
+			}
+			for id := range p.threads {
+				if len(p.threads) < maxThreads*3/4 {
+					break
+				}
+				delete(p.threads, id)
+			}
+		}
+		th = &thread{}
+		p.threads[tid] = th
+	}
+	return th
+}
+
+func (th *thread) poll(handle, gen uint64, t int64, v Vendor) {
+	for i := range th.polls {
+		ps := &th.polls[i]
+		if ps.handle == handle {
+			if ps.gen != gen {
+				*ps = pollStreak{handle: handle, gen: gen, since: t}
+			}
+			ps.n++
+			return
+		}
+	}
+	if len(th.polls) >= maxPollStreaks {
+		th.polls = slices.Delete(th.polls, 0, 1)
+	}
+	th.polls = append(th.polls, pollStreak{handle: handle, gen: gen, n: 1, since: t, vendor: v})
+}
+
+func (th *thread) clearPoll(handle uint64) {
+	th.polls = slices.DeleteFunc(th.polls, func(ps pollStreak) bool { return ps.handle == handle })
+}
+
+// waiting is a waiter with what it waits for.
+type waiting struct {
+	Waiter
+	targets []target
+}
+
+// waiters lists the threads of p now blocked in, or polling, GPU work.
+func (p *proc) waiters(now int64, repeat int) []waiting {
+	var ws []waiting
+	for tid, th := range p.threads {
+		if w := th.wait; w != nil {
+			ws = append(ws, waiting{
+				Waiter:  Waiter{TID: tid, Call: callName(w.kind, w.vendor, false), Stream: w.stream, Since: w.since},
+				targets: w.targets,
+			})
+		}
+		for _, ps := range th.polls {
+			r := p.events[ps.handle]
+			if ps.n < repeat || r == nil || r.ready || r.gen != ps.gen {
+				continue
+			}
+			ws = append(ws, waiting{
+				Waiter:  Waiter{TID: tid, Call: callName(KindEventQuery, ps.vendor, true), Stream: r.stream, Since: ps.since},
+				targets: []target{{stream: r.stream, pos: r.pos}},
+			})
+		}
+	}
+	slices.SortFunc(ws, func(a, b waiting) int {
+		if a.TID != b.TID {
+			return a.TID - b.TID
+		}
+		if a.Since != b.Since {
+			if a.Since < b.Since {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return ws
+}
+
+// awaited returns the oldest op not known complete among the work the
+// targets depend on: the items before each target on its stream, and,
+// through cudaStreamWaitEvent, the items of other streams they wait for.
+func (p *proc) awaited(targets []target) *qop {
+	var best *qop
+	reached := make(map[uint64]uint64, 4) // stream -> highest position explored
+	var walk func(t target)
+	walk = func(t target) {
+		if got, ok := reached[t.stream]; ok && got >= t.pos {
+			return
+		}
+		reached[t.stream] = t.pos
+		s := p.streams[t.stream]
+		if s == nil || t.pos <= s.done {
+			return
+		}
+		if s.n > 0 && s.front().pos < t.pos && (best == nil || s.front().gseq < best.gseq) {
+			best = s.front()
+		}
+		for _, d := range s.deps {
+			if d.at < t.pos {
+				walk(target{stream: d.on, pos: d.onPos})
+			}
+		}
+	}
+	for _, t := range targets {
+		walk(t)
+	}
+	return best
+}
+
+// awaitedColls records, per communicator, the highest sequence number of
+// the collectives not known complete that the targets depend on, and
+// returns the oldest of those collectives (nil if none).
+func (p *proc) awaitedColls(targets []target, into map[string]uint64) *qop {
+	var oldest *qop
+	reached := make(map[uint64]uint64, 4)
+	var walk func(t target)
+	walk = func(t target) {
+		if got, ok := reached[t.stream]; ok && got >= t.pos {
+			return
+		}
+		reached[t.stream] = t.pos
+		s := p.streams[t.stream]
+		if s == nil || t.pos <= s.done {
+			return
+		}
+		for i := 0; i < s.n; i++ {
+			o := &s.q[(s.head+i)%len(s.q)]
+			if o.pos >= t.pos {
+				break
+			}
+			if o.op.Kind != "collective" {
+				continue
+			}
+			if o.op.Seq > into[o.op.Comm] {
+				into[o.op.Comm] = o.op.Seq
+			}
+			if oldest == nil || o.gseq < oldest.gseq {
+				oldest = o
+			}
+		}
+		for _, d := range s.deps {
+			if d.at < t.pos {
+				walk(target{stream: d.on, pos: d.onPos})
+			}
+		}
+	}
+	for _, t := range targets {
+		walk(t)
+	}
+	return oldest
+}
+
+// callName is the API name of a wait, in the vendor's spelling.
+func callName(k Kind, v Vendor, polling bool) string {
+	var base string
+	switch k {
+	case KindStreamSynchronize:
+		base = "StreamSynchronize"
+	case KindEventSynchronize:
+		base = "EventSynchronize"
+	case KindDeviceSynchronize:
+		base = "DeviceSynchronize"
+	case KindMemcpy:
+		base = "Memcpy"
+	case KindEventQuery:
+		base = "EventQuery"
+	default:
+		base = k.String()
+	}
+	prefix := "cuda"
+	if v == VendorMACA {
+		prefix = "mc"
+	}
+	name := prefix + base
+	if polling {
+		name += " (polling)"
+	}
+	return name
+}
+
+// kernelName is the statistics key of a kernel: its name, or its stub
+// address when the name is unknown.
+func (p *proc) kernelName(name string, fn uint64) string {
+	if name != "" {
+		return name
+	}
+	if p.stats.funcNames == nil {
+		p.stats.funcNames = make(map[uint64]string)
+	}
+	if n, ok := p.stats.funcNames[fn]; ok {
+		return n
+	}
+	n := "0x" + strconv.FormatUint(fn, 16)
+	if len(p.stats.funcNames) < maxStatKeys {
+		p.stats.funcNames[fn] = n
+	}
+	return n
+}
