@@ -1,0 +1,177 @@
+package config
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/pflag"
+)
+
+// Source says where a setting's value came from.
+type Source string
+
+// Sources, strongest first.
+const (
+	SourceFlag     Source = "flag"
+	SourceEnv      Source = "environment"
+	SourceFile     Source = "config file"
+	SourcePlatform Source = "platform environment" // ELASTIC_JOB_NAME, POD_NAME, ...
+	SourceDefault  Source = "default"
+)
+
+// Setting is one resolved variable, for printing the effective configuration.
+type Setting struct {
+	Env    string // XPU_TIMER_* name
+	Flag   string // flag name without dashes
+	Value  string // raw value as given ("" when unset)
+	Source Source // where Value came from
+	Origin string // the variable or file that supplied it, when not the flag
+}
+
+// Binding ties the flags registered on a FlagSet to the environment and the
+// config file. Load resolves them.
+type Binding struct {
+	fs       *pflag.FlagSet
+	values   map[string]*flagValue // by env name
+	lookup   func(string) (string, bool)
+	settings []Setting
+}
+
+// flagValue is a pflag.Value that records the raw text; parsing and checks
+// happen in Load so flag, environment and file values share one path.
+type flagValue struct {
+	v   *variable
+	raw string
+}
+
+func (f *flagValue) String() string { return f.raw }
+func (f *flagValue) Type() string   { return f.v.kind }
+func (f *flagValue) Set(s string) error {
+	var c Config
+	if err := f.v.set(&c, s); err != nil {
+		return err
+	}
+	f.raw = s
+	return nil
+}
+
+// Bind registers one flag per XPU_TIMER_* variable on fs.
+func Bind(fs *pflag.FlagSet) *Binding {
+	b := &Binding{fs: fs, values: make(map[string]*flagValue), lookup: os.LookupEnv}
+	for i := range variables {
+		v := &variables[i]
+		fv := &flagValue{v: v}
+		b.values[v.env] = fv
+		f := fs.VarPF(fv, v.flag, "", fmt.Sprintf("%s [$%s]", v.usage, v.env))
+		if v.def != "" {
+			f.DefValue = v.def
+		}
+		if v.kind == "bool" {
+			f.NoOptDefVal = "true"
+		}
+	}
+	return b
+}
+
+// Load resolves every variable: flag, then environment, then the config file
+// (named by --config or XPU_TIMER_CONFIG), then the default.
+func (b *Binding) Load() (Config, error) {
+	var cfg Config
+	var file map[string]string
+	var fileErr error
+	fileName, fileSrc := b.raw("XPU_TIMER_CONFIG")
+	if fileName != "" {
+		file, fileErr = ReadFile(fileName)
+		if fileErr != nil {
+			return Config{}, fmt.Errorf("config file from %s: %w", fileSrc, fileErr)
+		}
+	}
+	b.settings = b.settings[:0]
+	portSet := false
+	for i := range variables {
+		v := &variables[i]
+		s := Setting{Env: v.env, Flag: v.flag}
+		fv := b.values[v.env]
+		switch {
+		case b.fs.Changed(v.flag):
+			s.Value, s.Source = fv.raw, SourceFlag
+		default:
+			if val, ok := b.lookup(v.env); ok && val != "" {
+				s.Value, s.Source, s.Origin = val, SourceEnv, v.env
+				break
+			}
+			if val, ok := file[v.env]; ok {
+				s.Value, s.Source, s.Origin = val, SourceFile, fileName
+				break
+			}
+			for _, name := range v.fallbacks {
+				if val, ok := b.lookup(name); ok && val != "" {
+					s.Value, s.Source, s.Origin = val, SourcePlatform, name
+					break
+				}
+			}
+			if s.Source == "" {
+				s.Value, s.Source = v.def, SourceDefault
+			}
+		}
+		if s.Source != SourceDefault || s.Value != "" {
+			if err := v.set(&cfg, s.Value); err != nil {
+				return Config{}, fmt.Errorf("%s (--%s) from %s: %w", v.env, v.flag, s.describe(), err)
+			}
+		}
+		if v.env == "XPU_TIMER_PORT" && s.Source != SourceDefault {
+			portSet = true
+		}
+		b.settings = append(b.settings, s)
+	}
+	if !portSet {
+		cfg.Port = cfg.BasePort + 1
+		if cfg.Port > 65535 {
+			return Config{}, fmt.Errorf("XPU_TIMER_PORT unset and XPU_TIMER_BASEPORT %d has no next port", cfg.BasePort)
+		}
+		b.set("XPU_TIMER_PORT", fmt.Sprint(cfg.Port))
+	}
+	return cfg, nil
+}
+
+func (s Setting) describe() string {
+	if s.Origin != "" {
+		return fmt.Sprintf("%s %s", s.Source, s.Origin)
+	}
+	return string(s.Source)
+}
+
+// raw returns the flag or environment value of one variable (used for the
+// config file's own name, which cannot come from the file).
+func (b *Binding) raw(env string) (string, string) {
+	v := b.values[env]
+	if b.fs.Changed(v.v.flag) {
+		return v.raw, "flag --" + v.v.flag
+	}
+	if val, ok := b.lookup(env); ok && val != "" {
+		return val, "environment " + env
+	}
+	return "", ""
+}
+
+func (b *Binding) set(env, value string) {
+	for i := range b.settings {
+		if b.settings[i].Env == env {
+			b.settings[i].Value = value
+		}
+	}
+}
+
+// Settings returns every variable as resolved by the last Load, in flag order.
+func (b *Binding) Settings() []Setting { return append([]Setting(nil), b.settings...) }
+
+// Lookup returns the setting of one XPU_TIMER_* variable as resolved by the
+// last Load.
+func (b *Binding) Lookup(env string) (Setting, bool) {
+	for _, s := range b.settings {
+		if s.Env == env {
+			return s, true
+		}
+	}
+	return Setting{}, false
+}

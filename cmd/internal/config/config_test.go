@@ -1,0 +1,238 @@
+package config
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// load binds a fresh flag set, parses args and loads with env as the whole
+// environment.
+func load(t *testing.T, args []string, env map[string]string) (Config, *Binding, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	b := Bind(fs)
+	b.lookup = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	if err := fs.Parse(args); err != nil {
+		return Config{}, b, err
+	}
+	c, err := b.Load()
+	return c, b, err
+}
+
+func TestDefaults(t *testing.T) {
+	c, b, err := load(t, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second}
+	if !reflect.DeepEqual(c, want) {
+		t.Fatalf("got %+v\nwant %+v", c, want)
+	}
+	s, ok := b.Lookup("XPU_TIMER_PORT")
+	if !ok || s.Value != "18889" || s.Source != SourceDefault {
+		t.Fatalf("port setting %+v", s)
+	}
+}
+
+func TestPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "xpu.conf")
+	os.WriteFile(file, []byte("# comment\nXPU_TIMER_HANG_TIMEOUT=10\nXPU_TIMER_TIMELINE_PATH = /from/file\nXPU_TIMER_BASEPORT=2000\nXPU_TIMER_JOB_NAME=filejob\nUNRELATED=1\n"), 0o644)
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want func(c *Config)
+		src  map[string]Source
+	}{
+		{name: "file over default", env: map[string]string{"XPU_TIMER_CONFIG": file},
+			want: func(c *Config) {
+				c.HangTimeout, c.TimelinePath, c.BasePort, c.Port, c.ConfigFile, c.JobName = 10*time.Second, "/from/file", 2000, 2001, file, "filejob"
+			},
+			src: map[string]Source{"XPU_TIMER_HANG_TIMEOUT": SourceFile, "XPU_TIMER_CONFIG": SourceEnv, "XPU_TIMER_PORT": SourceDefault}},
+		{name: "env over file", env: map[string]string{"XPU_TIMER_CONFIG": file, "XPU_TIMER_HANG_TIMEOUT": "5s", "ELASTIC_JOB_NAME": "dlrover"},
+			want: func(c *Config) {
+				c.HangTimeout, c.TimelinePath, c.BasePort, c.Port, c.ConfigFile, c.JobName = 5*time.Second, "/from/file", 2000, 2001, file, "filejob"
+			},
+			src: map[string]Source{"XPU_TIMER_HANG_TIMEOUT": SourceEnv, "XPU_TIMER_JOB_NAME": SourceFile}},
+		{name: "flag over env", args: []string{"--config", file, "--hang-timeout=7", "--port", "9999", "--hang-kill", "--libraries", "/a.so, /b.so"},
+			env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": "5s", "XPU_TIMER_PORT": "1", "XPU_TIMER_HANG_KILL": "false"},
+			want: func(c *Config) {
+				c.HangTimeout, c.TimelinePath, c.BasePort, c.Port, c.ConfigFile, c.JobName = 7*time.Second, "/from/file", 2000, 9999, file, "filejob"
+				c.HangKill, c.Libraries = true, []string{"/a.so", "/b.so"}
+			},
+			src: map[string]Source{"XPU_TIMER_HANG_TIMEOUT": SourceFlag, "XPU_TIMER_PORT": SourceFlag, "XPU_TIMER_CONFIG": SourceFlag}},
+		{name: "platform labels", env: map[string]string{"ELASTIC_JOB_NAME": "dlrover", "JOB_NAME": "other", "POD_NAME": "pod-0", "HOSTNAME": "h", "POD_IP": "10.0.0.3"},
+			want: func(c *Config) { c.JobName, c.PodName, c.IP = "dlrover", "pod-0", "10.0.0.3" },
+			src:  map[string]Source{"XPU_TIMER_JOB_NAME": SourcePlatform, "XPU_TIMER_IP": SourcePlatform}},
+		{name: "own label names win", env: map[string]string{"XPU_TIMER_JOB_NAME": "mine", "ELASTIC_JOB_NAME": "dlrover", "HOSTNAME": "h"},
+			want: func(c *Config) { c.JobName, c.PodName = "mine", "h" }},
+		{name: "pushgateway and interval", env: map[string]string{"XPU_TIMER_PUSHGATEWAY": "http://pgw:9091", "XPU_TIMER_PUSH_INTERVAL": "30s", "XPU_TIMER_DEBUG_MODE": "1", "XPU_TIMER_LOGGING_DIR": "stdout"},
+			want: func(c *Config) {
+				c.Pushgateway, c.PushInterval, c.DebugMode, c.LoggingDir = "http://pgw:9091", 30*time.Second, true, "stdout"
+			}},
+		{name: "port zero picks free port", env: map[string]string{"XPU_TIMER_PORT": "0"}, want: func(c *Config) { c.Port = 0 }},
+		{name: "empty env counts as unset", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": ""}, want: func(c *Config) {}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, b, err := load(t, tc.args, tc.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second}
+			tc.want(&want)
+			if !reflect.DeepEqual(c, want) {
+				t.Fatalf("got  %+v\nwant %+v", c, want)
+			}
+			for env, src := range tc.src {
+				if s, _ := b.Lookup(env); s.Source != src {
+					t.Errorf("%s: source %q, want %q", env, s.Source, src)
+				}
+			}
+		})
+	}
+}
+
+func TestInvalid(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.conf")
+	os.WriteFile(bad, []byte("XPU_TIMER_HANG_TIMEOUT=10\nthis line has no equals\n"), 0o644)
+	badValue := filepath.Join(dir, "badvalue.conf")
+	os.WriteFile(badValue, []byte("XPU_TIMER_HANG_KILL=maybe\n"), 0o644)
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		wantErr string
+		is      error
+	}{
+		{name: "timeout word", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": "soon"}, wantErr: `XPU_TIMER_HANG_TIMEOUT (--hang-timeout) from environment XPU_TIMER_HANG_TIMEOUT: "soon": want seconds`},
+		{name: "timeout negative", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": "-5"}, wantErr: "must be positive"},
+		{name: "timeout zero", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": "0s"}, wantErr: "must be positive"},
+		{name: "timeout huge", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": "1e300"}, wantErr: "too large"},
+		{name: "port range", env: map[string]string{"XPU_TIMER_PORT": "70000"}, wantErr: "XPU_TIMER_PORT (--port) from environment XPU_TIMER_PORT: \"70000\": want a port number"},
+		{name: "baseport no next", env: map[string]string{"XPU_TIMER_BASEPORT": "65535"}, wantErr: "has no next port"},
+		{name: "bool", env: map[string]string{"XPU_TIMER_DEBUG_MODE": "perhaps"}, wantErr: `"perhaps": want true or false`},
+		{name: "pushgateway scheme", env: map[string]string{"XPU_TIMER_PUSHGATEWAY": "pgw:9091"}, wantErr: "want an http(s)://host[:port] URL"},
+		{name: "flag value", args: []string{"--hang-timeout=abc"}, wantErr: `invalid argument "abc" for "--hang-timeout"`},
+		{name: "missing file", env: map[string]string{"XPU_TIMER_CONFIG": filepath.Join(dir, "nope")}, wantErr: "config file from environment XPU_TIMER_CONFIG", is: fs.ErrNotExist},
+		{name: "file syntax", args: []string{"--config", bad}, wantErr: "line 2: no '='", is: ErrSyntax},
+		{name: "file value", env: map[string]string{"XPU_TIMER_CONFIG": badValue}, wantErr: "from config file " + badValue},
+		{name: "empty timeline", args: []string{"--timeline-path="}, wantErr: "empty path"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := load(t, tc.args, tc.env)
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Fatalf("error %v is not %v", err, tc.is)
+			}
+		})
+	}
+}
+
+func TestEveryVariableHasFlag(t *testing.T) {
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	Bind(fs)
+	for _, env := range []string{"XPU_TIMER_HANG_TIMEOUT", "XPU_TIMER_TIMELINE_PATH", "XPU_TIMER_HANG_KILL", "XPU_TIMER_PORT",
+		"XPU_TIMER_BASEPORT", "XPU_TIMER_CONFIG", "XPU_TIMER_LOGGING_DIR", "XPU_TIMER_DEBUG_MODE", "XPU_TIMER_PUSHGATEWAY",
+		"XPU_TIMER_PUSH_INTERVAL", "XPU_TIMER_LIBRARIES", "XPU_TIMER_JOB_NAME", "XPU_TIMER_POD_NAME", "XPU_TIMER_IP"} {
+		found := false
+		fs.VisitAll(func(f *pflag.Flag) {
+			if strings.Contains(f.Usage, "[$"+env+"]") {
+				found = true
+			}
+		})
+		if !found {
+			t.Errorf("no flag for %s", env)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want map[string]string
+		err  bool
+	}{
+		{in: "", want: map[string]string{}},
+		{in: "# c\n; c\n\n[xpu]\nA=1\n  B = two words  \nexport C=\"q\"\nD='x'\nE=\nA=2\n", want: map[string]string{"A": "2", "B": "two words", "C": "q", "D": "x", "E": ""}},
+		{in: "K=a=b\r\n", want: map[string]string{"K": "a=b"}},
+		{in: "=1\n", err: true},
+		{in: "1A=1\n", err: true},
+		{in: "[open\n", err: true},
+		{in: "NOEQUALS\n", err: true},
+		{in: "BAD KEY=1\n", err: true},
+	} {
+		got, err := Parse([]byte(tc.in))
+		if (err != nil) != tc.err {
+			t.Errorf("Parse(%q) error %v, want error %v", tc.in, err, tc.err)
+			continue
+		}
+		if err != nil {
+			if !errors.Is(err, ErrSyntax) {
+				t.Errorf("Parse(%q) error %v not ErrSyntax", tc.in, err)
+			}
+			continue
+		}
+		if !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("Parse(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"A=1\n", "# x\n[s]\nexport B = \"2\"\n", "X", "=", "K='\n", "\xff=\x00"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrSyntax) && !strings.Contains(err.Error(), "scan") {
+				t.Fatalf("unexpected error kind: %v", err)
+			}
+			return
+		}
+		for k, v := range m {
+			if !validKey(k) {
+				t.Fatalf("invalid key %q accepted", k)
+			}
+			if strings.ContainsAny(v, "\n") {
+				t.Fatalf("value %q spans lines", v)
+			}
+		}
+	})
+}
+
+func TestLogger(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "logs")
+	l, c, err := Logger(dir, "agent", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("hello", "k", 1)
+	c.Close()
+	data, err := os.ReadFile(filepath.Join(dir, "agent.log"))
+	if err != nil || !strings.Contains(string(data), "msg=hello k=1") {
+		t.Fatalf("log file %q, %v", data, err)
+	}
+	for _, d := range []string{"", "stdout"} {
+		if l, c, err := Logger(d, "x", nil); err != nil || l == nil {
+			t.Fatalf("Logger(%q): %v", d, err)
+		} else {
+			c.Close()
+		}
+	}
+	if _, _, err := Logger("/proc/nonexistent/dir", "x", nil); err == nil {
+		t.Fatal("want error for unwritable dir")
+	}
+}

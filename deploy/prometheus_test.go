@@ -1,0 +1,121 @@
+package deploy
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestPrometheusScrapesExporter runs Debian's Prometheus on loopback against
+// our exporter serving a job whose rank 1 is hung, with alerts.yml loaded,
+// and waits until the rank and partly-hung alerts are active (pending: their
+// "for" is minutes) for exactly the hung rank.
+func TestPrometheusScrapesExporter(t *testing.T) {
+	bin, err := exec.LookPath("prometheus")
+	if err != nil {
+		privileged.Skip(t, "prometheus not installed (scripts/apt-packages.txt)")
+	}
+	x := metrics.New(metrics.Static{IP: "127.0.0.1", JobName: "llama", PodName: "llama-0"})
+	x.SetSource(func() metrics.Snapshot {
+		return metrics.Snapshot{Ranks: []metrics.Rank{
+			{Rank: 0, LocalRank: 0},
+			{Rank: 1, LocalRank: 1, Hung: true, HangKind: metrics.KindGPU, OldestAgeSeconds: 400},
+		}}
+	})
+	target := httptest.NewServer(x.Handler())
+	defer target.Close()
+
+	dir := t.TempDir()
+	rules, err := filepath.Abs("prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: xpu-timer
+    static_configs:
+      - targets: [%q]
+`, rules, strings.TrimPrefix(target.URL, "http://"))
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+
+	type alert struct {
+		Labels map[string]string
+		State  string
+	}
+	var alerts []alert
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		alerts = nil
+		resp, err := http.Get("http://" + addr + "/api/v1/alerts")
+		if err == nil {
+			var body struct{ Data struct{ Alerts []alert } }
+			json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			alerts = body.Data.Alerts
+		}
+		var rank, partly bool
+		for _, a := range alerts {
+			switch a.Labels["alertname"] {
+			case "XpuTimerRankHung":
+				if a.Labels["rank"] != "1" || a.Labels["kind"] != "gpu" || a.Labels["job_name"] != "llama" {
+					t.Fatalf("rank alert for the wrong series: %v", a.Labels)
+				}
+				rank = true
+			case "XpuTimerJobPartlyHung":
+				partly = a.Labels["job_name"] == "llama"
+			case "XpuTimerAgentDown", "XpuTimerAgentAbsent":
+				// Pending until the first scrape lands; never firing here.
+				if a.State == "firing" {
+					t.Fatalf("unexpected alert %v", a.Labels)
+				}
+			case "XpuTimerProbesLosingEvents", "XpuTimerGpuXid":
+				t.Fatalf("unexpected alert %v", a.Labels)
+			}
+		}
+		if rank && partly {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alerts not active within 60s: %+v\nprometheus output:\n%s", alerts, out.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
