@@ -10,6 +10,10 @@ type Frame struct {
 	Line   int    `json:"line,omitempty"`   // source line, when known
 	Module string `json:"module,omitempty"` // mapped object path (library, executable, "[vdso]"), or "python"
 	Addr   uint64 `json:"addr,omitempty"`   // program counter (native frames)
+	// Entry marks a Python frame that is the outermost one run by its
+	// native evaluation-loop call (_PyEval_EvalFrameDefault): Merge splits
+	// the Python frames into one group per native eval frame at these marks.
+	Entry bool `json:"entry,omitempty"`
 }
 
 // Thread is one thread's stacks. Every frame list is innermost first, as

@@ -1,0 +1,57 @@
+package python
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+)
+
+// BenchmarkThreads reads every thread's stack of the test target (9
+// threads, one 300 frames deep) per installed interpreter. It reports the
+// first read (Open plus Threads with nothing cached: ELF symbols, code
+// objects) and the mean of later reads, in milliseconds; the target is
+// well under 10 ms for both.
+func BenchmarkThreads(b *testing.B) {
+	privileged.Root(b)
+	for _, py := range interpreters {
+		b.Run(py.name, func(b *testing.B) {
+			if _, err := os.Stat(py.path); err != nil {
+				b.Skipf("%s not installed", py.path)
+			}
+			cmd, _ := startTarget(b, py.path)
+			for i := 0; i < b.N; i++ {
+				imageMu.Lock()
+				clear(imageCache)
+				imageMu.Unlock()
+				start := time.Now()
+				r, err := Open(cmd.Process.Pid)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ts, err := r.Threads()
+				if err != nil {
+					b.Fatal(err)
+				}
+				cold := time.Since(start)
+				const warmReads = 50
+				start = time.Now()
+				for j := 0; j < warmReads; j++ {
+					if _, err := r.Threads(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				warm := time.Since(start) / warmReads
+				frames := 0
+				for _, t := range ts {
+					frames += len(t.Frames)
+				}
+				b.ReportMetric(float64(cold.Microseconds())/1000, "first-ms")
+				b.ReportMetric(float64(warm.Microseconds())/1000, "read-ms")
+				b.ReportMetric(float64(frames), "frames")
+				b.ReportMetric(float64(len(ts)), "threads")
+			}
+		})
+	}
+}

@@ -1,0 +1,160 @@
+// Package python reads the Python stacks of a running CPython process
+// (3.9 to 3.13) straight from its memory with process_vm_readv, without
+// stopping it: it finds _PyRuntime through the ELF symbols of libpython or
+// the executable, then walks interpreters, thread states and frames, and
+// decodes function, file and line of every frame.
+//
+// Reads race with the running target, so every pointer is checked (object
+// types against PyCode_Type and friends, sizes, cycles) and a walk that
+// finds an inconsistency is retried.
+package python
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+)
+
+var (
+	// ErrNotPython reports a process with no CPython interpreter in it.
+	ErrNotPython = errors.New("not a CPython process")
+	// ErrUnsupported reports a CPython version the reader does not know.
+	ErrUnsupported = errors.New("unsupported CPython version")
+	// errInconsistent reports memory that changed or made no sense while
+	// being read; the walk is retried.
+	errInconsistent = errors.New("inconsistent interpreter state")
+)
+
+// Thread is one Python thread state with its frames.
+type Thread struct {
+	TID    int           // native thread id (0 when the thread is gone)
+	Ident  uint64        // threading.get_ident(): the thread's pthread_t
+	Name   string        // /proc/PID/task/TID/comm
+	GIL    bool          // holds the GIL
+	Frames []stack.Frame // innermost first; Module "python"; Entry marks the outermost frame of each evaluation-loop call
+	Error  string        // why Frames may be cut short
+}
+
+// Reader reads the Python stacks of one process. It is safe for use by one
+// goroutine at a time; calls are serialized.
+type Reader struct {
+	mu      sync.Mutex
+	pid     int
+	l       layout
+	version string
+	path    string // file that defines _PyRuntime
+	runtime uint64 // address of _PyRuntime in the process
+	types   map[string]uint64
+	codes   map[uint64]*codeInfo // decoded code objects, revalidated once per walk
+	checked map[uint64]*codeInfo // code objects validated during the current walk
+	tidOff  int64                // offset of tid in glibc's struct pthread, 0 until found
+}
+
+// Open finds the interpreter in process pid.
+func Open(pid int) (*Reader, error) {
+	loc, err := locate(pid)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{pid: pid, path: loc.path, runtime: loc.runtime + loc.bias,
+		types: map[string]uint64{}, codes: map[uint64]*codeInfo{}, checked: map[uint64]*codeInfo{}}
+	for k, v := range loc.types {
+		if v != 0 {
+			r.types[k] = v + loc.bias
+		}
+	}
+	head := make([]byte, debugOffsetsSize)
+	if err := readMem(pid, r.runtime, head); err != nil {
+		return nil, fmt.Errorf("read _PyRuntime of %d: %w", pid, err)
+	}
+	if string(head[:8]) == "xdebugpy" {
+		l, v, err := parseDebugOffsets(head)
+		if err != nil {
+			return nil, fmt.Errorf("open python %d: %w", pid, err)
+		}
+		r.l, r.version = l, hexVersion(v)
+		return r, nil
+	}
+	minor := -1
+	switch {
+	case loc.version != 0:
+		minor = int(loc.version>>16) & 0xff
+		r.version = hexVersion(loc.version)
+	case loc.nameVers != "":
+		fmt.Sscanf(loc.nameVers, "3.%d", &minor)
+		r.version = loc.nameVers
+		if loc.rodataV != "" {
+			r.version = loc.rodataV
+		} else if v := r.bufferVersion(loc); v != "" {
+			r.version = v
+		}
+	}
+	l, ok := layouts[minor]
+	if !ok {
+		return nil, fmt.Errorf("open python %d (%s, version %q): %w", pid, loc.path, r.version, ErrUnsupported)
+	}
+	r.l = l
+	return r, nil
+}
+
+// hexVersion spells a PY_VERSION_HEX value: 0x030b07f0 is "3.11.7".
+func hexVersion(v uint64) string {
+	s := fmt.Sprintf("%d.%d.%d", v>>24&0xff, v>>16&0xff, v>>8&0xff)
+	if level := v >> 4 & 0xf; level != 0xf {
+		s += fmt.Sprintf("%s%d", map[uint64]string{0xa: "a", 0xb: "b", 0xc: "rc"}[level], v&0xf)
+	}
+	return s
+}
+
+// PID is the process read.
+func (r *Reader) PID() int { return r.pid }
+
+// Version is the interpreter's version, "3.11.7" (only "3.10" where the
+// micro version could not be found).
+func (r *Reader) Version() string { return r.version }
+
+// Threads reads every thread of every interpreter. A walk that meets
+// inconsistent memory (the target ran meanwhile) is retried a few times.
+func (r *Reader) Threads() ([]Thread, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var err error
+	for attempt := 0; attempt < 4; attempt++ {
+		var ts []Thread
+		clear(r.checked)
+		if ts, err = r.threads(); err == nil {
+			return ts, nil
+		}
+		if !errors.Is(err, errInconsistent) {
+			break
+		}
+	}
+	if _, serr := procfs.ReadStat(r.pid); serr != nil {
+		return nil, fmt.Errorf("read python threads of %d: %w", r.pid, serr)
+	}
+	return nil, fmt.Errorf("read python threads of %d: %w", r.pid, err)
+}
+
+var versionPrefix = regexp.MustCompile(`^3\.\d+\.\d+(?:(?:a|b|rc)\d+)?\+?`)
+
+// bufferVersion reads the version from Py_GetVersion's static buffer,
+// which the interpreter fills at start ("3.9.18 (main, ...) [GCC ...]").
+func (r *Reader) bufferVersion(loc *located) string {
+	if loc.buffer == 0 {
+		return ""
+	}
+	b := make([]byte, 32)
+	if err := readMem(r.pid, loc.buffer+loc.bias, b); err != nil {
+		return ""
+	}
+	v := string(versionPrefix.Find(b))
+	if !strings.HasPrefix(v, loc.nameVers+".") {
+		return ""
+	}
+	return v
+}

@@ -1,0 +1,110 @@
+package python
+
+import (
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+)
+
+// TestMatchesFaulthandler compares every thread's Python stack with the
+// one CPython's faulthandler printed for the same blocked state, on every
+// installed interpreter.
+func TestMatchesFaulthandler(t *testing.T) {
+	privileged.Root(t)
+	forEachInterpreter(t, func(t *testing.T, py interpreter) {
+		cmd, st := startTarget(t, py.path)
+		want, err := parseFaulthandler(st.Traceback)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := Open(cmd.Process.Pid)
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		if v := pythonVersion(t, py.path); r.Version() != v {
+			t.Errorf("Version() = %q, want %q", r.Version(), v)
+		}
+		got, err := r.Threads()
+		if err != nil {
+			t.Fatalf("Threads: %v", err)
+		}
+		byIdent := map[uint64]Thread{}
+		holders := 0
+		for _, th := range got {
+			byIdent[th.Ident] = th
+			if th.Error != "" {
+				t.Errorf("thread %d: %s", th.TID, th.Error)
+			}
+			if th.GIL {
+				holders++
+			}
+		}
+		if holders > 1 {
+			t.Errorf("%d threads hold the GIL", holders)
+		}
+		if len(got) != len(want) {
+			t.Errorf("%d threads, faulthandler has %d", len(got), len(want))
+		}
+		for _, w := range want {
+			th, ok := byIdent[w.ident]
+			if !ok {
+				t.Errorf("thread %#x missing", w.ident)
+				continue
+			}
+			if native := st.IDs[strconv.FormatUint(w.ident, 10)]; th.TID != native {
+				t.Errorf("thread %#x: TID %d, want native id %d", w.ident, th.TID, native)
+			}
+			if th.Name == "" {
+				t.Errorf("thread %d has no name", th.TID)
+			}
+			if w.current {
+				// The main thread has moved from dump_traceback to its final wait.
+				if n := len(th.Frames); n == 0 || th.Frames[n-1].Func != "<module>" || th.TID != st.MainNativeID {
+					t.Errorf("main thread %d: frames %v", th.TID, th.Frames)
+				}
+				continue
+			}
+			compareFrames(t, th, w)
+		}
+	})
+}
+
+func compareFrames(t *testing.T, th Thread, w fhThread) {
+	t.Helper()
+	got := th.Frames
+	if len(got) < len(w.frames) || (!w.truncated && len(got) != len(w.frames)) {
+		t.Errorf("thread %d: %d frames, faulthandler %d (truncated %v)", th.TID, len(got), len(w.frames), w.truncated)
+	}
+	for i, wf := range w.frames {
+		if i >= len(got) {
+			break
+		}
+		g := got[i]
+		if faultEscape(coName(g.Func)) != wf.Func || faultEscape(g.File) != wf.File || g.Line != wf.Line || g.Module != "python" {
+			t.Errorf("thread %d frame %d: got %s, faulthandler %s", th.TID, i, frameString(g), frameString(wf))
+		}
+	}
+	if w.truncated {
+		n := 0
+		for _, f := range got {
+			if f.Func == "recurse" {
+				n++
+			}
+		}
+		if n != 301 {
+			t.Errorf("thread %d: %d recurse frames, want 301", th.TID, n)
+		}
+	}
+}
+
+// pythonVersion asks the interpreter for its version.
+func pythonVersion(t *testing.T, py string) string {
+	out, err := exec.Command(py, "-c", "import platform; print(platform.python_version())").Output()
+	if err != nil {
+		t.Fatalf("%s: %v", py, err)
+	}
+	return strings.TrimSpace(string(out))
+}
