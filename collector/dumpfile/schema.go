@@ -1,6 +1,3 @@
-// Package dumpfile is the on-disk format of a rank's hang dump,
-// RRRRR-WWWWW.stacktrace in XPU_TIMER_TIMELINE_PATH: versioned JSON, written
-// atomically, read back by the viewer.
 package dumpfile
 
 import (

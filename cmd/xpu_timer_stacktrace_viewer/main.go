@@ -1,0 +1,12 @@
+// Command xpu_timer_stacktrace_viewer merges every rank's hang dump into
+// flame graphs and a culprit report.
+package main
+
+import (
+	"os"
+
+	"github.com/xpu-timer/xpu-timer/cmd/internal/cli"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/viewercmd"
+)
+
+func main() { os.Exit(cli.Execute(viewercmd.New())) }

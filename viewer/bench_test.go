@@ -1,0 +1,193 @@
+package viewer
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Benchmark size: the 4,096 ranks × 32 threads × 40 frames.
+const (
+	benchRanks   = 4096
+	benchThreads = 32
+	benchFrames  = 40
+)
+
+// benchFile is rank's dump in a big job: 32 threads of 40 native frames,
+// the first also running Python. Stacks repeat across ranks as they do in
+// a real hang (a few variants per thread, one rank in 64 with its own),
+// so the trie grows as it would, not as a random forest.
+func benchFile(rank int) *dumpfile.File {
+	rng := rand.New(rand.NewPCG(uint64(rank), 7))
+	f := &dumpfile.File{
+		Rank: rank, WorldSize: benchRanks, LocalRank: rank % 8, LocalWorldSize: 8, Host: fmt.Sprintf("node-%04d", rank/8),
+		PID: 1000 + rank, State: "S (sleeping)", Reason: "hang", DumpedAt: time.Unix(1.8e9, 0).UTC(),
+		Comms: []timer.CommState{{ID: worldComm, Rank: int32(rank), NRanks: benchRanks, Issued: lastSeq, Completed: lastSeq - 1, LastOp: "AllReduce"}},
+	}
+	if rank == 1234 {
+		f.Comms[0].Issued = lastSeq - 1
+	}
+	for t := range benchThreads {
+		variant := rng.IntN(3)
+		if rank%64 == 63 {
+			variant = 3 + rank // a stack of its own
+		}
+		var nat []stack.Frame
+		for d := range benchFrames {
+			fr := stack.Frame{Addr: 0x7f0000000000 + uint64(d)<<12}
+			switch {
+			case d < 6:
+				fr.Func, fr.Module = fmt.Sprintf("runtime_entry_%d", d), libc
+			case d < 24:
+				fr.Func, fr.Module = fmt.Sprintf("c10d::ProcessGroupNCCL::worker_%d_%d(std::shared_ptr<c10d::Work>)", t%8, d), "/usr/lib/python3/site-packages/torch/lib/libtorch_cuda.so"
+			default:
+				fr.Func, fr.Module = fmt.Sprintf("ncclProxyProgress_%d_%d_v%d", t, d, variant), "/usr/lib/x86_64-linux-gnu/libnccl.so.2"
+				fr.File, fr.Line = "src/proxy.cc", 100+d
+			}
+			nat = append(nat, fr)
+		}
+		th := stack.Thread{TID: 1000 + rank*100 + t, Name: fmt.Sprintf("pt_worker_%d", t%8), State: "S", Native: reverse(nat)}
+		if t == 0 {
+			var pyf []stack.Frame
+			for d := range 12 {
+				pyf = append(pyf, stack.Frame{Func: fmt.Sprintf("layer_%d", d), File: "/job/model.py", Line: 10 + d + variant%3, Module: "python"})
+			}
+			th.Python = reverse(pyf)
+			th.Merged = reverse(append(append(nat[:20:20], pyf...), nat[28:]...))
+		}
+		f.Threads = append(f.Threads, th)
+	}
+	return f
+}
+
+func reverse(s []stack.Frame) []stack.Frame {
+	out := make([]stack.Frame, len(s))
+	for i, f := range s {
+		out[len(s)-1-i] = f
+	}
+	return out
+}
+
+// writeBench writes the benchmark's dumps with dumpfile.Write, on every CPU.
+func writeBench(b *testing.B, dir string) {
+	var wg sync.WaitGroup
+	errs := make(chan error, 1)
+	next := make(chan int)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for r := range next {
+				if _, err := dumpfile.Write(dir, benchFile(r)); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	for r := range benchRanks {
+		next <- r
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatal(err)
+	default:
+	}
+}
+
+// TestBenchChild is the viewer run the benchmark measures in a process of
+// its own, so its peak RSS is the viewer's alone.
+func TestBenchChild(t *testing.T) {
+	dir := os.Getenv("XPU_TIMER_BENCH_DIR")
+	if dir == "" {
+		t.Skip("run by BenchmarkViewer")
+	}
+	res, err := Run(Options{Dir: dir, Out: filepath.Join(dir, "out")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Printf("bench-child files=%d heap-sys=%d\n", res.Files, ms.HeapSys)
+}
+
+// BenchmarkViewer times a whole viewer run (read, merge, every output) on
+// 4,096 ranks × 32 threads × 40 frames, in a child process, and reports its
+// seconds and peak RSS (targets: 5 s, 2 GiB). With FLAMEGRAPH_PL naming
+// Brendan Gregg's flamegraph.pl it also times that on the same folded
+// input (cpp_stack) and reports the ratio.
+func BenchmarkViewer(b *testing.B) {
+	// XPU_TIMER_BENCH_DATA keeps the generated dumps between runs (for
+	// profiling the child: go test -run TestBenchChild -cpuprofile ...).
+	dir := os.Getenv("XPU_TIMER_BENCH_DATA")
+	if dir == "" {
+		dir = b.TempDir()
+	}
+	start := time.Now()
+	if _, err := os.Stat(filepath.Join(dir, dumpfile.Name(benchRanks-1, benchRanks))); err != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		writeBench(b, dir)
+	}
+	var size int64
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if filepath.Ext(e.Name()) == dumpfile.Ext {
+			if st, err := e.Info(); err == nil {
+				size += st.Size()
+			}
+		}
+	}
+	b.Logf("generated %d ranks × %d threads × %d frames (%d MiB of dumps) in %s", benchRanks, benchThreads, benchFrames, size>>20, time.Since(start).Round(time.Millisecond))
+	b.ResetTimer()
+	var secs float64
+	var rss int64
+	for range b.N {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$", "-test.v")
+		cmd.Env = append(os.Environ(), "XPU_TIMER_BENCH_DIR="+dir)
+		t0 := time.Now()
+		out, err := cmd.CombinedOutput()
+		secs = time.Since(t0).Seconds()
+		if err != nil {
+			b.Fatalf("viewer run: %v\n%s", err, out)
+		}
+		rss = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+	}
+	b.StopTimer()
+	b.ReportMetric(secs, "seconds")
+	b.ReportMetric(float64(rss)/(1<<20), "peak-RSS-MiB")
+	b.ReportMetric(float64(size)/(1<<20), "input-MiB")
+	if secs > 5 || rss > 2<<30 {
+		b.Logf("over target: %.2f s (target 5 s), %d MiB (target 2048 MiB)", secs, rss>>20)
+	}
+	if pl := os.Getenv("FLAMEGRAPH_PL"); pl != "" {
+		out, err := os.Create(filepath.Join(dir, "flamegraph.pl.svg"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer out.Close()
+		cmd := exec.Command("perl", pl, filepath.Join(dir, "out", CppFolded))
+		cmd.Stdout = out
+		t0 := time.Now()
+		if err := cmd.Run(); err != nil {
+			b.Fatalf("flamegraph.pl: %v", err)
+		}
+		fs := time.Since(t0).Seconds()
+		b.ReportMetric(fs, "flamegraph.pl-seconds")
+		b.ReportMetric(fs/secs, "flamegraph.pl/viewer")
+	}
+}

@@ -1,0 +1,211 @@
+package viewer
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+)
+
+func chromium(t *testing.T) string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	privileged.Skip(t, "chromium is not installed (apt-get install chromium)")
+	return ""
+}
+
+// matchedShare is what the picture's search should report for re: the
+// weight of the folded stacks with a frame matching it, over all weight.
+func matchedShare(t *testing.T, folded string, re *regexp.Regexp) float64 {
+	data, err := os.ReadFile(folded)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total, hit float64
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		w, _ := strconv.ParseFloat(line[i+1:], 64)
+		total += w
+		for _, fr := range strings.Split(line[:i], ";") {
+			if re.MatchString(fr) {
+				hit += w
+				break
+			}
+		}
+	}
+	return 100 * hit / total
+}
+
+// hostileDir is the nccl-stall fixture plus frames whose names try to break
+// the SVG or run script.
+func hostileDir(t *testing.T) string {
+	dir := copyDir(t, "nccl-stall")
+	f, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(0, world)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := []string{`</title><script>window.pwned=1</script>`, `"><g onload="window.pwned=2">`, "]]><script>window.pwned=3</script>",
+		`operator<<(std::ostream&, 'x')`, "ctl\x01\x1b[31m", "日本語 ünïcödé", "bad\xffutf8;semi"}
+	var frames []stack.Frame
+	for _, n := range names {
+		frames = append(frames, stack.Frame{Func: n, Module: "/lib/" + n + ".so"})
+	}
+	f.Threads = append(f.Threads, stack.Thread{TID: 99, Name: "<evil>", Native: frames})
+	if _, err := dumpfile.Write(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestBrowser loads each picture in headless Chromium, drives search, hover,
+// zoom and reset with real input events, checks the outcome, and takes a
+// screenshot (kept in $XPU_TIMER_SCREENSHOTS when set).
+func TestBrowser(t *testing.T) {
+	bin := chromium(t)
+	dir := hostileDir(t)
+	out := t.TempDir()
+	if _, err := Run(Options{Dir: dir, Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	b := startBrowser(t, bin)
+	for _, tc := range []struct {
+		svg, folded string
+		search      string // regex for search
+		zoom        string // regex picking the frame to click
+	}{
+		{CppSVG, CppFolded, "nccl_wait_peers", "^ncclDevKernel_Generic@"},
+		{PySVG, PyFolded, `run\.py:2\d\d`, "^train@"},
+		{MixedSVG, MixedFolded, "nccl", "^ncclDevKernel_Generic@"},
+	} {
+		t.Run(tc.svg, func(t *testing.T) {
+			path := filepath.Join(out, tc.svg)
+			s, err := b.open("file://"+path, 1280, 900)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pwned string
+			if err := b.eval(s, `String(window.pwned) + "/" + document.querySelectorAll("script").length + "/" + document.documentElement.localName`, &pwned); err != nil {
+				t.Fatal(err)
+			}
+			if pwned != "undefined/1/svg" {
+				t.Errorf("injected markup ran or the document is no SVG: %s", pwned)
+			}
+
+			// Search, as the Search button and Ctrl-F do.
+			var share float64
+			if err := b.eval(s, fmt.Sprintf("search(%q)", tc.search), &share); err != nil {
+				t.Fatal(err)
+			}
+			want := matchedShare(t, filepath.Join(out, tc.folded), regexp.MustCompile(tc.search))
+			if math.Abs(share-want) > 0.01 || want == 0 {
+				t.Errorf("search %q matched %.3f%%, want %.3f%%", tc.search, share, want)
+			}
+			var text string
+			b.eval(s, `document.getElementById("matched").textContent`, &text)
+			if !strings.HasPrefix(text, fmt.Sprintf("Matched: %.1f%%", want)) {
+				t.Errorf("matched text %q", text)
+			}
+			shot, err := b.screenshot(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(shot) < 1000 || string(shot[1:4]) != "PNG" {
+				t.Fatalf("screenshot is no PNG (%d bytes)", len(shot))
+			}
+			keep(t, tc.svg+".search.png", shot)
+
+			// Find the frame to zoom into and click it with the mouse.
+			var box struct {
+				X, Y, W, H float64
+				Label      string
+				Hidden     int
+			}
+			find := fmt.Sprintf(`(function(){
+				var re = new RegExp(%q);
+				var g = Array.from(document.querySelectorAll("#frames g.f")).find(function(g){ return re.test(label(g)); });
+				if (!g) return null;
+				g.id = "target";
+				var r = g.querySelector("rect").getBoundingClientRect();
+				return {X: r.x + r.width/2, Y: r.y + r.height/2, W: r.width, H: r.height, Label: label(g),
+					Hidden: document.querySelectorAll("g.f.hide").length};
+			})()`, tc.zoom)
+			if err := b.eval(s, find, &box); err != nil || box.W == 0 {
+				t.Fatalf("no frame matches %q: %v", tc.zoom, err)
+			}
+			// Hover shows the frame's details.
+			if err := b.mouse(s, "mouseMoved", box.X, box.Y); err != nil {
+				t.Fatal(err)
+			}
+			b.eval(s, `document.getElementById("details").textContent`, &text)
+			if !strings.HasPrefix(text, box.Label+" (") {
+				t.Errorf("hover details %q, want the label %q", text, box.Label)
+			}
+			if err := b.click(s, box.X, box.Y); err != nil {
+				t.Fatal(err)
+			}
+			var after struct {
+				W       float64
+				Hidden  int
+				Unzoom  bool
+				Matched string
+			}
+			state := `(function(){ return {W: document.querySelector("#target rect").getBoundingClientRect().width,
+				Hidden: document.querySelectorAll("g.f.hide").length,
+				Unzoom: !document.getElementById("unzoom").classList.contains("hide"),
+				Matched: document.getElementById("matched").textContent}; })()`
+			if err := b.eval(s, state, &after); err != nil {
+				t.Fatal(err)
+			}
+			if after.W < 1179 || after.W > 1181 || after.Hidden == 0 || !after.Unzoom {
+				t.Errorf("after clicking %q (%.1f px wide): %+v, want it 1180 px wide, others hidden, Reset Zoom shown", box.Label, box.W, after)
+			}
+			if after.Matched != text && !strings.HasPrefix(after.Matched, "Matched: ") {
+				t.Errorf("search lost on zoom: %q", after.Matched)
+			}
+			shot, _ = b.screenshot(s)
+			keep(t, tc.svg+".zoom.png", shot)
+
+			// Reset Zoom restores every frame.
+			var reset struct{ X, Y float64 }
+			b.eval(s, `(function(){ var r = document.getElementById("unzoom").getBoundingClientRect(); return {X: r.x + r.width/2, Y: r.y + r.height/2}; })()`, &reset)
+			if err := b.click(s, reset.X, reset.Y); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.eval(s, state, &after); err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(after.W-box.W) > 0.05 || after.Hidden != 0 || after.Unzoom {
+				t.Errorf("after Reset Zoom: %+v, want %.2f px wide and nothing hidden", after, box.W)
+			}
+			// Escape clears the search.
+			b.call(s, "Input.dispatchKeyEvent", map[string]any{"type": "keyDown", "key": "Escape", "code": "Escape", "windowsVirtualKeyCode": 27})
+			b.eval(s, `document.getElementById("matched").textContent + "|" + document.querySelectorAll("g.f.match").length`, &text)
+			if text != "|0" {
+				t.Errorf("after Escape: %q", text)
+			}
+		})
+	}
+}
+
+// keep saves a screenshot into $XPU_TIMER_SCREENSHOTS, if set.
+func keep(t *testing.T, name string, png []byte) {
+	dir := os.Getenv("XPU_TIMER_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,128 @@
+package culprit
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+func comm(issued, completed uint64) []timer.CommState {
+	return []timer.CommState{{ID: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718", NRanks: 32, Issued: issued, Completed: completed, LastOp: "AllReduce"}}
+}
+
+func gpuHang(op *timer.Op) *timer.Hang { return &timer.Hang{Kind: "gpu", Oldest: op} }
+
+var coll = &timer.Op{Kind: "collective", Op: "AllReduce", Seq: 6650, Comm: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718"}
+
+// job makes world ranks with identical threads; edit tweaks rank i.
+func job(world int, edit func(i int, r *Rank)) []Rank {
+	var out []Rank
+	for i := range world {
+		r := Rank{Rank: i, State: "S (sleeping)", Comms: comm(6650, 6649), Hang: gpuHang(coll),
+			Threads: []Thread{{TID: 1, Name: "python3", Stack: 1, Where: "main"}, {TID: 2, Name: "gpu-stream2", Stack: 2, Where: "wait_peers", Coll: true},
+				{TID: 3, Name: "pt_nccl_watchdg", Stack: 3, Where: "sleep"}}}
+		if edit != nil {
+			edit(i, &r)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func TestAnalyse(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		world    int
+		ranks    []Rank
+		culprits []int
+		text     []string
+	}{
+		{"all equal", 8, job(8, nil), nil, []string{"Likely culprit: none found", "8 ranks launched up to op 6650"}},
+		{"ras phrasing", 32, job(32, func(i int, r *Rank) {
+			if i >= 26 {
+				r.Comms, r.Hang = comm(6649, 6649), nil
+			}
+		}), []int{26, 27, 28, 29, 30, 31}, []string{
+			"26 ranks launched up to op 6650 (ranks 0-25), 6 ranks up to op 6649 (ranks 26-31)",
+			"ranks 26-31 never issued AllReduce #6650 on comm 3f2a0b1c…, ranks 0-25 wait in it"}},
+		{"two levels behind", 8, job(8, func(i int, r *Rank) {
+			switch i {
+			case 1:
+				r.Comms = comm(6648, 6648)
+			case 2:
+				r.Comms = comm(6649, 6648)
+			}
+		}), []int{1, 2}, []string{"rank 1 never issued AllReduce #6649", "rank 2 never issued AllReduce #6650"}},
+		{"kernel while others wait behind a kernel", 8, job(8, func(i int, r *Rank) {
+			r.Hang = gpuHang(&timer.Op{Kind: "kernel", Kernel: "sgd_update_kernel", Stream: 1})
+			if i == 3 {
+				r.Hang = gpuHang(&timer.Op{Kind: "kernel", Kernel: "flash_attn_bwd_kernel", Stream: 1})
+			}
+		}), []int{3}, []string{"rank 3 hangs in kernel flash_attn_bwd_kernel (stream 0x1, not a collective), while ranks 0-2/4-7 wait in kernel sgd_update_kernel"}},
+		{"host hang", 4, job(4, func(i int, r *Rank) {
+			if i == 0 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 305e9}
+			}
+		}), []int{0}, []string{"rank 0 made no GPU call for 305s"}},
+		{"state D", 4, job(4, func(i int, r *Rank) {
+			if i == 2 {
+				r.State, r.Threads, r.Hang = "D (disk sleep)", nil, nil
+			}
+		}), []int{2}, []string{"Ranks in state D: 2"}},
+		{"comm thread outlier beats watchdog noise", 8, job(8, func(i int, r *Rank) {
+			if i == 4 {
+				r.Threads[1].Stack, r.Threads[1].Where = 9, "poll_cq"
+			}
+			if i == 6 {
+				r.Threads[2].Stack, r.Threads[2].Where = 8, "query"
+			}
+		}), []int{4}, []string{`[stack] rank 4's thread "gpu-stream2" is in poll_cq, while ranks 0-3/5-7 are in wait_peers`,
+			`rank 6's thread "pt_nccl_watchdg"`}},
+		{"noise alone blames nobody but says so", 8, job(8, func(i int, r *Rank) {
+			if i%2 == 0 {
+				r.Threads[2].Stack = 8
+			}
+		}), nil, []string{"Likely culprit: none found", "Groups of identical stacks"}},
+		{"world comm ids disagree", 4, job(4, func(i int, r *Rank) {
+			r.Comms = []timer.CommState{{ID: []string{"aaaa1111bbbb", "cccc2222dddd", "aaaa1111bbbb", "eeee3333ffff"}[i], NRanks: 4, Issued: 12, Completed: 9, LastOp: "AllReduce"}}
+			if i == 2 {
+				r.Comms[0].Issued = 10
+			}
+		}), []int{2}, []string{"comm world (ids disagree between ranks: aaaa1111…, cccc2222…, eeee3333…)", "rank 2 never issued AllReduce #11"}},
+		{"native thread outlier beats Python noise", 4, job(4, func(i int, r *Rank) {
+			r.Threads = append(r.Threads, Thread{TID: 4, Name: "gpu-stream1", Stack: 4, Where: "wait_event"})
+			r.Threads[0].Py, r.Threads[2].Py = true, true
+			if i == 2 {
+				r.Threads[3].Stack, r.Threads[3].Where = 5, "flash_attn_bwd_kernel"
+			}
+			if i == 1 {
+				r.Threads[2].Stack = 6
+			}
+		}), []int{2}, []string{`[native] rank 2's thread "gpu-stream1" is in flash_attn_bwd_kernel`}},
+		{"missing rank", 4, job(4, nil)[1:], []int{0}, []string{"Ranks with no dump: 0", "missing ranks 0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := Analyse(tc.world, tc.ranks)
+			text := r.Text()
+			if !slices.Equal(r.Culprits, tc.culprits) {
+				t.Errorf("culprits %v, want %v\n%s", r.Culprits, tc.culprits, text)
+			}
+			for _, want := range tc.text {
+				if !strings.Contains(text, want) {
+					t.Errorf("report lacks %q:\n%s", want, text)
+				}
+			}
+		})
+	}
+}
+
+func TestBrief(t *testing.T) {
+	if got := Brief("pthread_cond_wait@@GLIBC_2.3.2@/lib/x86_64-linux-gnu/libc.so.6"); got != "pthread_cond_wait@@GLIBC_2.3.2@libc.so.6" {
+		t.Errorf("Brief = %q", got)
+	}
+	if got := Short("3f2a0b1c9d8e7f60"); got != "3f2a0b1c…" {
+		t.Errorf("Short = %q", got)
+	}
+}

@@ -1,0 +1,275 @@
+// Package viewer merges the hang dumps of every rank of a job into the
+// pictures and the report a person opens when the job hangs: folded stacks
+// and flame graphs of the native, Python and mixed stacks, a pprof profile,
+// and the culprit report. It is xpu_timer_stacktrace_viewer without the
+// command line.
+package viewer
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/viewer/culprit"
+	"github.com/xpu-timer/xpu-timer/viewer/flame"
+	"github.com/xpu-timer/xpu-timer/viewer/rankset"
+)
+
+// ErrNoStacks means a directory holds no readable stack file.
+var ErrNoStacks = errors.New("no stack files")
+
+// Options of one run.
+type Options struct {
+	Dir     string       // where the *.stacktrace files are
+	Out     string       // where the outputs go; default Dir
+	Weight  flame.Weight // what widths count
+	Width   int          // SVG width in pixels; default 1200
+	Workers int          // files read in parallel; default GOMAXPROCS
+}
+
+// Skipped is a file left out of the merge, and why.
+type Skipped struct {
+	Path string
+	Err  error
+}
+
+// Result is what a run found and wrote.
+type Result struct {
+	World   int
+	Files   int // files merged
+	Missing []int
+	Skipped []Skipped
+	Report  *culprit.Report
+	Summary string   // summary.txt's text
+	Outputs []string // paths written
+}
+
+// Views are the three merged pictures: native frames, Python frames, and
+// the merged native+Python stacks.
+type Views struct {
+	Cpp, Py, Mixed *flame.Tree
+}
+
+// Merge reads every *.stacktrace file in dir and merges them. It returns
+// ErrNoStacks when dir has no readable stack file; unreadable files are
+// skipped and listed in the result.
+func Merge(o Options) (*Views, *Result, error) {
+	paths, err := list(o.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(paths) == 0 {
+		return nil, nil, fmt.Errorf("%w: no *%s files in %s", ErrNoStacks, dumpfile.Ext, o.Dir)
+	}
+	world := 0
+	for _, p := range paths {
+		if _, w, ok := dumpfile.ParseName(p); ok {
+			world = max(world, w)
+		}
+	}
+	m := newMerger(world)
+	res := &Result{}
+	load(paths, o.Workers, func(l loaded) {
+		if err := m.add(l); err != nil {
+			res.Skipped = append(res.Skipped, Skipped{Path: l.path, Err: err})
+		}
+	})
+	if len(m.ranks) == 0 {
+		return nil, res, fmt.Errorf("%w: none of the %d *%s files in %s is readable (first: %v)",
+			ErrNoStacks, len(paths), dumpfile.Ext, o.Dir, firstErr(res.Skipped))
+	}
+	views, ranks := m.finish(o.Weight)
+	res.World = m.world
+	res.Files = len(ranks)
+	res.Report = culprit.Analyse(m.world, ranks)
+	res.Missing = res.Report.Missing
+	sortSkipped(res.Skipped)
+	return views, res, nil
+}
+
+// merger folds dumps into the three trees as they arrive.
+type merger struct {
+	world          int
+	cpp, py, mixed *flame.Tree
+	ranks          map[int]*rankInfo
+	buf            []flame.Key
+}
+
+type rankInfo struct {
+	rank    culprit.Rank
+	threads []threadEnd
+}
+
+type threadEnd struct {
+	tid    int
+	name   string
+	end    *flame.Node
+	py     bool
+	frames []stack.Frame // innermost first; only the first few are kept
+}
+
+func newMerger(world int) *merger {
+	return &merger{world: world, ranks: map[int]*rankInfo{}}
+}
+
+func (m *merger) add(l loaded) error {
+	if l.err != nil {
+		return l.err
+	}
+	f := l.file
+	rank := f.Rank
+	if l.world > 0 {
+		if l.rank != f.Rank || l.world != f.WorldSize {
+			return fmt.Errorf("%s: %w: holds rank %d of %d, its name says %d of %d",
+				l.path, dumpfile.ErrCorrupt, f.Rank, f.WorldSize, l.rank, l.world)
+		}
+	}
+	if m.cpp == nil {
+		if m.world == 0 {
+			m.world = f.WorldSize
+		}
+		m.cpp, m.py, m.mixed = flame.New(m.world), flame.New(m.world), flame.New(m.world)
+	}
+	if rank >= m.world {
+		return fmt.Errorf("%s: rank %d outside world size %d", l.path, rank, m.world)
+	}
+	if _, dup := m.ranks[rank]; dup {
+		return fmt.Errorf("%s: a second dump of rank %d", l.path, rank)
+	}
+	state := []flame.Key{flame.StateKey(f.State)}
+	m.cpp.Add(rank, state)
+	m.py.Add(rank, state)
+	m.mixed.Add(rank, state)
+	info := &rankInfo{rank: culprit.Rank{
+		Rank: rank, File: filepath.Base(l.path), State: f.State, Reason: f.Reason, Hang: f.Hang, Comms: f.Comms,
+	}}
+	for i := range f.Threads {
+		t := &f.Threads[i]
+		if len(t.Native) > 0 {
+			m.buf, _ = m.cpp.AddFrames(rank, t.Native, m.buf)
+		}
+		if len(t.Python) > 0 {
+			m.buf, _ = m.py.AddFrames(rank, t.Python, m.buf)
+		}
+		frames := t.Merged
+		if len(frames) == 0 {
+			frames = t.Native
+		}
+		if len(frames) == 0 {
+			frames = t.Python
+		}
+		var end *flame.Node
+		m.buf, end = m.mixed.AddFrames(rank, frames, m.buf)
+		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, end: end, py: len(t.Python) > 0, frames: slices.Clone(frames[:min(len(frames), 3)])})
+	}
+	m.ranks[rank] = info
+	return nil
+}
+
+// finish completes the trees and reduces every rank for the report.
+func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
+	m.cpp.Finish(w)
+	m.py.Finish(w)
+	m.mixed.Finish(w)
+	ids := map[*flame.Node]int{}
+	ranks := make([]culprit.Rank, 0, len(m.ranks))
+	for r := range m.world {
+		info := m.ranks[r]
+		if info == nil {
+			continue
+		}
+		for _, t := range info.threads {
+			sig := significant(t.end)
+			id, ok := ids[sig]
+			if !ok {
+				id = len(ids) + 1
+				ids[sig] = id
+			}
+			info.rank.Threads = append(info.rank.Threads, culprit.Thread{
+				TID: t.tid, Name: t.name, Stack: id, Where: where(t.frames), Coll: throughColl(t.end), Py: t.py,
+				Frames: func() []string { return path(sig) }})
+		}
+		ranks = append(ranks, info.rank)
+	}
+	return &Views{Cpp: m.cpp, Py: m.py, Mixed: m.mixed}, ranks
+}
+
+// significant drops the C library frames at the tip of a stack: which
+// system call a waiting thread was caught in (futex, sched_yield,
+// nanosleep) says little, and differs between moments of the same wait.
+func significant(n *flame.Node) *flame.Node {
+	for n.Depth > 1 && isSystem(n.Key.File) {
+		n = n.Parent
+	}
+	return n
+}
+
+func isSystem(module string) bool {
+	base := filepath.Base(module)
+	for _, p := range []string{"libc.so", "libc-", "libpthread", "ld-linux", "[vdso]", "linux-vdso"} {
+		if strings.HasPrefix(base, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// throughColl says whether a stack runs through a collective library.
+func throughColl(n *flame.Node) bool {
+	for ; n != nil && n.Depth > 0; n = n.Parent {
+		base := filepath.Base(n.Key.File)
+		if strings.HasPrefix(base, "libnccl") || strings.HasPrefix(base, "libmccl") || strings.HasPrefix(base, "librccl") {
+			return true
+		}
+	}
+	return false
+}
+
+// path lists the frames from the root to n, outermost first.
+func path(n *flame.Node) []string {
+	var out []string
+	for ; n != nil && n.Depth > 0; n = n.Parent {
+		out = append(out, flame.Clean(n.Key.String()))
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// where describes a stack by its innermost frames.
+func where(frames []stack.Frame) string {
+	if len(frames) == 0 {
+		return "(no frames)"
+	}
+	parts := make([]string, len(frames))
+	for i := range frames {
+		parts[i] = culprit.Brief(flame.Clean(flame.FrameKey(&frames[i]).String()))
+	}
+	return strings.Join(parts, " <- ")
+}
+
+func firstErr(s []Skipped) error {
+	if len(s) == 0 {
+		return nil
+	}
+	return s[0].Err
+}
+
+func subtitle(res *Result, w flame.Weight) string {
+	s := fmt.Sprintf("world size %d: %d stack files", res.World, res.Files)
+	if len(res.Missing) > 0 {
+		s += ", missing ranks " + rankset.Fold(res.Missing)
+	} else {
+		s += ", no rank missing"
+	}
+	if len(res.Skipped) > 0 {
+		s += fmt.Sprintf(", %d unreadable", len(res.Skipped))
+	}
+	if w == flame.Ranks {
+		return s + "; widths count ranks"
+	}
+	return s + "; widths count distinct stacks"
+}
