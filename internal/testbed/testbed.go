@@ -1,0 +1,101 @@
+// Package testbed builds and drives the fake GPU testbed of testdata/fakegpu:
+// C libraries exporting the CUDA/NCCL and MACA/MCCL names with real stream,
+// event and cross-process collective semantics, and run.py, a torchrun-like
+// launcher of a fake training job with injectable hangs.
+package testbed
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+)
+
+// Fault kinds understood by run.py --fault.
+const (
+	FaultSkipCollective = "skip-collective"
+	FaultKernelHang     = "kernel-hang"
+	FaultPythonSleep    = "python-sleep"
+	FaultDeadlock       = "deadlock"
+	FaultDataloader     = "dataloader"
+	FaultNCCLStall      = "nccl-stall"
+)
+
+// Faults lists every fault kind.
+var Faults = []string{FaultSkipCollective, FaultKernelHang, FaultPythonSleep, FaultDeadlock, FaultDataloader, FaultNCCLStall}
+
+// ShmPrefix starts the name of every shared-memory segment of the fake NCCL
+// (under /dev/shm without the slash).
+const ShmPrefix = "xpufake-"
+
+// Bed is a built testbed.
+type Bed struct {
+	Root string // testdata/fakegpu, absolute
+	Dir  string // Root/build
+}
+
+var (
+	buildOnce sync.Once
+	buildBed  *Bed
+	buildErr  error
+)
+
+// Build runs make in testdata/fakegpu once per test binary and fails t on error.
+func Build(t testing.TB) *Bed {
+	t.Helper()
+	buildOnce.Do(func() { buildBed, buildErr = build() })
+	if buildErr != nil {
+		t.Fatalf("build fake gpu testbed: %v", buildErr)
+	}
+	return buildBed
+}
+
+func build() (*Bed, error) {
+	root, err := FindRoot()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("make", "-s", "-C", root)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("make -C %s: %w\n%s", root, err, out)
+	}
+	return &Bed{Root: root, Dir: filepath.Join(root, "build")}, nil
+}
+
+// FindRoot returns the absolute path of testdata/fakegpu, found from this
+// source file or by walking up from the working directory.
+func FindRoot() (string, error) {
+	if _, file, _, ok := runtime.Caller(0); ok {
+		root := filepath.Join(filepath.Dir(file), "..", "..", "testdata", "fakegpu")
+		if _, err := os.Stat(filepath.Join(root, "Makefile")); err == nil {
+			return filepath.Abs(root)
+		}
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("find testbed: %w", err)
+	}
+	for {
+		root := filepath.Join(dir, "testdata", "fakegpu")
+		if _, err := os.Stat(filepath.Join(root, "Makefile")); err == nil {
+			return root, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("find testbed: no testdata/fakegpu above %s", dir)
+		}
+		dir = parent
+	}
+}
+
+// Lib returns the path of a built library, e.g. "libcudart.so.12".
+func (b *Bed) Lib(name string) string { return filepath.Join(b.Dir, name) }
+
+// Bin returns the path of a built program, e.g. "launchloop" or "tests/rttest".
+func (b *Bed) Bin(name string) string { return filepath.Join(b.Dir, name) }
+
+// RunPy returns the path of run.py.
+func (b *Bed) RunPy() string { return filepath.Join(b.Root, "run.py") }

@@ -1,0 +1,170 @@
+package testbed
+
+import (
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var vendors = []string{"cuda", "maca"}
+
+func TestRuntimeSemantics(t *testing.T) {
+	b := Build(t)
+	cases := []string{"order", "event", "elapsed", "wait", "concurrent", "memcpy", "exc", "driver"}
+	for _, v := range vendors {
+		bin := b.Bin("tests/rttest")
+		if v == "maca" {
+			bin = b.Bin("tests/rttest_maca")
+		}
+		for _, c := range cases {
+			if v == "maca" && c == "driver" {
+				continue // no MACA driver library in the testbed
+			}
+			t.Run(v+"/"+c, func(t *testing.T) {
+				out, err := exec.Command(bin, c).CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "ok "+c) {
+					t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), c, err, out)
+				}
+			})
+		}
+	}
+}
+
+func TestCollectivesAcrossProcesses(t *testing.T) {
+	b := Build(t)
+	for _, v := range vendors {
+		t.Run(v, func(t *testing.T) {
+			bin := b.Bin("tests/nccltest")
+			prefix := ShmPrefix + "cu-"
+			if v == "maca" {
+				bin, prefix = b.Bin("tests/nccltest_maca"), ShmPrefix+"mc-"
+			}
+			id := "abcdef0123456789" + strings.Repeat("5a", 120) // unique to this test
+			id = id[:256]
+			var wg sync.WaitGroup
+			errs := make([]error, 4)
+			outs := make([][]byte, 4)
+			for r := 0; r < 4; r++ {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					cmd := exec.Command(bin, fmt.Sprint(r), "4", id)
+					done := make(chan struct{})
+					go func() {
+						outs[r], errs[r] = cmd.CombinedOutput()
+						close(done)
+					}()
+					select {
+					case <-done:
+					case <-time.After(20 * time.Second):
+						if cmd.Process != nil {
+							cmd.Process.Kill()
+						}
+						<-done
+						errs[r] = fmt.Errorf("rank %d hung", r)
+					}
+				}(r)
+			}
+			wg.Wait()
+			for r := range errs {
+				if errs[r] != nil || !strings.Contains(string(outs[r]), fmt.Sprintf("ok rank=%d", r)) {
+					t.Errorf("rank %d: %v\n%s", r, errs[r], outs[r])
+				}
+			}
+			name := prefix + id[:32]
+			if segs, _ := Segments(); contains(segs, name) {
+				RemoveSegments([]string{name})
+				t.Errorf("segment %s left after every rank destroyed the communicator", name)
+			}
+		})
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func TestLaunchloop(t *testing.T) {
+	b := Build(t)
+	for _, v := range vendors {
+		out, err := exec.Command(b.Bin("launchloop"), "20000", "--vendor", v).CombinedOutput()
+		if err != nil {
+			t.Fatalf("launchloop %s: %v\n%s", v, err, out)
+		}
+		if !regexp.MustCompile(`^launches=20000 seconds=[0-9.]+ ns_per_launch=[0-9.]+`).Match(out) {
+			t.Fatalf("launchloop %s output: %s", v, out)
+		}
+		t.Logf("%s: %s", v, strings.TrimSpace(string(out)))
+	}
+}
+
+func TestHealthyJob(t *testing.T) {
+	b := Build(t)
+	for _, v := range vendors {
+		t.Run(v, func(t *testing.T) {
+			t.Parallel()
+			start := time.Now()
+			j := b.StartJob(t, JobOptions{NProc: 4, Steps: 30, Vendor: v})
+			pids, err := j.RankPIDs(30 * time.Second)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, j.Output())
+			}
+			for r, pid := range pids {
+				if ppid := parentPID(t, pid); ppid != j.Cmd.Process.Pid {
+					t.Errorf("rank %d (pid %d) has parent %d, want the launcher %d", r, pid, ppid, j.Cmd.Process.Pid)
+				}
+			}
+			code, err := j.Wait(60 * time.Second)
+			if err != nil || code != 0 {
+				t.Fatalf("exit %d, %v\n%s", code, err, j.Output())
+			}
+			t.Logf("healthy 4-rank 30-step %s job took %v", v, time.Since(start).Round(time.Millisecond))
+			for r := 0; r < 4; r++ {
+				if s := j.LastStep(r); s != 29 {
+					t.Errorf("rank %d last step %d, want 29", r, s)
+				}
+			}
+			j.Stop()
+			assertClean(t, j, pids)
+		})
+	}
+}
+
+func parentPID(t *testing.T, pid int) int {
+	t.Helper()
+	var ppid int
+	b, err := readStat(pid)
+	if err != nil {
+		t.Fatalf("read stat of %d: %v", pid, err)
+	}
+	fmt.Sscanf(b[strings.LastIndexByte(b, ')')+4:], "%d", &ppid)
+	return ppid
+}
+
+func assertClean(t *testing.T, j *Job, pids map[int]int) {
+	t.Helper()
+	for r, pid := range pids {
+		if alive(pid) {
+			t.Errorf("rank %d (pid %d) still alive after Stop", r, pid)
+		}
+	}
+	segs, err := Segments()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range j.segments() {
+		if contains(segs, s) {
+			t.Errorf("segment %s left after Stop", s)
+		}
+	}
+}

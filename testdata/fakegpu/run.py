@@ -1,0 +1,571 @@
+#!/usr/bin/env python3
+"""Fake distributed training job on the fake GPU testbed.
+
+    python3 run.py --nproc N --steps S [--vendor cuda|maca]
+                   [--fault KIND --fault-rank R --fault-step K]
+
+Without XPU_FAKEGPU_ROLE=rank this is a torchrun-like launcher: it spawns
+--nproc rank processes (its direct children) with RANK, LOCAL_RANK,
+WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, forwards
+SIGTERM/SIGINT to them and fails when a rank fails. Each rank runs a small
+trainer through ctypes on the fake CUDA (or MACA) libraries in --lib-dir.
+
+Steps are numbered from 0; a fault at step K hangs forever (never exits):
+  skip-collective  rank R skips the gradient all-reduce of step K
+  kernel-hang      a backward kernel of rank R never finishes at step K
+  python-sleep     rank R sleeps in Python before the all-reduce of step K
+  deadlock         two threads of rank R take two locks in opposite order
+  dataloader       rank R's data-loader thread blocks before batch K
+  nccl-stall       rank R's all-reduce of step K never progresses (dead NIC)
+Progress on stdout: "xpu-fakegpu rank=R pid=P started",
+"xpu-fakegpu rank=R step=S done". Standard library only (CPython 3.9+).
+"""
+import argparse
+import ctypes
+import os
+import queue
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+FAULTS = ("skip-collective", "kernel-hang", "python-sleep", "deadlock", "dataloader", "nccl-stall")
+HERE = os.path.dirname(os.path.abspath(__file__))
+COLLECTIVES_PER_STEP = 3  # two gradient buckets and the loss
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--vendor", choices=("cuda", "maca"), default="cuda")
+    p.add_argument("--fault", choices=FAULTS)
+    p.add_argument("--fault-rank", type=int, default=0)
+    p.add_argument("--fault-step", type=int, default=3)
+    p.add_argument("--step-ms", type=float, default=20.0, help="GPU time of one step")
+    p.add_argument("--lib-dir", default=os.path.join(HERE, "build"))
+    p.add_argument("--layers", type=int, default=2)
+    return p.parse_args(argv)
+
+
+# --------------------------------------------------------------------------
+# launcher
+
+KILL_GRACE_S = 3.0
+
+
+def launch(args):
+    store = os.environ.get("XPU_FAKEGPU_STORE")
+    own_store = store is None
+    if own_store:
+        store = tempfile.mkdtemp(prefix="xpufake-store-")
+    procs = []
+    kill_at = []  # when ranks still alive after a forwarded signal are killed
+
+    def forward(signum, frame):
+        # As torchrun: pass the signal on, and kill what still runs after a
+        # grace period (a rank hung inside the GPU library may ignore it).
+        if not kill_at:
+            kill_at.append(time.monotonic() + KILL_GRACE_S)
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signum)
+                except OSError:
+                    pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    port = 29500 + os.getpid() % 1000
+    try:
+        for rank in range(args.nproc):
+            env = dict(os.environ)
+            env.update(
+                XPU_FAKEGPU_ROLE="rank",
+                XPU_FAKEGPU_STORE=store,
+                RANK=str(rank),
+                LOCAL_RANK=str(rank),
+                WORLD_SIZE=str(args.nproc),
+                LOCAL_WORLD_SIZE=str(args.nproc),
+                GROUP_RANK="0",
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                TORCHELASTIC_RUN_ID="xpufake-%d" % os.getpid(),
+            )
+            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
+        failed = 0
+        live = list(procs)
+        while live:
+            for p in list(live):
+                rc = p.poll()
+                if rc is None:
+                    continue
+                live.remove(p)
+                if rc != 0 and not failed:
+                    failed = rc
+                    sys.stderr.write("xpu-fakegpu: rank pid %d exited with %d, stopping the job\n" % (p.pid, rc))
+                    forward(signal.SIGTERM, None)
+            if kill_at and time.monotonic() > kill_at[0]:
+                for p in live:
+                    if p.poll() is None:
+                        p.kill()
+            time.sleep(0.05)
+        return 1 if failed else 0
+    finally:
+        if own_store:
+            for f in os.listdir(store):
+                os.unlink(os.path.join(store, f))
+            os.rmdir(store)
+
+
+# --------------------------------------------------------------------------
+# the device, through ctypes
+
+
+class Dim3(ctypes.Structure):
+    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+NOT_READY = 600
+KERNEL_HANG = 1
+
+
+class CudaError(RuntimeError):
+    pass
+
+
+class Device:
+    """The runtime, driver, collective and kernel libraries of one vendor."""
+
+    def __init__(self, lib_dir, vendor):
+        self.vendor = vendor
+        mode = ctypes.RTLD_GLOBAL
+        if vendor == "cuda":
+            self.rt = ctypes.CDLL(os.path.join(lib_dir, "libcudart.so.12"), mode=mode)
+            self.drv = ctypes.CDLL(os.path.join(lib_dir, "libcuda.so.1"), mode=mode)
+            self.ccl = ctypes.CDLL(os.path.join(lib_dir, "libnccl.so.2"), mode=mode)
+            self.p, self.cp = "cuda", "nccl"
+        else:
+            self.rt = ctypes.CDLL(os.path.join(lib_dir, "libmcruntime.so.2"), mode=mode)
+            self.drv = None
+            self.ccl = ctypes.CDLL(os.path.join(lib_dir, "libmccl.so.2"), mode=mode)
+            self.p, self.cp = "mc", "mccl"
+        self.kernels_path = os.path.join(lib_dir, "libfakekernels.so")
+        self.kernels = ctypes.CDLL(self.kernels_path)
+        vp = ctypes.c_void_p
+        self._launch = self.fn("LaunchKernel", [vp, Dim3, Dim3, vp, ctypes.c_size_t, vp])
+        self._record = self.fn("EventRecord", [vp, vp])
+        self._query = self.fn("EventQuery", [vp])
+        self._wait = self.fn("StreamWaitEvent", [vp, vp, ctypes.c_uint])
+        self._memcpy = self.fn("Memcpy", [vp, vp, ctypes.c_size_t, ctypes.c_int])
+        self._allreduce = self.cfn("AllReduce", [vp, vp, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, vp, vp])
+        self._ccl_init = self.cfn("CommInitRank", [ctypes.POINTER(vp), ctypes.c_int, UniqueId, ctypes.c_int])
+        if self.drv is not None:
+            self._cu_launch = self.drv.cuLaunchKernel
+            self._cu_launch.argtypes = [vp] + [ctypes.c_uint] * 7 + [vp, vp, vp]
+            mod = vp()
+            self.check(self.drv.cuModuleLoad(ctypes.byref(mod), self.kernels_path.encode()), "cuModuleLoad")
+            self.triton_fn = vp()
+            self.check(self.drv.cuModuleGetFunction(ctypes.byref(self.triton_fn), mod, b"triton_fused_adam_kernel"),
+                       "cuModuleGetFunction")
+        self.check(self.fn("SetDevice", [ctypes.c_int])(int(os.environ.get("LOCAL_RANK", "0"))), "SetDevice")
+
+    def fn(self, name, argtypes):
+        f = getattr(self.rt, self.p + name)
+        f.argtypes = argtypes
+        f.restype = ctypes.c_int
+        return f
+
+    def cfn(self, name, argtypes):
+        f = getattr(self.ccl, self.cp + name)
+        f.argtypes = argtypes
+        f.restype = ctypes.c_int
+        return f
+
+    def check(self, rc, what):
+        if rc != 0:
+            raise CudaError("%s failed with %d" % (what, rc))
+
+    def kernel(self, name):
+        return ctypes.cast(getattr(self.kernels, name), ctypes.c_void_p)
+
+    def stream(self):
+        s = ctypes.c_void_p()
+        self.check(self.fn("StreamCreate", [ctypes.c_void_p])(ctypes.byref(s)), "StreamCreate")
+        return s
+
+    def event(self, timing=False):
+        e = ctypes.c_void_p()
+        flags = 0 if timing else 2
+        self.check(self.fn("EventCreateWithFlags", [ctypes.c_void_p, ctypes.c_uint])(ctypes.byref(e), flags),
+                   "EventCreateWithFlags")
+        return e
+
+    def destroy_event(self, e):
+        self.fn("EventDestroy", [ctypes.c_void_p])(e)
+
+    @staticmethod
+    def params(us, flags=0):
+        vals = (ctypes.c_uint64 * 4)(int(us), flags, 0, 0)
+        args = (ctypes.c_void_p * 5)(*[ctypes.addressof(vals) + 8 * i for i in range(4)], None)
+        return vals, args
+
+    def launch(self, kernel, us, stream, flags=0, grid=(108, 1, 1), block=(256, 1, 1)):
+        vals, args = self.params(us, flags)
+        self.check(self._launch(kernel, Dim3(*grid), Dim3(*block), args, 0, stream), "LaunchKernel")
+
+    def launch_driver(self, us, stream):
+        vals, args = self.params(us)
+        if self.drv is None:  # MACA: no driver library in the testbed, use the runtime
+            return self.launch(self.kernel("triton_fused_adam_kernel"), us, stream)
+        self.check(self._cu_launch(self.triton_fn, 64, 1, 1, 128, 1, 1, 0, stream, args, None), "cuLaunchKernel")
+
+    def record(self, event, stream):
+        self.check(self._record(event, stream), "EventRecord")
+
+    def query(self, event):
+        return self._query(event)
+
+    def wait_event(self, stream, event):
+        self.check(self._wait(stream, event, 0), "StreamWaitEvent")
+
+    def memcpy_d2h(self, dst, src, n):
+        self.check(self._memcpy(dst, src, n, 2), "Memcpy")
+
+    def malloc(self, n):
+        p = ctypes.c_void_p()
+        self.check(self.fn("Malloc", [ctypes.c_void_p, ctypes.c_size_t])(ctypes.byref(p), n), "Malloc")
+        return p
+
+
+class ProcessGroup:
+    """A process group over the fake collective library (like ProcessGroupNCCL)."""
+
+    def __init__(self, dev, rank, world, store):
+        self.dev, self.rank, self.world = dev, rank, world
+        uid = UniqueId()
+        path = os.path.join(store, "nccl_id")
+        if rank == 0:
+            dev.check(dev.cfn("GetUniqueId", [ctypes.POINTER(UniqueId)])(ctypes.byref(uid)), "GetUniqueId")
+            tmp = path + ".tmp"
+            with open(tmp, "w") as f:
+                # All 128 bytes: uid.internal, a c_char array, would stop at the first NUL.
+                f.write(ctypes.string_at(ctypes.addressof(uid), 128).hex())
+            os.rename(tmp, path)
+        else:
+            while not os.path.exists(path):
+                time.sleep(0.01)
+            with open(path) as f:
+                raw = bytes.fromhex(f.read().strip())
+            if len(raw) != 128:
+                raise RuntimeError("nccl_id: %d bytes, want 128" % len(raw))
+            ctypes.memmove(ctypes.addressof(uid), raw, 128)
+        self.comm = ctypes.c_void_p()
+        dev.check(dev._ccl_init(ctypes.byref(self.comm), world, uid, rank), "CommInitRank")
+
+    def all_reduce(self, count, dtype, stream):
+        self.dev.check(self.dev._allreduce(None, None, count, dtype, 0, self.comm, stream), "AllReduce")
+
+    def destroy(self):
+        self.dev.cfn("CommDestroy", [ctypes.c_void_p])(self.comm)
+
+
+# --------------------------------------------------------------------------
+# the model
+
+
+class Layer:
+    def __init__(self, dev, stream, us):
+        self.dev, self.stream, self.us = dev, stream, us
+        self.hang_next_backward = False
+
+
+class LayerNorm(Layer):
+    def forward(self, x):
+        self.dev.launch(self.dev.kernel("layernorm_fwd_kernel"), self.us, self.stream)
+        return x
+
+    def backward(self, g):
+        self.dev.launch(self.dev.kernel("layernorm_bwd_kernel"), self.us, self.stream)
+        return g
+
+
+class Attention(Layer):
+    def forward(self, x):
+        self.dev.launch(self.dev.kernel("gemm_bf16_kernel"), self.us, self.stream)
+        self.dev.launch(self.dev.kernel("flash_attn_fwd_kernel"), 2 * self.us, self.stream)
+        self.dev.launch(self.dev.kernel("_ZN4fake9attention14softmax_kernelIfEEvPKm"), self.us // 2, self.stream)
+        return x
+
+    def backward(self, g):
+        flags = KERNEL_HANG if self.hang_next_backward else 0
+        self.hang_next_backward = False
+        self.dev.launch(self.dev.kernel("flash_attn_bwd_kernel"), 3 * self.us, self.stream, flags)
+        self.dev.launch(self.dev.kernel("gemm_bf16_kernel"), self.us, self.stream)
+        return g
+
+
+class MLP(Layer):
+    def forward(self, x):
+        self.dev.launch(self.dev.kernel("gemm_bf16_kernel"), self.us, self.stream)
+        self.dev.launch(self.dev.kernel("gelu_fwd_kernel"), self.us // 4, self.stream)
+        self.dev.launch(self.dev.kernel("gemm_bf16_kernel"), self.us, self.stream)
+        return x
+
+    def backward(self, g):
+        self.dev.launch(self.dev.kernel("gemm_bf16_kernel"), 2 * self.us, self.stream)
+        return g
+
+
+class TransformerBlock:
+    def __init__(self, dev, stream, us):
+        self.ln1 = LayerNorm(dev, stream, us // 4)
+        self.attn = Attention(dev, stream, us)
+        self.ln2 = LayerNorm(dev, stream, us // 4)
+        self.mlp = MLP(dev, stream, us)
+
+    def forward(self, x):
+        x = self.attn.forward(self.ln1.forward(x))
+        return self.mlp.forward(self.ln2.forward(x))
+
+    def backward(self, g):
+        g = self.ln2.backward(self.mlp.backward(g))
+        return self.ln1.backward(self.attn.backward(g))
+
+
+class Model:
+    def __init__(self, dev, stream, layers, step_us):
+        per_layer = max(1, int(step_us / (layers * 15)))
+        self.dev, self.stream = dev, stream
+        self.blocks = [TransformerBlock(dev, stream, per_layer) for _ in range(layers)]
+        self.loss_buf = dev.malloc(4)
+        self.per_layer = per_layer
+
+    def forward(self, batch):
+        x = batch
+        for b in self.blocks:
+            x = b.forward(x)
+        self.dev.launch(self.dev.kernel("cross_entropy_fwd_kernel"), self.per_layer // 2, self.stream)
+        return x
+
+    def backward(self, loss):
+        g = loss
+        for b in reversed(self.blocks):
+            g = b.backward(g)
+        return g
+
+
+class DistributedDataParallel:
+    """Gradient all-reduce on its own communication stream, after backward."""
+
+    def __init__(self, model, pg, dev, compute, watchdog):
+        self.model, self.pg, self.dev, self.compute = model, pg, dev, compute
+        self.comm = dev.stream()
+        self.watchdog = watchdog
+        self.buckets = [25 << 20, 12 << 20]  # bf16 elements per bucket
+
+    def reduce_gradients(self, step, skip=False):
+        bwd_end = self.dev.event()
+        self.dev.record(bwd_end, self.compute)
+        self.dev.wait_event(self.comm, bwd_end)
+        if not skip:
+            for n in self.buckets:
+                self.pg.all_reduce(n, 9, self.comm)  # bfloat16
+        self.pg.all_reduce(1, 7, self.comm)  # the loss, float32
+        ar_end = self.dev.event()
+        self.dev.record(ar_end, self.comm)
+        self.watchdog.watch(step, ar_end)
+        self.dev.wait_event(self.compute, ar_end)
+        self.dev.destroy_event(bwd_end)
+
+
+class SGD:
+    def __init__(self, dev, stream, us):
+        self.dev, self.stream, self.us = dev, stream, us
+
+    def step(self):
+        self.dev.launch(self.dev.kernel("sgd_update_kernel"), self.us, self.stream)
+        # the fused Adam moments, launched through the driver API like Triton
+        self.dev.launch_driver(self.us // 2, self.stream)
+
+
+# --------------------------------------------------------------------------
+# host threads
+
+
+def name_thread(name):
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except (OSError, AttributeError):
+        pass
+
+
+class Watchdog(threading.Thread):
+    """Polls the end event of every all-reduce about every 100 ms, like ProcessGroupNCCL's watchdog."""
+
+    def __init__(self, dev):
+        super().__init__(name="pt_nccl_watchdg", daemon=True)
+        self.dev = dev
+        self.lock = threading.Lock()
+        self.pending = []
+
+    def watch(self, step, event):
+        with self.lock:
+            self.pending.append((step, event))
+
+    def run(self):
+        name_thread("pt_nccl_watchdg")
+        while True:
+            self.poll_once()
+            time.sleep(0.1)
+
+    def poll_once(self):
+        with self.lock:
+            pending = list(self.pending)
+        done = [(s, e) for s, e in pending if self.dev.query(e) != NOT_READY]
+        if done:
+            with self.lock:
+                self.pending = [p for p in self.pending if p not in done]
+            for _, e in done:
+                self.dev.destroy_event(e)
+
+
+class BlockingSource:
+    """A file read that never returns (a dead network file system)."""
+
+    def __init__(self):
+        self.r, self.w = os.pipe()
+
+    def read(self):
+        return os.read(self.r, 1)
+
+
+class DataLoader(threading.Thread):
+    def __init__(self, steps, stall_at=None):
+        super().__init__(name="dataloader", daemon=True)
+        self.q = queue.Queue(maxsize=2)
+        self.steps, self.stall_at = steps, stall_at
+
+    def run(self):
+        name_thread("dataloader")
+        for i in range(self.steps):
+            self.q.put(self.load(i))
+
+    def load(self, i):
+        if i == self.stall_at:
+            BlockingSource().read()
+        time.sleep(0.001)
+        return {"index": i, "tokens": 4096}
+
+    def next(self):
+        return self.q.get()
+
+
+def deadlock_forever():
+    """Two threads take two locks in opposite order: both wait forever."""
+    grad_lock, ckpt_lock = threading.Lock(), threading.Lock()
+    a_holds, b_holds = threading.Event(), threading.Event()
+
+    def checkpoint_writer():
+        name_thread("ckpt_writer")
+        with ckpt_lock:
+            b_holds.set()
+            a_holds.wait()
+            with grad_lock:
+                pass
+
+    t = threading.Thread(target=checkpoint_writer, name="ckpt_writer", daemon=True)
+    t.start()
+    with grad_lock:
+        a_holds.set()
+        b_holds.wait()
+        with ckpt_lock:
+            pass
+
+
+def straggle_forever():
+    while True:
+        time.sleep(1)
+
+
+class Trainer:
+    def __init__(self, args, rank, world):
+        self.args, self.rank, self.world = args, rank, world
+        self.fault = args.fault if args.fault and args.fault_rank == rank else None
+        if self.fault == "nccl-stall":
+            os.environ["XPU_FAKEGPU_NCCL_STALL"] = str(args.fault_step * COLLECTIVES_PER_STEP)
+        self.dev = Device(args.lib_dir, args.vendor)
+        # Compute runs on the legacy default stream, as PyTorch's current
+        # stream does unless the script changes it; NCCL gets its own.
+        self.compute = None
+        self.pg = ProcessGroup(self.dev, rank, world, os.environ["XPU_FAKEGPU_STORE"])
+        step_us = int(args.step_ms * 1000)
+        self.model = Model(self.dev, self.compute, args.layers, step_us)
+        self.watchdog = Watchdog(self.dev)
+        self.ddp = DistributedDataParallel(self.model, self.pg, self.dev, self.compute, self.watchdog)
+        self.opt = SGD(self.dev, self.compute, max(1, step_us // 20))
+        stall = args.fault_step if self.fault == "dataloader" else None
+        self.loader = DataLoader(args.steps, stall)
+        self.host_loss = ctypes.c_float()
+
+    def fault_here(self, step, kind):
+        return self.fault == kind and step == self.args.fault_step
+
+    def train(self):
+        self.watchdog.start()
+        self.loader.start()
+        for step in range(self.args.steps):
+            self.train_step(step)
+            say("xpu-fakegpu rank=%d step=%d done" % (self.rank, step))
+        self.dev.fn("DeviceSynchronize", [])()
+        self.pg.destroy()
+
+    def train_step(self, step):
+        batch = self.loader.next()
+        if self.fault_here(step, "kernel-hang"):
+            self.model.blocks[0].attn.hang_next_backward = True
+        loss = self.model.forward(batch)
+        self.model.backward(loss)
+        if self.fault_here(step, "python-sleep"):
+            straggle_forever()
+        if self.fault_here(step, "deadlock"):
+            deadlock_forever()
+        self.ddp.reduce_gradients(step, skip=self.fault_here(step, "skip-collective"))
+        self.opt.step()
+        return self.read_loss()
+
+    def read_loss(self):
+        self.dev.memcpy_d2h(ctypes.byref(self.host_loss), self.model.loss_buf, 4)
+        return self.host_loss.value
+
+
+def say(line):
+    """One write per line, so that ranks sharing the pipe never interleave."""
+    os.write(1, (line + "\n").encode())
+
+
+def rank_main(args):
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    # SIGTERM keeps its default action: a rank blocked inside the GPU
+    # library never returns to Python, so a Python handler would never run.
+    say("xpu-fakegpu rank=%d pid=%d started" % (rank, os.getpid()))
+    Trainer(args, rank, world).train()
+    return 0
+
+
+def main():
+    args = parse_args()
+    if os.environ.get("XPU_FAKEGPU_ROLE") == "rank":
+        return rank_main(args)
+    return launch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

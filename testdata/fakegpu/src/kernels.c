@@ -1,0 +1,51 @@
+/* kernels.c: the "device code" of the fake GPU (libfakekernels.so). Each
+ * kernel is a real ELF function that the stream executor calls with the
+ * launch parameters (see vendor.h): it takes params[0] microseconds and never
+ * returns when params[1] has FG_FLAG_HANG set. */
+#define _GNU_SOURCE
+#include "kernels.h"
+#include <time.h>
+
+static void nap(uint64_t us)
+{
+	struct timespec ts = {(time_t)(us / 1000000u), (long)(us % 1000000u) * 1000};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+/* the SM "spinning" on a kernel that never finishes */
+API NOINLINE void fake_kernel_spin_forever(void)
+{
+	for (;;)
+		nap(100000);
+}
+
+API NOINLINE void fake_kernel_body(const uint64_t *p)
+{
+	if (p[1] & FG_FLAG_HANG)
+		fake_kernel_spin_forever();
+	if (p[0])
+		nap(p[0]);
+	if (p[2]) {
+		struct fg_log *log = (struct fg_log *)(uintptr_t)p[2];
+		int i = __atomic_fetch_add(&log->n, 1, __ATOMIC_SEQ_CST);
+		if (i < 1024)
+			log->v[i] = (int)p[3];
+	}
+}
+
+#define KERNEL(name) \
+	API NOINLINE void name(const uint64_t *p) { fake_kernel_body(p); }
+
+KERNEL(gemm_bf16_kernel)
+KERNEL(layernorm_fwd_kernel)
+KERNEL(layernorm_bwd_kernel)
+KERNEL(flash_attn_fwd_kernel)
+KERNEL(flash_attn_bwd_kernel)
+KERNEL(gelu_fwd_kernel)
+KERNEL(cross_entropy_fwd_kernel)
+KERNEL(sgd_update_kernel)
+KERNEL(triton_fused_adam_kernel)
+
+/* the trivial kernel of launchloop: returns at once */
+API NOINLINE void noop_kernel(const uint64_t *p) { (void)p; }

@@ -1,0 +1,79 @@
+/* launchloop: launches N trivial kernels on one stream as fast as it can,
+ * synchronizes once, and prints the rate. The baseline of the probe-overhead
+ * benchmarks. Usage: launchloop N [--vendor cuda|maca] */
+#define _GNU_SOURCE
+#include "vendor.h"
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef int (*launch_fn)(const void *, dim3, dim3, void **, size_t, void *);
+typedef int (*stream_create_fn)(void **);
+typedef int (*stream_sync_fn)(void *);
+
+static void *open_lib(const char *dir, const char *name)
+{
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	void *h = dlopen(path, RTLD_NOW | RTLD_GLOBAL);
+	if (!h) {
+		fprintf(stderr, "launchloop: %s\n", dlerror());
+		exit(2);
+	}
+	return h;
+}
+
+int main(int argc, char **argv)
+{
+	const char *vendor = "cuda";
+	long n = -1;
+	char exe[PATH_MAX];
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--vendor") && i + 1 < argc)
+			vendor = argv[++i];
+		else
+			n = atol(argv[i]);
+	}
+	if (n < 0 || (strcmp(vendor, "cuda") && strcmp(vendor, "maca"))) {
+		fprintf(stderr, "usage: launchloop N [--vendor cuda|maca]\n");
+		return 2;
+	}
+	ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (l < 0)
+		return 2;
+	exe[l] = 0;
+	const char *dir = dirname(exe);
+	int maca = !strcmp(vendor, "maca");
+	void *rt = open_lib(dir, maca ? "libmcruntime.so.2" : "libcudart.so.12");
+	void *kl = open_lib(dir, "libfakekernels.so");
+	launch_fn launch = (launch_fn)dlsym(rt, maca ? "mcLaunchKernel" : "cudaLaunchKernel");
+	stream_create_fn create = (stream_create_fn)dlsym(rt, maca ? "mcStreamCreate" : "cudaStreamCreate");
+	stream_sync_fn sync = (stream_sync_fn)dlsym(rt, maca ? "mcStreamSynchronize" : "cudaStreamSynchronize");
+	void *kernel = dlsym(kl, "noop_kernel");
+	if (!launch || !create || !sync || !kernel) {
+		fprintf(stderr, "launchloop: missing symbol\n");
+		return 2;
+	}
+	void *stream;
+	if (create(&stream))
+		return 1;
+	dim3 grid = {1, 1, 1}, block = {32, 1, 1};
+	struct timespec a, b;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (long i = 0; i < n; i++)
+		if (launch(kernel, grid, block, NULL, 0, stream)) {
+			fprintf(stderr, "launchloop: launch failed\n");
+			return 1;
+		}
+	sync(stream);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;
+	printf("launches=%ld seconds=%.6f ns_per_launch=%.1f launches_per_second=%.0f\n", n, s,
+	       n ? s * 1e9 / (double)n : 0, s > 0 ? (double)n / s : 0);
+	return 0;
+}

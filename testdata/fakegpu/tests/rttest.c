@@ -1,0 +1,210 @@
+/* rttest: semantics of the fake runtime, one check per argument:
+ * order, event, elapsed, wait, concurrent, memcpy, exc, driver (CUDA only).
+ * Prints "ok NAME" and exits 0, or prints the failure and exits 1. */
+#define _GNU_SOURCE
+#include "vendor.h"
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+rterr_t RT(StreamCreate)(rtstream_t *);
+rterr_t RT(StreamSynchronize)(rtstream_t);
+rterr_t RT(StreamQuery)(rtstream_t);
+rterr_t RT(StreamWaitEvent)(rtstream_t, rtevent_t, unsigned);
+rterr_t RT(LaunchKernel)(const void *, dim3, dim3, void **, size_t, rtstream_t);
+rterr_t RT(LaunchKernelExC)(const launch_config_t *, const void *, void **);
+rterr_t RT(EventCreate)(rtevent_t *);
+rterr_t RT(EventRecord)(rtevent_t, rtstream_t);
+rterr_t RT(EventQuery)(rtevent_t);
+rterr_t RT(EventSynchronize)(rtevent_t);
+rterr_t RT(EventElapsedTime)(float *, rtevent_t, rtevent_t);
+rterr_t RT(DeviceSynchronize)(void);
+rterr_t RT(Memcpy)(void *, const void *, size_t, int);
+rterr_t RT(Malloc)(void **, size_t);
+void gemm_bf16_kernel(const uint64_t *);
+
+#define CHECK(c)                                                                   \
+	do {                                                                       \
+		if (!(c)) {                                                        \
+			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
+			exit(1);                                                   \
+		}                                                                  \
+	} while (0)
+
+static struct fg_log g_log;
+static const dim3 one = {1, 1, 1};
+
+/* launch gemm_bf16_kernel for us microseconds, appending tag to g_log */
+static void launch(rtstream_t s, uint64_t us, int tag)
+{
+	uint64_t p[4] = {us, 0, (uint64_t)(uintptr_t)&g_log, (uint64_t)tag};
+	void *args[5] = {&p[0], &p[1], &p[2], &p[3], NULL};
+	CHECK(RT(LaunchKernel)((const void *)gemm_bf16_kernel, one, one, args, 0, s) == 0);
+}
+
+static void order(void)
+{
+	rtstream_t s;
+	CHECK(RT(StreamCreate)(&s) == 0);
+	for (int i = 0; i < 10; i++)
+		launch(s, (uint64_t)(20000 - 2000 * i), i);
+	CHECK(RT(StreamSynchronize)(s) == 0);
+	CHECK(g_log.n == 10);
+	for (int i = 0; i < 10; i++)
+		CHECK(g_log.v[i] == i);
+	/* the legacy default stream keeps its order too */
+	for (int i = 0; i < 5; i++)
+		launch(NULL, (uint64_t)(5000 - 1000 * i), 10 + i);
+	CHECK(RT(StreamSynchronize)(NULL) == 0);
+	CHECK(g_log.n == 15 && g_log.v[14] == 14 && g_log.v[10] == 10);
+}
+
+static void event(void)
+{
+	rtstream_t s;
+	rtevent_t e, never;
+	CHECK(RT(StreamCreate)(&s) == 0);
+	CHECK(RT(EventCreate)(&e) == 0 && RT(EventCreate)(&never) == 0);
+	CHECK(RT(EventQuery)(never) == 0); /* never recorded: complete */
+	launch(s, 300000, 1);
+	CHECK(RT(EventRecord)(e, s) == 0);
+	CHECK(RT(EventQuery)(e) == ERR_NOT_READY);
+	CHECK(RT(StreamQuery)(s) == ERR_NOT_READY);
+	CHECK(RT(EventSynchronize)(e) == 0);
+	CHECK(g_log.n == 1);
+	CHECK(RT(EventQuery)(e) == 0);
+	CHECK(RT(StreamQuery)(s) == 0);
+	/* re-recording makes it pending again */
+	launch(s, 200000, 2);
+	CHECK(RT(EventRecord)(e, s) == 0);
+	CHECK(RT(EventQuery)(e) == ERR_NOT_READY);
+	CHECK(RT(StreamSynchronize)(s) == 0);
+	CHECK(RT(EventQuery)(e) == 0 && g_log.n == 2);
+}
+
+static void elapsed(void)
+{
+	rtstream_t s;
+	rtevent_t a, b;
+	float ms = -1;
+	CHECK(RT(StreamCreate)(&s) == 0);
+	CHECK(RT(EventCreate)(&a) == 0 && RT(EventCreate)(&b) == 0);
+	CHECK(RT(EventRecord)(a, s) == 0);
+	launch(s, 50000, 1);
+	CHECK(RT(EventRecord)(b, s) == 0);
+	CHECK(RT(EventElapsedTime)(&ms, a, b) == ERR_NOT_READY);
+	CHECK(RT(EventSynchronize)(b) == 0);
+	CHECK(RT(EventElapsedTime)(&ms, a, b) == 0);
+	printf("elapsed_ms=%.3f\n", ms);
+	CHECK(ms >= 50.0f && ms < 2000.0f);
+}
+
+static void wait(void)
+{
+	rtstream_t s1, s2;
+	rtevent_t e;
+	CHECK(RT(StreamCreate)(&s1) == 0 && RT(StreamCreate)(&s2) == 0);
+	CHECK(RT(EventCreate)(&e) == 0);
+	launch(s1, 200000, 1);
+	CHECK(RT(EventRecord)(e, s1) == 0);
+	CHECK(RT(StreamWaitEvent)(s2, e, 0) == 0);
+	launch(s2, 0, 2);
+	CHECK(RT(DeviceSynchronize)() == 0);
+	CHECK(g_log.n == 2 && g_log.v[0] == 1 && g_log.v[1] == 2);
+}
+
+static void concurrent(void)
+{
+	rtstream_t s1, s2;
+	CHECK(RT(StreamCreate)(&s1) == 0 && RT(StreamCreate)(&s2) == 0);
+	launch(s1, 300000, 1);
+	launch(s2, 0, 2);
+	CHECK(RT(StreamSynchronize)(s2) == 0);
+	CHECK(g_log.n == 1 && g_log.v[0] == 2); /* s2 did not wait for s1 */
+	CHECK(RT(DeviceSynchronize)() == 0);
+	CHECK(g_log.n == 2);
+}
+
+static void memcpy_sync(void)
+{
+	rtstream_t s;
+	int *dev, host = 0, val = 42;
+	CHECK(RT(StreamCreate)(&s) == 0);
+	CHECK(RT(Malloc)((void **)&dev, sizeof(int)) == 0);
+	CHECK(RT(Memcpy)(dev, &val, sizeof(int), 1) == 0);
+	launch(s, 200000, 1);
+	CHECK(RT(Memcpy)(&host, dev, sizeof(int), 2) == 0); /* waits for s too */
+	CHECK(g_log.n == 1 && host == 42);
+}
+
+static void exc(void)
+{
+	rtstream_t s;
+	CHECK(RT(StreamCreate)(&s) == 0);
+	uint64_t p[4] = {1000, 0, (uint64_t)(uintptr_t)&g_log, 7};
+	void *args[5] = {&p[0], &p[1], &p[2], &p[3], NULL};
+	launch_config_t cfg = {.gridDim = {4, 1, 1}, .blockDim = {128, 1, 1}, .stream = s};
+	CHECK(RT(LaunchKernelExC)(&cfg, (const void *)gemm_bf16_kernel, args) == 0);
+	CHECK(RT(StreamSynchronize)(s) == 0);
+	CHECK(g_log.n == 1 && g_log.v[0] == 7);
+}
+
+#ifndef FAKE_MACA
+int cuModuleLoad(void **, const char *);
+int cuModuleGetFunction(void **, void *, const char *);
+int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **,
+		   void **);
+static void driver(void)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 64];
+	void *mod, *f, *g;
+	rtstream_t s;
+	ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	CHECK(l > 0);
+	exe[l] = 0;
+	snprintf(path, sizeof(path), "%s/../libfakekernels.so", dirname(exe));
+	CHECK(cuModuleLoad(&mod, path) == 0);
+	CHECK(cuModuleGetFunction(&f, mod, "flash_attn_fwd_kernel") == 0);
+	CHECK(cuModuleGetFunction(&g, mod, "_ZN4fake9attention14softmax_kernelIfEEvPKm") == 0);
+	CHECK(cuModuleGetFunction(&g, mod, "no_such_kernel") != 0);
+	CHECK(cuModuleGetFunction(&g, mod, "_ZN4fake9attention14softmax_kernelIfEEvPKm") == 0);
+	CHECK(RT(StreamCreate)(&s) == 0);
+	uint64_t p[4] = {20000, 0, (uint64_t)(uintptr_t)&g_log, 1};
+	void *args[5] = {&p[0], &p[1], &p[2], &p[3], NULL};
+	CHECK(cuLaunchKernel(f, 1, 1, 1, 64, 1, 1, 0, s, args, NULL) == 0);
+	p[3] = 2;
+	CHECK(cuLaunchKernel(g, 1, 1, 1, 64, 1, 1, 0, s, args, NULL) == 0);
+	CHECK(RT(StreamSynchronize)(s) == 0);
+	CHECK(g_log.n == 2 && g_log.v[0] == 1 && g_log.v[1] == 2);
+}
+#endif
+
+int main(int argc, char **argv)
+{
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+	} cases[] = {
+		{"order", order}, {"event", event}, {"elapsed", elapsed}, {"wait", wait},
+		{"concurrent", concurrent}, {"memcpy", memcpy_sync}, {"exc", exc},
+#ifndef FAKE_MACA
+		{"driver", driver},
+#endif
+	};
+	if (argc != 2) {
+		fprintf(stderr, "usage: rttest CASE\n");
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		if (!strcmp(argv[1], cases[i].name)) {
+			cases[i].fn();
+			printf("ok %s\n", argv[1]);
+			return 0;
+		}
+	fprintf(stderr, "rttest: unknown case %s\n", argv[1]);
+	return 2;
+}
