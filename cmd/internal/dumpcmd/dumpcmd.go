@@ -1,0 +1,146 @@
+// Package dumpcmd is `xpu-timer dump`: print every thread's native and
+// Python stacks of a live process.
+package dumpcmd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+)
+
+// Exit statuses.
+const (
+	ExitNoProcess    = 3
+	ExitNotPermitted = 4
+	ExitExited       = 5
+)
+
+// ExitError carries the exit status of a failed dump (cli.Execute honours
+// any error with an ExitCode method).
+type ExitError struct {
+	Code int
+	Msg  string
+}
+
+func (e *ExitError) Error() string { return e.Msg }
+
+// ExitCode is the process exit status.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// New returns the dump command.
+func New() *cobra.Command {
+	var (
+		pid                    int
+		nativeOnly, pythonOnly bool
+		asJSON                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "dump --pid PID",
+		Short: "Print the native and Python stacks of every thread of a process",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pid <= 0 {
+				return errors.New("--pid is required")
+			}
+			o := dump.Options{}
+			if nativeOnly && !pythonOnly {
+				o.NoPython = true
+			}
+			if pythonOnly && !nativeOnly {
+				o.NoNative = true
+			}
+			p, err := dump.Capture(pid, o)
+			if err != nil {
+				return exitError(pid, err)
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				enc.SetEscapeHTML(false) // "<module>", not "\u003cmodule\u003e"
+				return enc.Encode(p)
+			}
+			Text(cmd.OutOrStdout(), p, o)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&pid, "pid", 0, "process to dump")
+	cmd.Flags().BoolVar(&nativeOnly, "native", false, "native stacks (with --python: both, the default)")
+	cmd.Flags().BoolVar(&pythonOnly, "python", false, "Python stacks (with --native: both, the default)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+// exitError turns a failed capture into the exit status and message.
+func exitError(pid int, err error) *ExitError {
+	switch {
+	case errors.Is(err, dump.ErrNoProcess):
+		return &ExitError{Code: ExitNoProcess, Msg: fmt.Sprintf("process %d does not exist", pid)}
+	case errors.Is(err, dump.ErrNotPermitted):
+		return &ExitError{Code: ExitNotPermitted, Msg: fmt.Sprintf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid)}
+	case errors.Is(err, dump.ErrExited):
+		return &ExitError{Code: ExitExited, Msg: fmt.Sprintf("process %d exited during the dump", pid)}
+	}
+	return &ExitError{Code: 1, Msg: err.Error()}
+}
+
+// Text writes a process's stacks the way py-spy dump does.
+func Text(w io.Writer, p *dump.Process, o dump.Options) {
+	fmt.Fprintf(w, "Process %d: %s", p.PID, p.State)
+	if p.Python != "" {
+		fmt.Fprintf(w, ", Python %s", p.Python)
+	}
+	fmt.Fprintf(w, " (stopped %v, took %v)\n", p.StoppedFor.Round(1000), p.Took.Round(1000))
+	for _, e := range p.Errors {
+		fmt.Fprintf(w, "error: %s\n", e)
+	}
+	for _, th := range p.Threads {
+		fmt.Fprintf(w, "\nThread %d (%s)", th.TID, th.State)
+		if th.Name != "" {
+			fmt.Fprintf(w, ": %q", th.Name)
+		}
+		if th.GIL {
+			fmt.Fprint(w, " [has GIL]")
+		}
+		fmt.Fprintln(w)
+		if th.Error != "" {
+			fmt.Fprintf(w, "    (%s)\n", th.Error)
+		}
+		frames := th.Merged
+		switch {
+		case o.NoPython || len(frames) == 0 && len(th.Python) == 0:
+			frames = th.Native
+		case o.NoNative || len(frames) == 0:
+			frames = th.Python
+		}
+		for _, f := range frames {
+			fmt.Fprintf(w, "    %s\n", FrameText(f))
+		}
+	}
+}
+
+// FrameText renders one frame: `func (file:line)` or `func (module+0xoff)`.
+func FrameText(f stack.Frame) string {
+	var b strings.Builder
+	b.WriteString(f.Func)
+	switch {
+	case f.File != "" && f.Line > 0:
+		fmt.Fprintf(&b, " (%s:%d)", f.File, f.Line)
+	case f.File != "":
+		fmt.Fprintf(&b, " (%s)", f.File)
+	case f.Module != "":
+		fmt.Fprintf(&b, " (%s)", f.Module)
+	case f.Addr != 0:
+		fmt.Fprintf(&b, " (%#x)", f.Addr)
+	}
+	if f.Func == "??" && f.Addr != 0 && (f.File != "" || f.Module != "") {
+		fmt.Fprintf(&b, " at %#x", f.Addr)
+	}
+	return b.String()
+}

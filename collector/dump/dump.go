@@ -1,0 +1,168 @@
+// Package dump captures everything of one process in one call: the native
+// stacks of every thread, the Python stacks read while those threads are
+// stopped, and the two merged into one stack per thread, with the process
+// and thread states from /proc.
+package dump
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/native"
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/python"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/symbols"
+)
+
+// Sentinel errors, shared with the native unwinder.
+var (
+	ErrNoProcess    = native.ErrNoProcess
+	ErrNotPermitted = native.ErrNotPermitted
+	ErrExited       = native.ErrExited
+)
+
+// Options choose what to capture.
+type Options struct {
+	NoNative bool          // skip native stacks (no ptrace stop unless Python needs it)
+	NoPython bool          // skip Python stacks
+	MaxStop  time.Duration // bound on the stop; native.DefaultMaxStop when 0
+	// Unwinder is reused across dumps (its symbol cache); the package's
+	// shared one when nil.
+	Unwinder *native.Unwinder
+}
+
+// Process is one captured process.
+type Process struct {
+	PID        int            `json:"pid"`
+	State      string         `json:"state"`            // e.g. "S (sleeping)"
+	Python     string         `json:"python,omitempty"` // interpreter version, when a CPython process
+	Threads    []stack.Thread `json:"threads"`          // by thread id
+	StoppedFor time.Duration  `json:"stopped_for"`      // longest time any thread was stopped
+	Took       time.Duration  `json:"took"`             // the whole capture
+	Errors     []string       `json:"errors,omitempty"` // what could not be captured
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *native.Unwinder
+)
+
+// Shared returns the process-wide unwinder (one symbol cache for all dumps).
+func Shared() *native.Unwinder {
+	sharedOnce.Do(func() { shared = native.NewUnwinder(symbols.NewCache()) })
+	return shared
+}
+
+// Capture dumps pid. A process in state D is not ptraced: only its state
+// (and Python stacks, read without stopping) are returned.
+func Capture(pid int, o Options) (*Process, error) {
+	begin := time.Now()
+	u := o.Unwinder
+	if u == nil {
+		u = Shared()
+	}
+	st, err := procfs.ReadStat(pid)
+	if err != nil {
+		return nil, fmt.Errorf("capture %d: %w", pid, ErrNoProcess)
+	}
+	p := &Process{PID: pid, State: procfs.StateName(st.State)}
+
+	var py *python.Reader
+	if !o.NoPython {
+		py, err = python.Open(pid)
+		switch {
+		case errors.Is(err, python.ErrNotPython):
+			py = nil
+		case err != nil:
+			p.Errors = append(p.Errors, fmt.Sprintf("python: %v", err))
+			py = nil
+		default:
+			p.Python = py.Version()
+		}
+	}
+	var pyThreads []python.Thread
+	var pyErr error
+	readPython := func() error {
+		if py == nil {
+			return nil
+		}
+		pyThreads, pyErr = py.Threads()
+		return pyErr
+	}
+
+	byTID := map[int]*stack.Thread{}
+	if o.NoNative && py == nil {
+		// Nothing to stop for: list threads only.
+	} else if o.NoNative || st.State == 'D' {
+		readPython()
+	} else {
+		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython})
+		p.StoppedFor = res.StoppedFor
+		if err != nil {
+			if errors.Is(err, native.ErrNotPermitted) || errors.Is(err, native.ErrNoProcess) || errors.Is(err, native.ErrExited) {
+				return nil, fmt.Errorf("capture %d: %w", pid, err)
+			}
+			p.Errors = append(p.Errors, err.Error())
+		}
+		if res.Partial {
+			p.Errors = append(p.Errors, "some threads did not stop in time")
+		}
+		for i := range res.Threads {
+			th := res.Threads[i]
+			byTID[th.TID] = &th
+		}
+	}
+	if pyErr != nil {
+		p.Errors = append(p.Errors, fmt.Sprintf("python: %v", pyErr))
+	}
+	if len(byTID) == 0 {
+		tids, err := procfs.Tasks(pid)
+		if err != nil {
+			return nil, fmt.Errorf("capture %d: %w", pid, ErrExited)
+		}
+		for _, tid := range tids {
+			byTID[tid] = &stack.Thread{TID: tid}
+		}
+	}
+	for _, pt := range pyThreads {
+		th, ok := byTID[pt.TID]
+		if !ok {
+			continue // a Python thread state without a live thread
+		}
+		th.Python = pt.Frames
+		th.GIL = pt.GIL
+		if pt.Name != "" {
+			th.Name = pt.Name
+		}
+		if pt.Error != "" && th.Error == "" {
+			th.Error = "python: " + pt.Error
+		}
+	}
+	tids := make([]int, 0, len(byTID))
+	for tid := range byTID {
+		tids = append(tids, tid)
+	}
+	sort.Ints(tids)
+	for _, tid := range tids {
+		th := byTID[tid]
+		if name, err := procfs.ThreadName(pid, tid); err == nil && th.Name == "" {
+			th.Name = name
+		}
+		if ts, err := procfs.ReadTaskStat(pid, tid); err == nil {
+			th.State = string(ts.State)
+		}
+		if len(th.Python) > 0 && len(th.Native) > 0 {
+			th.Merged = stack.Merge(th.Native, th.Python)
+		}
+		p.Threads = append(p.Threads, *th)
+	}
+	if _, err := procfs.ReadStat(pid); err != nil && len(p.Threads) == 0 {
+		return nil, fmt.Errorf("capture %d: %w", pid, ErrExited)
+	}
+	p.Took = time.Since(begin)
+	return p, nil
+}

@@ -1,0 +1,64 @@
+// Package native captures the native stacks of every thread of a live
+// process: it stops the threads briefly with ptrace (PTRACE_SEIZE and
+// PTRACE_INTERRUPT, no signal injected), copies their registers and stack
+// memory, resumes them, and unwinds the copies afterwards with the DWARF call
+// frame information of each module (frame pointers where there is none).
+package native
+
+import (
+	"errors"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/symbols"
+)
+
+// Sentinel errors of Dump.
+var (
+	ErrNoProcess    = errors.New("no such process")
+	ErrNotPermitted = errors.New("not permitted to trace the process")
+	ErrExited       = errors.New("process exited during the dump")
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxStop  = 2 * time.Second
+	DefaultMaxStack = 512 << 10
+	MaxFrames       = 4096
+)
+
+// Options tune one dump.
+type Options struct {
+	MaxStop      time.Duration // bound on how long threads stay stopped; DefaultMaxStop when 0
+	MaxStack     int           // bytes of stack copied per thread; DefaultMaxStack when 0
+	WhileStopped func() error  // runs while every thread is stopped (the Python read)
+}
+
+// Result is the native capture of one process.
+type Result struct {
+	Threads    []stack.Thread // Native filled, innermost first; Error says why a stack is missing or short
+	StoppedFor time.Duration  // longest time any thread was stopped
+	State      string         // process state when the dump began, e.g. "S (sleeping)"
+	// WhileStoppedErr is what Options.WhileStopped returned; it does not fail the dump.
+	WhileStoppedErr error
+	// Partial is set when MaxStop ran out before every thread stopped.
+	Partial bool
+}
+
+// Unwinder dumps native stacks. Parsed files are cached in its symbol cache
+// across dumps. It is safe for concurrent use.
+type Unwinder struct {
+	cache *symbols.Cache
+}
+
+// NewUnwinder returns an unwinder resolving symbols through cache (a new
+// cache when nil).
+func NewUnwinder(cache *symbols.Cache) *Unwinder {
+	if cache == nil {
+		cache = symbols.NewCache()
+	}
+	return &Unwinder{cache: cache}
+}
+
+// Cache returns the unwinder's symbol cache.
+func (u *Unwinder) Cache() *symbols.Cache { return u.cache }

@@ -1,0 +1,495 @@
+package native
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/symbols"
+)
+
+// releaseWait bounds how long a dump keeps waiting, after it returned, for
+// threads it could not detach at once (not yet stopped, or dying) to stop or
+// be reaped. Past it the tracer thread exits and the kernel lets go of them.
+const releaseWait = 10 * time.Second
+
+// snapshot is one thread as copied while it was stopped.
+type snapshot struct {
+	tid     int
+	state   byte
+	regs    unix.PtraceRegs
+	stackLo uint64
+	stack   []byte
+	err     error
+}
+
+// stopped is what the ptrace phase hands back.
+type stopped struct {
+	threads    []*snapshot
+	stoppedFor time.Duration
+	partial    bool
+	whileErr   error
+}
+
+// Dump captures every thread of pid. A process in state D is not ptraced:
+// only its state is returned. Threads that cannot be stopped or read carry
+// an Error; the dump fails only when the process is gone or not traceable.
+func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
+	if o.MaxStop <= 0 {
+		o.MaxStop = DefaultMaxStop
+	}
+	if o.MaxStack <= 0 {
+		o.MaxStack = DefaultMaxStack
+	}
+	st, err := procfs.ReadStat(pid)
+	if err != nil {
+		return Result{}, fmt.Errorf("dump %d: %w", pid, ErrNoProcess)
+	}
+	res := Result{State: procfs.StateName(st.State)}
+	switch st.State {
+	case 'D':
+		return res, nil
+	case 'X':
+		return res, fmt.Errorf("dump %d: %w", pid, ErrExited)
+	case 'Z':
+		// The main thread may have ended alone (pthread_exit): the
+		// process lives while another thread does.
+		if !anyLive(pid) {
+			return res, fmt.Errorf("dump %d: %w", pid, ErrExited)
+		}
+	}
+	proc, err := u.cache.Process(pid)
+	if err != nil {
+		return res, fmt.Errorf("dump %d: read maps: %w", pid, ErrNoProcess)
+	}
+	maps := proc.Mappings()
+
+	var s stopped
+	if st.PPID == os.Getpid() {
+		// Our own child: see helperEnv.
+		if s, err = stopByHelper(pid, o, maps); err != nil {
+			return res, fmt.Errorf("dump %d: %w", pid, err)
+		}
+	} else {
+		// Every ptrace request comes from one OS thread, the tracer,
+		// which is never unlocked: it exits with its goroutine after
+		// letting go of every thread, and should anything be left
+		// attached, the kernel detaches it (resuming it) then.
+		ch := make(chan stopped, 1)
+		go func() {
+			runtime.LockOSThread()
+			ts, s := stopAll(pid, o, maps)
+			ch <- s
+			settle(pid, ts, time.Now().Add(releaseWait))
+		}()
+		s = <-ch
+	}
+	res.StoppedFor = s.stoppedFor
+	res.Partial = s.partial
+	res.WhileStoppedErr = s.whileErr
+
+	if !anyCopied(s.threads) && !anyLive(pid) {
+		return res, fmt.Errorf("dump %d: %w", pid, ErrExited)
+	}
+	allPerm := len(s.threads) > 0
+	for _, t := range s.threads {
+		if !errors.Is(t.err, unix.EPERM) {
+			allPerm = false
+		}
+	}
+	if allPerm {
+		return res, fmt.Errorf("dump %d: %w", pid, ErrNotPermitted)
+	}
+
+	for _, t := range s.threads {
+		if _, ok := proc.Module(t.regs.Rip); t.err == nil && !ok {
+			proc.Refresh() // a library loaded since the maps were read, or JIT code
+			break
+		}
+	}
+	res.Threads = name(proc, s.threads)
+	return res, nil
+}
+
+// name unwinds and names the stacks of the copied threads: it walks them,
+// reads the debug information of the modules on them meanwhile, and
+// names the frames, each step on every CPU.
+func name(proc *symbols.Process, snaps []*snapshot) []stack.Thread {
+	var first []uint64
+	for _, t := range snaps {
+		if t.err == nil {
+			first = append(first, t.regs.Rip)
+		}
+	}
+	prefetched := make(chan struct{})
+	go func() {
+		proc.Prefetch(first) // mostly libc: the largest, started at once
+		close(prefetched)
+	}()
+	steps := make([][]step, len(snaps))
+	errs := make([]error, len(snaps))
+	parallel(len(snaps), func(i int) {
+		t := snaps[i]
+		if t.err != nil {
+			return
+		}
+		// Through the thread's own id: a zombie main thread has no memory.
+		live := func(b []byte, addr uint64) (int, error) { return readMem(t.tid, b, addr) }
+		steps[i], errs[i] = walk(proc, t, live)
+	})
+	<-prefetched
+	var all []uint64
+	for _, ss := range steps {
+		for _, s := range ss {
+			all = append(all, s.lookup)
+		}
+	}
+	proc.Prefetch(all)
+	out := make([]stack.Thread, len(snaps))
+	parallel(len(snaps), func(i int) {
+		t := snaps[i]
+		out[i] = stack.Thread{TID: t.tid, State: string(t.state)}
+		switch {
+		case t.err != nil:
+			out[i].Error = t.err.Error()
+		default:
+			out[i].Native = frames(proc, steps[i])
+			if errs[i] != nil {
+				out[i].Error = errs[i].Error()
+			}
+		}
+	})
+	return out
+}
+
+// parallel runs f(0) to f(n-1) on as many goroutines as CPUs.
+func parallel(n int, f func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < min(runtime.NumCPU(), n); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				f(i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// anyLive reports whether pid has a thread that is neither a zombie nor dead.
+func anyLive(pid int) bool {
+	tids, err := procfs.Tasks(pid)
+	if err != nil {
+		return false
+	}
+	for _, tid := range tids {
+		if st, err := procfs.ReadTaskStat(pid, tid); err == nil && st.State != 'Z' && st.State != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+func anyCopied(ts []*snapshot) bool {
+	for _, t := range ts {
+		if t.err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// tracee is one thread under ptrace during a dump.
+type tracee struct {
+	*snapshot
+	seized  bool // attached by us and not yet let go
+	stopped bool // in a ptrace-stop: registers readable, detachable
+	sig     int  // signal the thread stopped for, delivered on detach
+	dying   bool // detach failed: the thread is exiting
+}
+
+// stopAll stops, copies and resumes every thread it can. The threads it
+// could not let go of at once come back for settle.
+func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped) {
+	start := time.Now()
+	deadline := start.Add(o.MaxStop)
+	// Half the bound for the threads to stop, so that when one does not,
+	// the others still get copied.
+	stopBy := start.Add(o.MaxStop / 2)
+	released := false
+	release := func() {
+		if !released {
+			for _, t := range ts {
+				t.detach()
+			}
+			s.stoppedFor, released = time.Since(start), true
+		}
+	}
+	defer func() {
+		// Let go of every stopped thread on every path, a panic included.
+		if r := recover(); r != nil {
+			s.whileErr = fmt.Errorf("panic while stopped: %v", r)
+		}
+		release()
+		s.threads = s.threads[:0]
+		for _, t := range ts {
+			s.threads = append(s.threads, t.snapshot)
+		}
+		sort.Slice(s.threads, func(i, j int) bool { return s.threads[i].tid < s.threads[j].tid })
+	}()
+	seen := map[int]bool{}
+	// Two rounds: threads created while the first round stopped the
+	// others are caught by the second.
+	for round := 0; round < 2; round++ {
+		tids, err := procfs.Tasks(pid)
+		if err != nil {
+			break
+		}
+		var fresh []*tracee
+		for _, tid := range tids {
+			if !seen[tid] {
+				seen[tid] = true
+				fresh = append(fresh, seize(pid, tid))
+			}
+		}
+		ts = append(ts, fresh...)
+		if len(fresh) == 0 {
+			break
+		}
+		for _, t := range fresh {
+			if t.seized {
+				if err := unix.PtraceInterrupt(t.tid); err != nil {
+					t.err = fmt.Errorf("ptrace interrupt: %w", err)
+				}
+			}
+		}
+		if !waitStops(fresh, stopBy) {
+			s.partial = true
+			for _, t := range fresh {
+				if t.seized && !t.stopped && t.err == nil {
+					t.err = fmt.Errorf("thread did not stop within %v", o.MaxStop/2)
+				}
+			}
+			break
+		}
+	}
+	for _, t := range ts {
+		if !t.stopped {
+			continue
+		}
+		if err := unix.PtraceGetRegs(t.tid, &t.regs); err != nil {
+			t.err = fmt.Errorf("read registers: %w", err)
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.err = fmt.Errorf("stack not copied within %v", o.MaxStop)
+			s.partial = true
+			continue
+		}
+		var err error
+		t.stackLo, t.stack, err = copyStack(t.tid, t.regs.Rsp, o.MaxStack, maps)
+		if err != nil {
+			t.err = err
+		}
+	}
+	if o.WhileStopped != nil && time.Now().Before(deadline) {
+		// At the bound the threads go on, while the callback finishes.
+		done := make(chan error, 1)
+		go func() {
+			defer func() {
+				if r := recover(); r != nil {
+					done <- fmt.Errorf("panic while stopped: %v", r)
+				}
+			}()
+			done <- o.WhileStopped()
+		}()
+		select {
+		case s.whileErr = <-done:
+		case <-time.After(time.Until(deadline)):
+			release()
+			s.whileErr = <-done
+		}
+	}
+	return ts, s
+}
+
+// seize attaches to one thread without stopping it. Zombies and threads in
+// uninterruptible sleep are left alone.
+func seize(pid, tid int) *tracee {
+	t := &tracee{snapshot: &snapshot{tid: tid}}
+	st, err := procfs.ReadTaskStat(pid, tid)
+	if err != nil {
+		t.err = errors.New("thread exited")
+		return t
+	}
+	t.state = st.State
+	switch st.State {
+	case 'Z', 'X':
+		t.err = errors.New("zombie thread")
+		return t
+	case 'D':
+		t.err = errors.New("thread in state D (uninterruptible): not stopped")
+		return t
+	}
+	if err := unix.PtraceSeize(tid); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			t.err = errors.New("thread exited")
+		} else {
+			t.err = fmt.Errorf("ptrace seize: %w", err)
+		}
+		return t
+	}
+	t.seized = true
+	return t
+}
+
+// waitStops waits until every seized thread of ts stopped or exited. It
+// returns false when the deadline passed first.
+func waitStops(ts []*tracee, deadline time.Time) bool {
+	for {
+		pending := false
+		progress := false
+		for _, t := range ts {
+			if !t.seized || t.stopped || t.err != nil {
+				continue
+			}
+			if t.poll() {
+				progress = true
+			}
+			if t.seized && !t.stopped {
+				pending = true
+			}
+		}
+		if !pending {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		if !progress {
+			time.Sleep(20 * time.Microsecond)
+		}
+	}
+}
+
+// poll takes one wait status of t without blocking; it reports whether
+// there was one.
+func (t *tracee) poll() bool {
+	var ws unix.WaitStatus
+	wpid, err := unix.Wait4(t.tid, &ws, unix.WALL|unix.WNOHANG, nil)
+	switch {
+	case err != nil:
+		if errors.Is(err, unix.EINTR) {
+			return false
+		}
+		// ECHILD: no longer ours to wait for.
+		t.seized, t.stopped = false, false
+		if t.err == nil {
+			t.err = fmt.Errorf("wait: %w", err)
+		}
+	case wpid == 0:
+		return false
+	case ws.Exited() || ws.Signaled():
+		t.seized, t.stopped = false, false
+		if t.err == nil {
+			t.err = errors.New("thread exited")
+		}
+	case ws.Stopped():
+		t.stopped = true
+		// PTRACE_EVENT_STOP is our interrupt (or a group-stop); any other
+		// stop holds a signal on its way to the thread, delivered on detach.
+		if uint32(ws)>>16 != unix.PTRACE_EVENT_STOP {
+			t.sig = int(ws.StopSignal())
+		}
+	}
+	return true
+}
+
+// detach lets a stopped thread run again, with the signal it stopped for.
+// A thread that cannot be detached is exiting (SIGKILL woke it): it is
+// marked dying, for settle to reap.
+func (t *tracee) detach() {
+	if !t.seized || !t.stopped {
+		return
+	}
+	_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(t.tid), 0, uintptr(t.sig), 0, 0)
+	t.stopped = false
+	if errno == 0 {
+		t.seized = false
+		return
+	}
+	t.dying = true
+}
+
+// settle lets go of the threads stopAll could not: it detaches those that
+// stop late and reaps the ptrace side of those exiting (which hands a dead
+// main thread back to its parent once the others are reaped), until none
+// is left or the deadline. The target is never our child (see helperEnv).
+func settle(pid int, ts []*tracee, deadline time.Time) {
+	for {
+		left := false
+		for _, t := range ts {
+			if !t.seized {
+				continue
+			}
+			if t.poll() && t.stopped {
+				t.detach()
+			}
+			left = left || t.seized
+		}
+		if !left || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// copyStack copies the stack of a thread from its stack pointer (less the
+// red zone) up to maxStack bytes or the end of the mapping holding it.
+func copyStack(tid int, sp uint64, maxStack int, maps []procfs.Mapping) (uint64, []byte, error) {
+	i := sort.Search(len(maps), func(i int) bool { return maps[i].End > sp })
+	if i == len(maps) || !maps[i].Contains(sp) {
+		return 0, nil, fmt.Errorf("stack pointer %#x is not in mapped memory", sp)
+	}
+	m := maps[i]
+	lo := sp - 128
+	if lo < m.Start {
+		lo = m.Start
+	}
+	hi := m.End
+	if hi-lo > uint64(maxStack) {
+		hi = lo + uint64(maxStack)
+	}
+	buf := make([]byte, hi-lo)
+	n, err := readMem(tid, buf, lo)
+	if n <= 0 {
+		return 0, nil, fmt.Errorf("read stack at %#x: %w", lo, err)
+	}
+	return lo, buf[:n], nil
+}
+
+// readMem reads another process's memory.
+func readMem(pid int, b []byte, addr uint64) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	local := []unix.Iovec{{Base: &b[0]}}
+	local[0].SetLen(len(b))
+	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
+	n, err := unix.ProcessVMReadv(pid, local, remote, 0)
+	if n < 0 {
+		n = 0
+	}
+	return n, err
+}

@@ -1,0 +1,371 @@
+package native
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-delve/delve/pkg/dwarf/frame"
+	"github.com/go-delve/delve/pkg/dwarf/op"
+	"github.com/go-delve/delve/pkg/dwarf/regnum"
+
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/symbols"
+)
+
+// SignalFrame is the name of the frame of a signal trampoline, as gdb prints it.
+const SignalFrame = "<signal handler called>"
+
+const nregs = regnum.AMD64_Rip + 1
+
+// regs are the DWARF-numbered registers of one frame (rip is the return address column).
+type regs struct {
+	v  [nregs]uint64
+	ok [nregs]bool
+}
+
+func (r *regs) set(n int, v uint64) { r.v[n], r.ok[n] = v, true }
+
+// memory reads the target: the copied stack first, the live process after.
+type memory struct {
+	lo   uint64
+	b    []byte
+	live func([]byte, uint64) (int, error)
+}
+
+func (m *memory) read(b []byte, addr uint64) (int, error) {
+	if addr >= m.lo && addr+uint64(len(b)) <= m.lo+uint64(len(m.b)) {
+		return copy(b, m.b[addr-m.lo:]), nil
+	}
+	if m.live == nil {
+		return 0, fmt.Errorf("read %#x: not in the stack copy", addr)
+	}
+	n, err := m.live(b, addr)
+	if n < len(b) {
+		if err == nil {
+			err = errors.New("short read")
+		}
+		return n, fmt.Errorf("read %#x: %w", addr, err)
+	}
+	return n, nil
+}
+
+func (m *memory) u64(addr uint64) (uint64, error) {
+	var b [8]byte
+	if _, err := m.read(b[:], addr); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b[:]), nil
+}
+
+// sigreturn is the code of glibc's (and the kernel's vDSO) __restore_rt:
+// mov $15, %rax; syscall.
+var sigreturn = []byte{0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05}
+
+// step is one frame found by walking a stack, before it is named.
+type step struct {
+	pc     uint64 // the frame's pc: a return address but in the innermost frame and below a signal
+	lookup uint64 // where the frame is looked up: pc, or pc-1 for a return address
+	signal bool   // a signal trampoline
+	cfi    bool   // its caller's registers came from call frame information
+}
+
+// unwind walks one thread's stack from its copied registers and names its
+// frames.
+func unwind(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error)) ([]stack.Frame, error) {
+	steps, err := walk(proc, t, live)
+	return frames(proc, steps), err
+}
+
+// walk follows one thread's stack from its copied registers: call frame
+// information, else the frame pointer, and the registers saved by the
+// kernel across a signal trampoline.
+func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error)) ([]step, error) {
+	mem := &memory{lo: t.stackLo, b: t.stack, live: live}
+	var r regs
+	g := &t.regs
+	for n, v := range map[int]uint64{
+		regnum.AMD64_Rax: g.Rax, regnum.AMD64_Rdx: g.Rdx, regnum.AMD64_Rcx: g.Rcx, regnum.AMD64_Rbx: g.Rbx,
+		regnum.AMD64_Rsi: g.Rsi, regnum.AMD64_Rdi: g.Rdi, regnum.AMD64_Rbp: g.Rbp, regnum.AMD64_Rsp: g.Rsp,
+		regnum.AMD64_R8: g.R8, regnum.AMD64_R9: g.R9, regnum.AMD64_R10: g.R10, regnum.AMD64_R11: g.R11,
+		regnum.AMD64_R12: g.R12, regnum.AMD64_R13: g.R13, regnum.AMD64_R14: g.R14, regnum.AMD64_R15: g.R15,
+		regnum.AMD64_Rip: g.Rip,
+	} {
+		r.set(n, v)
+	}
+	var steps []step
+	exact := true // the pc is not a return address: innermost frame or interrupted by a signal
+	for len(steps) < MaxFrames {
+		pc := r.v[regnum.AMD64_Rip]
+		if pc == 0 {
+			return steps, nil
+		}
+		lookup := pc
+		if !exact {
+			lookup = pc - 1
+		}
+		mod, fde := frameInfo(proc, lookup)
+		if isSigreturn(mem, pc, fde) {
+			steps = append(steps, step{pc: pc, lookup: pc, signal: true})
+			if err := restoreSignal(mem, &r); err != nil {
+				return steps, fmt.Errorf("unwind signal frame: %w", err)
+			}
+			exact = true
+			continue
+		}
+		steps = append(steps, step{pc: pc, lookup: lookup})
+		if name, ok := proc.Function(lookup); ok && name == "main" {
+			return steps, nil // gdb stops at main too
+		}
+		sp := r.v[regnum.AMD64_Rsp]
+		end, cfi, err := next(mod, fde, mem, &r, lookup)
+		if err != nil {
+			return steps, err
+		}
+		if end {
+			return steps, nil
+		}
+		if r.v[regnum.AMD64_Rsp] <= sp {
+			return steps, fmt.Errorf("unwind at %#x: stack pointer did not advance", pc)
+		}
+		steps[len(steps)-1].cfi = cfi
+		exact = false
+	}
+	return steps, fmt.Errorf("stack deeper than %d frames: cut", MaxFrames)
+}
+
+// frames names the steps of a walk: inlined calls from the debug
+// information, and the functions that a caller left by tail calls
+// (jumps, which leave no frame) between a frame and its caller, recovered
+// from call sites as gdb does.
+func frames(proc *symbols.Process, steps []step) []stack.Frame {
+	var out []stack.Frame
+	for i, s := range steps {
+		if s.signal {
+			out = append(out, stack.Frame{Func: SignalFrame, Addr: s.pc})
+			continue
+		}
+		out = append(out, symbolize(proc, s.pc, s.lookup)...)
+		if s.cfi && i+1 < len(steps) {
+			for _, tc := range proc.TailCalls(steps[i+1].pc, s.lookup) {
+				out = append(out, tailFrame(proc, tc))
+			}
+		}
+	}
+	return out
+}
+
+// frameInfo finds the module and the call frame information entry of an
+// address; either is nil when there is none.
+func frameInfo(proc *symbols.Process, lookup uint64) (*symbols.Module, *frame.FrameDescriptionEntry) {
+	mod, ok := proc.Module(lookup)
+	if !ok || mod.Object == nil {
+		return nil, nil
+	}
+	fde, err := mod.Object.FDE(mod.Vaddr(lookup))
+	if err != nil {
+		return mod, nil
+	}
+	return mod, fde
+}
+
+// isSigreturn reports whether pc is at a signal trampoline. Call frame
+// information marks one ('S' augmentation); other code with call frame
+// information is not one, and is not read.
+func isSigreturn(mem *memory, pc uint64, fde *frame.FrameDescriptionEntry) bool {
+	if fde != nil && fde.CIE != nil && !strings.Contains(fde.CIE.Augmentation, "S") {
+		return false
+	}
+	b := make([]byte, len(sigreturn))
+	if _, err := mem.read(b, pc); err != nil {
+		return false
+	}
+	return bytes.Equal(b, sigreturn)
+}
+
+// restoreSignal loads the registers saved in the ucontext a signal
+// trampoline returns through: struct rt_sigframe's uc sits at the stack
+// pointer, its mcontext 40 bytes in (uc_flags, uc_link, uc_stack).
+func restoreSignal(mem *memory, r *regs) error {
+	base := r.v[regnum.AMD64_Rsp] + 40
+	b := make([]byte, 17*8)
+	if _, err := mem.read(b, base); err != nil {
+		return err
+	}
+	get := func(i int) uint64 { return binary.LittleEndian.Uint64(b[i*8:]) }
+	// struct sigcontext: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip
+	order := []int{regnum.AMD64_R8, regnum.AMD64_R9, regnum.AMD64_R10, regnum.AMD64_R11, regnum.AMD64_R12,
+		regnum.AMD64_R13, regnum.AMD64_R14, regnum.AMD64_R15, regnum.AMD64_Rdi, regnum.AMD64_Rsi,
+		regnum.AMD64_Rbp, regnum.AMD64_Rbx, regnum.AMD64_Rdx, regnum.AMD64_Rax, regnum.AMD64_Rcx,
+		regnum.AMD64_Rsp, regnum.AMD64_Rip}
+	for i, n := range order {
+		r.set(n, get(i))
+	}
+	return nil
+}
+
+// symbolize names the frame at pc (looked up at lookup), inlined calls
+// first when debug information has them.
+func symbolize(proc *symbols.Process, pc, lookup uint64) []stack.Frame {
+	syms := proc.LookupInline(lookup)
+	if len(syms) == 0 {
+		s, _ := proc.Lookup(lookup)
+		syms = []symbols.Symbol{s}
+	}
+	out := make([]stack.Frame, len(syms))
+	for i, s := range syms {
+		f := stack.Frame{Func: s.Name, File: s.File, Line: s.Line, Module: s.Module, Addr: pc}
+		if f.Func == "" {
+			f.Func = "??"
+		}
+		out[i] = f
+	}
+	return out
+}
+
+// tailFrame names the frame of a function left by a tail call at pc (the
+// address after the jump): its innermost function there, as gdb names it.
+func tailFrame(proc *symbols.Process, pc uint64) stack.Frame {
+	fs := symbolize(proc, pc, pc-1)
+	return fs[0]
+}
+
+// next computes the caller's registers. end is true at the outermost
+// frame; cfi when call frame information (not the frame pointer) gave them.
+func next(mod *symbols.Module, fde *frame.FrameDescriptionEntry, mem *memory, r *regs, lookup uint64) (end, cfi bool, err error) {
+	if fde != nil {
+		end, err := stepCFI(fde, mod, mem, r, lookup)
+		return end, true, err
+	}
+	if mod != nil && mod.Object != nil {
+		if _, ferr := mod.Object.FDE(mod.Vaddr(lookup)); !errors.Is(ferr, symbols.ErrNoFDE) {
+			err = ferr
+		}
+	}
+	// No call frame information (anonymous or JIT memory, or a file
+	// without it): follow the frame pointer chain.
+	bp := r.v[regnum.AMD64_Rbp]
+	if !r.ok[regnum.AMD64_Rbp] || bp < r.v[regnum.AMD64_Rsp] || bp == 0 {
+		if err != nil {
+			return false, false, err
+		}
+		return false, false, fmt.Errorf("unwind at %#x: no call frame information and no frame pointer", lookup)
+	}
+	ra, err1 := mem.u64(bp + 8)
+	next, err2 := mem.u64(bp)
+	if err1 != nil || err2 != nil {
+		return false, false, fmt.Errorf("unwind at %#x by frame pointer: %w", lookup, errors.Join(err1, err2))
+	}
+	r.set(regnum.AMD64_Rip, ra)
+	r.set(regnum.AMD64_Rbp, next)
+	r.set(regnum.AMD64_Rsp, bp+16)
+	return ra == 0, false, nil
+}
+
+func establish(fde *frame.FrameDescriptionEntry, vaddr uint64) (ctx *frame.FrameContext, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			ctx, err = nil, fmt.Errorf("corrupt call frame information: %v", p)
+		}
+	}()
+	return fde.EstablishFrame(vaddr)
+}
+
+func stepCFI(fde *frame.FrameDescriptionEntry, mod *symbols.Module, mem *memory, r *regs, lookup uint64) (bool, error) {
+	ctx, err := establish(fde, mod.Vaddr(lookup))
+	if err != nil {
+		return false, fmt.Errorf("unwind at %#x: %w", lookup, err)
+	}
+	dregs := r.dwarf(0)
+	var cfa uint64
+	switch ctx.CFA.Rule {
+	case frame.RuleCFA:
+		if int(ctx.CFA.Reg) >= nregs || !r.ok[ctx.CFA.Reg] {
+			return false, fmt.Errorf("unwind at %#x: CFA register %d unknown", lookup, ctx.CFA.Reg)
+		}
+		cfa = uint64(int64(r.v[ctx.CFA.Reg]) + ctx.CFA.Offset)
+	case frame.RuleExpression, frame.RuleValExpression:
+		v, _, err := op.ExecuteStackProgram(*dregs, ctx.CFA.Expression, 8, mem.read)
+		if err != nil {
+			return false, fmt.Errorf("unwind at %#x: CFA expression: %w", lookup, err)
+		}
+		cfa = uint64(v)
+	default:
+		return false, fmt.Errorf("unwind at %#x: unsupported CFA rule %d", lookup, ctx.CFA.Rule)
+	}
+	dregs = r.dwarf(int64(cfa))
+	ra, ok := ctx.Regs[ctx.RetAddrReg]
+	if !ok || ra.Rule == frame.RuleUndefined {
+		return true, nil // outermost frame
+	}
+	next := *r
+	for n, rule := range ctx.Regs {
+		if n >= nregs || rule.Rule == frame.RuleSameVal {
+			continue
+		}
+		v, known, err := ruleValue(rule, cfa, r, dregs, mem)
+		if err != nil {
+			if n == ctx.RetAddrReg {
+				return false, fmt.Errorf("unwind at %#x: return address: %w", lookup, err)
+			}
+			next.ok[n] = false
+			continue
+		}
+		next.v[n], next.ok[n] = v, known
+	}
+	if !next.ok[regnum.AMD64_Rip] {
+		return true, nil
+	}
+	next.set(regnum.AMD64_Rsp, cfa)
+	*r = next
+	return false, nil
+}
+
+func ruleValue(rule frame.DWRule, cfa uint64, r *regs, dregs *op.DwarfRegisters, mem *memory) (uint64, bool, error) {
+	switch rule.Rule {
+	case frame.RuleUndefined:
+		return 0, false, nil
+	case frame.RuleOffset:
+		v, err := mem.u64(uint64(int64(cfa) + rule.Offset))
+		return v, err == nil, err
+	case frame.RuleValOffset:
+		return uint64(int64(cfa) + rule.Offset), true, nil
+	case frame.RuleRegister:
+		if rule.Reg >= nregs || !r.ok[rule.Reg] {
+			return 0, false, nil
+		}
+		return r.v[rule.Reg], true, nil
+	case frame.RuleExpression, frame.RuleValExpression:
+		prog := append([]byte{byte(op.DW_OP_call_frame_cfa)}, rule.Expression...)
+		v, _, err := op.ExecuteStackProgram(*dregs, prog, 8, mem.read)
+		if err != nil {
+			return 0, false, err
+		}
+		if rule.Rule == frame.RuleValExpression {
+			return uint64(v), true, nil
+		}
+		w, err := mem.u64(uint64(v))
+		return w, err == nil, err
+	case frame.RuleCFA:
+		if rule.Reg >= nregs || !r.ok[rule.Reg] {
+			return 0, false, nil
+		}
+		return uint64(int64(r.v[rule.Reg]) + rule.Offset), true, nil
+	}
+	return 0, false, fmt.Errorf("unsupported register rule %d", rule.Rule)
+}
+
+// dwarf converts the registers for delve's expression evaluator.
+func (r *regs) dwarf(cfa int64) *op.DwarfRegisters {
+	list := make([]*op.DwarfRegister, nregs)
+	for i := range list {
+		if r.ok[i] {
+			list[i] = op.DwarfRegisterFromUint64(r.v[i])
+		}
+	}
+	d := op.NewDwarfRegisters(0, list, binary.LittleEndian, regnum.AMD64_Rip, regnum.AMD64_Rsp, regnum.AMD64_Rbp, 0)
+	d.CFA = cfa
+	return d
+}

@@ -1,0 +1,445 @@
+package symbols
+
+import (
+	"debug/dwarf"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+)
+
+// A large object (libc's debug file, a framework library) holds thousands
+// of compile units in megabytes of DWARF, often compressed, while a dump
+// needs a handful of units. Two things keep the cost to what is needed:
+//
+//   - compressed .debug_info, .debug_abbrev and .debug_line are read
+//     (decompressed) only as far as the units needed so far, which are
+//     found by address through .debug_aranges;
+//   - debug/dwarf parses the abbreviation table of every unit it is given,
+//     so each unit not needed yet points at an empty table in our copy of
+//     .debug_info; a unit gets its own back when first needed.
+//
+// Offsets are kept, so entries read at one time stay valid later. The
+// parts of .debug_abbrev and .debug_line not read yet are zeros: an empty
+// table, an empty line program; a unit's are read before it is used.
+
+// wholeSections are the small sections read whole, concurrently.
+var wholeSections = []string{"str", "line_str", "ranges", "rnglists", "addr", "str_offsets", "aranges"}
+
+// readChunk is the least read from a compressed section at a time.
+const readChunk = 256 << 10
+
+// section is one DWARF section, read as far as needed.
+type section struct {
+	b    []byte    // the whole section; b[:n] read
+	n    int       // bytes read
+	rest io.Reader // the rest; nil once read whole
+}
+
+// openSection reads s whole when it is not compressed, else prepares to
+// read it as needed. extra zero bytes follow the section in b.
+func openSection(s *elf.Section, extra int) (*section, error) {
+	if s.Flags&elf.SHF_COMPRESSED == 0 {
+		b, err := s.Data()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b[:len(b):len(b)], make([]byte, extra)...)
+		return &section{b: b, n: len(b) - extra}, nil
+	}
+	return &section{b: make([]byte, int(s.Size)+extra), rest: s.Open()}, nil
+}
+
+// read reads the section on to at least to bytes (but its end).
+func (s *section) read(to int) error {
+	if to <= s.n {
+		return nil
+	}
+	if s.rest == nil {
+		return io.ErrUnexpectedEOF
+	}
+	size := len(s.b)
+	want := min(max(to, s.n+readChunk), size)
+	k, err := io.ReadFull(s.rest, s.b[s.n:want])
+	s.n += k
+	if err != nil {
+		s.rest = nil
+		return err
+	}
+	if s.n < to {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}
+
+// debugInfo is the DWARF of one object, made ready unit by unit. It is
+// guarded by its lineTable's mutex.
+type debugInfo struct {
+	order  binary.ByteOrder
+	sec    map[string][]byte // the sections read whole
+	info   *section          // stubs edited in
+	abbrev *section          // with the empty table (a 0) after it
+	line   *section
+	file   io.Closer    // what the sections read from, closed once read whole
+	units  []unitHeader // the units read whole, by offset
+	next   int          // where the next unit starts
+	stub   uint64       // offset of the empty abbreviation table
+	data   *dwarf.Data  // over the units read; nil when outdated
+}
+
+// unitHeader is where one unit lies in .debug_info and its abbreviation
+// table offset.
+type unitHeader struct {
+	off, end dwarf.Offset // the header's start, the unit's end
+	die      dwarf.Offset // its first entry: the unit's offset to debug/dwarf
+	field    int          // position of the abbreviation offset in .debug_info
+	abbrev   uint64       // the real offset
+	is64     bool
+	live     bool // given its table back
+}
+
+// openDebugInfo opens the DWARF of f, reading its small sections whole:
+// file, f's file, stays open while a compressed section is read as needed
+// (else it is closed now). It fails when the sections are compressed the
+// legacy (.zdebug) way or there is no .debug_info.
+func openDebugInfo(f *elf.File, file io.Closer) (di *debugInfo, err error) {
+	defer func() {
+		if di == nil || di.done() {
+			file.Close()
+		}
+	}()
+	if f.Section(".zdebug_info") != nil {
+		return nil, errors.New("legacy compressed debug sections")
+	}
+	di = &debugInfo{order: f.ByteOrder, sec: map[string][]byte{}, file: file}
+	for name, p := range map[string]**section{"info": &di.info, "abbrev": &di.abbrev, "line": &di.line} {
+		s := f.Section(".debug_" + name)
+		if s == nil || s.Type == elf.SHT_NOBITS {
+			if name == "line" {
+				continue
+			}
+			return nil, fmt.Errorf("no .debug_%s", name)
+		}
+		extra := 0
+		if name == "abbrev" {
+			extra = 1
+		}
+		if *p, err = openSection(s, extra); err != nil {
+			return nil, fmt.Errorf("read .debug_%s: %w", name, err)
+		}
+	}
+	di.stub = uint64(len(di.abbrev.b) - 1)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var firstErr error
+	for _, name := range wholeSections {
+		s := f.Section(".debug_" + name)
+		if s == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := s.Data()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("read .debug_%s: %w", name, err)
+			}
+			di.sec[name] = b
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	di.index()
+	return di, nil
+}
+
+// done reports whether every section is read whole.
+func (di *debugInfo) done() bool {
+	return di.info.rest == nil && di.abbrev.rest == nil && (di.line == nil || di.line.rest == nil)
+}
+
+// read reads s on to at least to bytes, closing the file when every
+// section is read whole.
+func (di *debugInfo) read(s *section, to int) error {
+	open := !di.done()
+	err := s.read(to)
+	if open && di.done() {
+		di.file.Close()
+	}
+	return err
+}
+
+// index adds the units of .debug_info that are now read whole, each
+// stubbed.
+func (di *debugInfo) index() {
+	order, info := di.order, di.info.b[:di.info.n]
+	for off := di.next; off+4 <= len(info); off = di.next {
+		h := unitHeader{off: dwarf.Offset(off)}
+		n := uint64(order.Uint32(info[off:]))
+		p := off + 4
+		if n == 0xffffffff {
+			if p+8 > len(info) {
+				return
+			}
+			n, h.is64, p = order.Uint64(info[p:]), true, p+8
+		}
+		if n == 0 {
+			di.next = p // padding
+			continue
+		}
+		end := uint64(p) + n
+		if n < 7 || end > uint64(len(info)) {
+			return // not read whole yet (or corrupt: never whole)
+		}
+		version := order.Uint16(info[p:])
+		p += 2
+		utype := byte(1) // DW_UT_compile
+		if version >= 5 {
+			utype = info[p]
+			p += 2 // unit type, address size
+		}
+		h.field = p
+		if h.is64 {
+			h.abbrev = order.Uint64(info[p:])
+			order.PutUint64(info[p:], di.stub)
+			p += 8
+		} else {
+			h.abbrev = uint64(order.Uint32(info[p:]))
+			order.PutUint32(info[p:], uint32(di.stub))
+			p += 4
+		}
+		switch {
+		case version < 5:
+			p++ // address size
+		case utype == 4 || utype == 5: // skeleton, split compile: unit id
+			p += 8
+		case utype == 2 || utype == 6: // type units: signature, type offset
+			p += 8 + 4
+			if h.is64 {
+				p += 4
+			}
+		}
+		h.die, h.end = dwarf.Offset(p), dwarf.Offset(end)
+		di.units = append(di.units, h)
+		di.next = int(end)
+	}
+}
+
+// unit returns the unit holding off, reading .debug_info that far.
+func (di *debugInfo) unit(off dwarf.Offset) (*unitHeader, error) {
+	for {
+		i := sort.Search(len(di.units), func(i int) bool { return di.units[i].end > off })
+		if i < len(di.units) {
+			if di.units[i].off > off {
+				return nil, fmt.Errorf("no unit holds offset %#x", off)
+			}
+			return &di.units[i], nil
+		}
+		if err := di.read(di.info, di.info.n+1); err != nil {
+			return nil, fmt.Errorf("no unit holds offset %#x: %w", off, err)
+		}
+		di.index()
+	}
+}
+
+// readAbbrev reads .debug_abbrev as far as the end of the table at off.
+func (di *debugInfo) readAbbrev(off uint64) error {
+	for {
+		if _, ok := abbrevEnd(di.abbrev.b[:di.abbrev.n], int(off)); ok {
+			return nil
+		}
+		if err := di.read(di.abbrev, di.abbrev.n+1); err != nil {
+			return fmt.Errorf("read .debug_abbrev at %#x: %w", off, err)
+		}
+	}
+}
+
+// readLine reads .debug_line as far as the end of the line program at off.
+func (di *debugInfo) readLine(off int64) error {
+	if di.line == nil || off < 0 {
+		return nil
+	}
+	if err := di.read(di.line, int(off)+12); err != nil && di.line.n < int(off)+4 {
+		return fmt.Errorf("read .debug_line at %#x: %w", off, err)
+	}
+	b := di.line.b
+	n := int64(di.order.Uint32(b[off:]))
+	end := off + 4 + n
+	if n == 0xffffffff {
+		end = off + 12 + int64(di.order.Uint64(b[off+4:]))
+	}
+	if end > int64(len(b)) {
+		return fmt.Errorf("line program at %#x runs past .debug_line", off)
+	}
+	return di.read(di.line, int(end))
+}
+
+// abbrevEnd returns where the abbreviation table at off in b ends, false
+// when b ends first.
+func abbrevEnd(b []byte, off int) (int, bool) {
+	p := off
+	uleb := func() (uint64, bool) {
+		var v uint64
+		for shift := 0; p < len(b); shift += 7 {
+			c := b[p]
+			p++
+			if shift < 64 {
+				v |= uint64(c&0x7f) << shift
+			}
+			if c&0x80 == 0 {
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	for {
+		code, ok := uleb()
+		if !ok {
+			return 0, false
+		}
+		if code == 0 {
+			return p, true
+		}
+		if _, ok := uleb(); !ok || p >= len(b) { // tag, children
+			return 0, false
+		}
+		p++
+		for {
+			name, ok1 := uleb()
+			form, ok2 := uleb()
+			if !ok1 || !ok2 {
+				return 0, false
+			}
+			if form == 0x21 { // DW_FORM_implicit_const: a signed constant follows
+				if _, ok := uleb(); !ok {
+					return 0, false
+				}
+			}
+			if name == 0 && form == 0 {
+				break
+			}
+		}
+	}
+}
+
+// dwarf returns the data with the units holding offs ready.
+func (di *debugInfo) dwarf(offs ...dwarf.Offset) (*dwarf.Data, error) {
+	for _, off := range offs {
+		h, err := di.unit(off)
+		if err != nil {
+			return nil, err
+		}
+		if h.live {
+			continue
+		}
+		if err := di.readAbbrev(h.abbrev); err != nil {
+			return nil, err
+		}
+		info := di.info.b
+		if h.is64 {
+			di.order.PutUint64(info[h.field:], h.abbrev)
+		} else {
+			di.order.PutUint32(info[h.field:], uint32(h.abbrev))
+		}
+		h.live = true
+		di.data = nil
+	}
+	if di.data != nil {
+		return di.data, nil
+	}
+	var line []byte
+	if di.line != nil {
+		line = di.line.b
+	}
+	d, err := dwarf.New(di.abbrev.b, nil, nil, di.info.b[:di.next:di.next], line, nil, di.sec["ranges"], di.sec["str"])
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{"line_str", "rnglists", "addr", "str_offsets"} {
+		if b := di.sec[name]; b != nil {
+			if err := d.AddSection(".debug_"+name, b); err != nil {
+				return nil, err
+			}
+		}
+	}
+	di.data = d
+	return d, nil
+}
+
+// all reads the whole of .debug_info and returns every unit's header
+// offset.
+func (di *debugInfo) all() ([]dwarf.Offset, error) {
+	if err := di.read(di.info, len(di.info.b)); err != nil {
+		return nil, err
+	}
+	di.index()
+	offs := make([]dwarf.Offset, len(di.units))
+	for i, u := range di.units {
+		offs[i] = u.off
+	}
+	return offs, nil
+}
+
+// aranges reads .debug_aranges: the address ranges of each unit, by the
+// offset of the unit's header.
+func aranges(b []byte, order binary.ByteOrder) ([]unitRange, error) {
+	var out []unitRange
+	for len(b) > 0 {
+		if len(b) < 4 {
+			return nil, errors.New("truncated .debug_aranges")
+		}
+		n := uint64(order.Uint32(b))
+		hdr := 4
+		is64 := false
+		if n == 0xffffffff {
+			if len(b) < 12 {
+				return nil, errors.New("truncated .debug_aranges")
+			}
+			n, hdr, is64 = order.Uint64(b[4:]), 12, true
+		}
+		if n > uint64(len(b)-hdr) {
+			return nil, errors.New("bad .debug_aranges length")
+		}
+		set := b[hdr : hdr+int(n)]
+		b = b[hdr+int(n):]
+		p := 2 // version
+		var off uint64
+		if is64 {
+			if len(set) < p+8 {
+				return nil, errors.New("truncated .debug_aranges")
+			}
+			off, p = order.Uint64(set[p:]), p+8
+		} else {
+			if len(set) < p+4 {
+				return nil, errors.New("truncated .debug_aranges")
+			}
+			off, p = uint64(order.Uint32(set[p:])), p+4
+		}
+		if len(set) < p+2 || set[p] != 8 || set[p+1] != 0 {
+			return nil, errors.New("unsupported .debug_aranges address size")
+		}
+		p += 2
+		// Tuples start at a multiple of twice the address size from the
+		// start of the set (its length field included).
+		for (hdr+p)%16 != 0 {
+			p++
+		}
+		for ; p+16 <= len(set); p += 16 {
+			lo, size := order.Uint64(set[p:]), order.Uint64(set[p+8:])
+			if lo == 0 && size == 0 {
+				break
+			}
+			if size > 0 {
+				out = append(out, unitRange{lo, lo + size, dwarf.Offset(off)})
+			}
+		}
+	}
+	return out, nil
+}

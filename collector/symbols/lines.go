@@ -1,0 +1,271 @@
+package symbols
+
+import (
+	"debug/dwarf"
+	"debug/elf"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// DebugRoot is where separate debug files are looked up (by build-id under
+// .build-id/, or by .gnu_debuglink); tests may point it elsewhere.
+var DebugRoot = "/usr/lib/debug"
+
+// debugFileHandle is an opened separate debug file.
+type debugFileHandle struct {
+	*elf.File
+	f *os.File
+}
+
+func (d *debugFileHandle) Close() error { return d.f.Close() }
+
+// debugFile opens the separate debug file of an object, if one exists:
+// /usr/lib/debug/.build-id/xx/rest.debug, then the .gnu_debuglink name next
+// to the file, in its .debug directory, and under /usr/lib/debug.
+func (o *Object) debugFile(f *elf.File) *debugFileHandle {
+	var cands []string
+	if len(o.BuildID) > 2 {
+		cands = append(cands, filepath.Join(DebugRoot, ".build-id", o.BuildID[:2], o.BuildID[2:]+".debug"))
+	}
+	if s := f.Section(".gnu_debuglink"); s != nil && o.Path != "" && o.Path[0] == '/' {
+		if b, err := s.Data(); err == nil {
+			name := cstring(b, 0)
+			if name != "" && !strings.Contains(name, "/") {
+				dir := filepath.Dir(o.Path)
+				cands = append(cands, filepath.Join(dir, name), filepath.Join(dir, ".debug", name), filepath.Join(DebugRoot, dir, name))
+			}
+		}
+	}
+	for _, c := range cands {
+		fh, err := os.Open(c)
+		if err != nil {
+			continue
+		}
+		ef, err := elf.NewFile(fh)
+		if err != nil {
+			fh.Close()
+			continue
+		}
+		if o.BuildID != "" {
+			if id := buildID(ef); id != "" && id != o.BuildID {
+				fh.Close()
+				continue
+			}
+		}
+		return &debugFileHandle{File: ef, f: fh}
+	}
+	return nil
+}
+
+// lineTable answers file:line, inlined calls and call sites for addresses
+// of one object. Its fields are guarded by mu.
+type lineTable struct {
+	mu    sync.Mutex
+	di    *debugInfo
+	units []unitRange // by lo; off is the unit's header
+	// per-unit data, filled on first use
+	rows  map[dwarf.Offset][]lineRow
+	infos map[dwarf.Offset]*unitInfo
+}
+
+// data returns the DWARF with the units holding offs ready. Called with
+// mu held; it panics, for its callers to recover, when a unit cannot be
+// read.
+func (lt *lineTable) data(offs ...dwarf.Offset) *dwarf.Data {
+	d, err := lt.di.dwarf(offs...)
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
+// lineReader reads the line table of unit cu. Called with mu held.
+func (lt *lineTable) lineReader(d *dwarf.Data, cu *dwarf.Entry) (*dwarf.LineReader, error) {
+	if off, ok := cu.Val(dwarf.AttrStmtList).(int64); ok {
+		if err := lt.di.readLine(off); err != nil {
+			return nil, err
+		}
+	}
+	return d.LineReader(cu)
+}
+
+// entryOf returns the offset of the first entry of the unit whose header
+// is at off. Called with mu held; panics like data.
+func (lt *lineTable) entryOf(off dwarf.Offset) dwarf.Offset {
+	h, err := lt.di.unit(off)
+	if err != nil {
+		panic(err)
+	}
+	return h.die
+}
+
+type unitRange struct {
+	lo, hi uint64
+	off    dwarf.Offset
+}
+
+type lineRow struct {
+	addr uint64
+	file string
+	line int
+	end  bool
+}
+
+// line returns the source position of vaddr from the DWARF line tables of
+// the object or its separate debug file.
+func (o *Object) line(vaddr uint64) (string, int) {
+	o.lineOnce.Do(o.loadLines)
+	if o.lines == nil {
+		return "", 0
+	}
+	return o.lines.lookup(vaddr)
+}
+
+// lineTable returns the object's DWARF, read on first use; nil without.
+func (o *Object) lineTable() *lineTable {
+	o.lineOnce.Do(o.loadLines)
+	return o.lines
+}
+
+func (o *Object) loadLines() {
+	defer func() {
+		if r := recover(); r != nil {
+			o.lines = nil
+		}
+	}()
+	r, c, err := o.open()
+	if err != nil {
+		return
+	}
+	f, err := elf.NewFile(r)
+	if err != nil {
+		c.Close()
+		return
+	}
+	src, closer := f, io.Closer(c)
+	if f.Section(".debug_line") == nil || f.Section(".debug_info") == nil {
+		c.Close()
+		df := o.debugFile(f)
+		if df == nil {
+			return
+		}
+		src, closer = df.File, df
+	}
+	di, err := openDebugInfo(src, closer)
+	if err != nil {
+		return
+	}
+	lt := &lineTable{di: di, rows: map[dwarf.Offset][]lineRow{}}
+	if b := di.sec["aranges"]; b != nil {
+		lt.units, err = aranges(b, src.ByteOrder)
+	}
+	if di.sec["aranges"] == nil || err != nil {
+		// Without an address index, read every unit's ranges.
+		lt.units = nil
+		offs, err := di.all()
+		if err != nil {
+			return
+		}
+		d := lt.data(offs...)
+		rd := d.Reader()
+		for {
+			e, err := rd.Next()
+			if err != nil || e == nil {
+				break
+			}
+			if e.Tag == dwarf.TagCompileUnit || e.Tag == dwarf.TagPartialUnit {
+				h, err := di.unit(e.Offset)
+				if ranges, rerr := d.Ranges(e); err == nil && rerr == nil {
+					for _, rg := range ranges {
+						if rg[0] < rg[1] {
+							lt.units = append(lt.units, unitRange{rg[0], rg[1], h.off})
+						}
+					}
+				}
+			}
+			rd.SkipChildren()
+		}
+	}
+	sort.Slice(lt.units, func(i, j int) bool { return lt.units[i].lo < lt.units[j].lo })
+	o.lines = lt
+}
+
+// warm reads what the lookups of vaddrs need.
+func (lt *lineTable) warm(vaddrs []uint64) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	for _, v := range vaddrs {
+		lt.unitAt(v)
+		lt.lookupLocked(v)
+	}
+}
+
+func (lt *lineTable) lookup(vaddr uint64) (string, int) {
+	lt.mu.Lock()
+	defer lt.mu.Unlock()
+	return lt.lookupLocked(vaddr)
+}
+
+func (lt *lineTable) lookupLocked(vaddr uint64) (string, int) {
+	i := sort.Search(len(lt.units), func(i int) bool { return lt.units[i].lo > vaddr }) - 1
+	for ; i >= 0; i-- {
+		u := lt.units[i]
+		if vaddr >= u.hi {
+			continue
+		}
+		rows, err := lt.unitRows(u.off)
+		if err != nil {
+			return "", 0
+		}
+		j := sort.Search(len(rows), func(j int) bool { return rows[j].addr > vaddr }) - 1
+		if j >= 0 && !rows[j].end {
+			return rows[j].file, rows[j].line
+		}
+		return "", 0
+	}
+	return "", 0
+}
+
+func (lt *lineTable) unitRows(off dwarf.Offset) (rows []lineRow, err error) {
+	if rows, ok := lt.rows[off]; ok {
+		return rows, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			rows, err = nil, fmt.Errorf("read unit at %#x: %v", off, r)
+		}
+	}()
+	d := lt.data(off)
+	rd := d.Reader()
+	rd.Seek(lt.entryOf(off))
+	cu, err := rd.Next()
+	if err != nil || cu == nil {
+		return nil, fmt.Errorf("read unit at %#x: %v", off, err)
+	}
+	lr, err := lt.lineReader(d, cu)
+	if err != nil || lr == nil {
+		lt.rows[off] = nil
+		return nil, err
+	}
+	var le dwarf.LineEntry
+	for lr.Next(&le) == nil {
+		file := ""
+		if le.File != nil {
+			file = le.File.Name
+		}
+		rows = append(rows, lineRow{addr: le.Address, file: file, line: le.Line, end: le.EndSequence})
+	}
+	sort.SliceStable(rows, func(i, j int) bool {
+		if rows[i].addr != rows[j].addr {
+			return rows[i].addr < rows[j].addr
+		}
+		return rows[i].end && !rows[j].end // an end of sequence gives way to a new row at the same address
+	})
+	lt.rows[off] = rows
+	return rows, nil
+}

@@ -1,0 +1,442 @@
+package symbols
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/go-delve/delve/pkg/dwarf/frame"
+	"github.com/ianlancetaylor/demangle"
+)
+
+// ErrNoFDE reports that an object has no call frame information for an address.
+var ErrNoFDE = errors.New("no call frame information")
+
+// Object is one parsed ELF file (a library, an executable or the vDSO).
+// It is parsed lazily: opening reads only the headers; the symbol tables and
+// call frame information are read on the first lookup, the DWARF line tables
+// on the first line lookup. An Object is safe for concurrent use.
+type Object struct {
+	Path    string // the path as the process maps it, or "[vdso]"
+	BuildID string // hex, "" when the file has none
+
+	open  func() (io.ReaderAt, io.Closer, error) // re-opens the file's contents
+	size  int64                                  // of the file: what parsing it may cost
+	loads []segment
+
+	symOnce sync.Once
+	symErr  error
+	syms    []sym // function symbols sorted by address
+	strtab  [][]byte
+
+	nameOnce sync.Once
+	byName   map[string]int // symbol name without version -> index into syms
+
+	cfiOnce sync.Once
+	cfiErr  error
+	fdes    frame.FrameDescriptionEntries
+
+	lineOnce sync.Once
+	lines    *lineTable // nil when there is no DWARF
+}
+
+// segment is one PT_LOAD program header.
+type segment struct{ vaddr, off, filesz, memsz uint64 }
+
+// sym is a function symbol; the name stays in its string table until looked up.
+type sym struct {
+	addr, size uint64
+	tab        uint8  // index into Object.strtab
+	name       uint32 // offset into that string table
+	global     bool
+	plt        bool // a PLT entry, named "func@plt"
+}
+
+// openObject reads an ELF file's headers. open must return the same contents
+// each time it is called.
+func openObject(path string, open func() (io.ReaderAt, io.Closer, error)) (*Object, error) {
+	r, c, err := open()
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	f, err := elf.NewFile(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse elf %s: %w", path, err)
+	}
+	o := &Object{Path: path, open: open}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD {
+			o.loads = append(o.loads, segment{p.Vaddr, p.Off, p.Filesz, p.Memsz})
+		}
+	}
+	o.BuildID = buildID(f)
+	return o, nil
+}
+
+func fileOpener(path string) func() (io.ReaderAt, io.Closer, error) {
+	return func() (io.ReaderAt, io.Closer, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		return f, f, nil
+	}
+}
+
+func bytesOpener(b []byte) func() (io.ReaderAt, io.Closer, error) {
+	return func() (io.ReaderAt, io.Closer, error) {
+		return bytes.NewReader(b), io.NopCloser(nil), nil
+	}
+}
+
+// buildID returns the GNU build-id note in hex, or "".
+func buildID(f *elf.File) string {
+	for _, s := range f.Sections {
+		if s.Type != elf.SHT_NOTE {
+			continue
+		}
+		b, err := s.Data()
+		if err != nil {
+			continue
+		}
+		for len(b) >= 12 {
+			namesz := f.ByteOrder.Uint32(b[0:])
+			descsz := f.ByteOrder.Uint32(b[4:])
+			typ := f.ByteOrder.Uint32(b[8:])
+			nameEnd := 12 + align4(uint64(namesz))
+			descEnd := nameEnd + align4(uint64(descsz))
+			if descEnd > uint64(len(b)) {
+				break
+			}
+			if typ == 3 && namesz == 4 && string(b[12:15]) == "GNU" {
+				return fmt.Sprintf("%x", b[nameEnd:nameEnd+uint64(descsz)])
+			}
+			b = b[descEnd:]
+		}
+	}
+	return ""
+}
+
+func align4(n uint64) uint64 { return (n + 3) &^ 3 }
+
+// Vaddr converts a file offset of a mapping into the ELF virtual address it
+// was linked at, using the PT_LOAD segment holding that offset. The second
+// result is false when no segment holds it.
+func (o *Object) vaddrDelta(off uint64) (uint64, bool) {
+	for _, s := range o.loads {
+		if off >= s.off&^0xfff && off < s.off+s.filesz {
+			return s.vaddr - s.off, true
+		}
+	}
+	return 0, false
+}
+
+func (o *Object) loadSymbols() error {
+	o.symOnce.Do(func() {
+		r, c, err := o.open()
+		if err != nil {
+			o.symErr = err
+			return
+		}
+		defer c.Close()
+		f, err := elf.NewFile(r)
+		if err != nil {
+			o.symErr = fmt.Errorf("parse elf %s: %w", o.Path, err)
+			return
+		}
+		o.symbolsFrom(f)
+	})
+	return o.symErr
+}
+
+// symbolsFrom reads the symbol tables of f, o's file, or of its separate
+// debug file when f has none. Called once, from symOnce.
+func (o *Object) symbolsFrom(f *elf.File) {
+	defer func() {
+		if r := recover(); r != nil {
+			o.symErr = fmt.Errorf("read symbols of %s: %v", o.Path, r)
+		}
+	}()
+	o.addSymbols(f)
+	o.addPLT(f)
+	if len(o.syms) == 0 || f.Section(".symtab") == nil {
+		// A stripped file: its separate debug file may hold .symtab.
+		if df := o.debugFile(f); df != nil {
+			o.addSymbols(df.File)
+			df.Close()
+		}
+	}
+	sort.Slice(o.syms, func(i, j int) bool {
+		a, b := o.syms[i], o.syms[j]
+		if a.addr != b.addr {
+			return a.addr < b.addr
+		}
+		return a.global && !b.global // global names first at one address
+	})
+}
+
+// addSymbols appends the function symbols of .symtab and .dynsym.
+func (o *Object) addSymbols(f *elf.File) {
+	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		s := sectionOfType(f, typ)
+		if s == nil || s.Link >= uint32(len(f.Sections)) || f.Class != elf.ELFCLASS64 {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			continue
+		}
+		strs, err := f.Sections[s.Link].Data()
+		if err != nil || len(o.strtab) >= 255 {
+			continue
+		}
+		tab := uint8(len(o.strtab))
+		o.strtab = append(o.strtab, strs)
+		for i := elf.Sym64Size; i+elf.Sym64Size <= len(data); i += elf.Sym64Size {
+			e := data[i : i+elf.Sym64Size]
+			name := f.ByteOrder.Uint32(e[0:])
+			info := e[4]
+			shndx := f.ByteOrder.Uint16(e[6:])
+			value := f.ByteOrder.Uint64(e[8:])
+			size := f.ByteOrder.Uint64(e[16:])
+			t := elf.SymType(info & 0xf)
+			if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || shndx == uint16(elf.SHN_UNDEF) || value == 0 {
+				continue
+			}
+			o.syms = append(o.syms, sym{addr: value, size: size, tab: tab, name: name, global: elf.SymBind(info>>4) != elf.STB_LOCAL})
+		}
+	}
+}
+
+// addPLT names the PLT entries of f "func@plt", as gdb does: each entry
+// jumps through a GOT slot (jmp *disp(%rip), after endbr64 or a bnd prefix
+// in some layouts), and the dynamic relocation of that slot names the
+// function.
+func (o *Object) addPLT(f *elf.File) {
+	if f.Machine != elf.EM_X86_64 || len(o.strtab) >= 255 {
+		return
+	}
+	dyn, err := f.DynamicSymbols()
+	if err != nil {
+		return
+	}
+	slots := map[uint64]string{}
+	for _, name := range []string{".rela.plt", ".rela.dyn"} {
+		s := f.Section(name)
+		if s == nil || s.Type != elf.SHT_RELA {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			continue
+		}
+		for i := 0; i+24 <= len(data); i += 24 {
+			off, info := f.ByteOrder.Uint64(data[i:]), f.ByteOrder.Uint64(data[i+8:])
+			typ, idx := elf.R_X86_64(info&0xffffffff), info>>32
+			if (typ == elf.R_X86_64_JMP_SLOT || typ == elf.R_X86_64_GLOB_DAT) && idx > 0 && idx <= uint64(len(dyn)) {
+				slots[off] = dyn[idx-1].Name
+			}
+		}
+	}
+	if len(slots) == 0 {
+		return
+	}
+	var names []byte
+	tab := uint8(len(o.strtab))
+	for _, name := range []string{".plt", ".plt.sec", ".plt.got"} {
+		s := f.Section(name)
+		if s == nil || s.Type != elf.SHT_PROGBITS {
+			continue
+		}
+		data, err := s.Data()
+		if err != nil {
+			continue
+		}
+		size := 16
+		if name == ".plt.got" && s.Entsize == 8 {
+			size = 8
+		}
+		for e := 0; e+size <= len(data); e += size {
+			for p := e; p+6 <= e+size; p++ {
+				if data[p] != 0xff || data[p+1] != 0x25 {
+					continue
+				}
+				next := s.Addr + uint64(p+6)
+				slot := next + uint64(int64(int32(f.ByteOrder.Uint32(data[p+2:]))))
+				if fn, ok := slots[slot]; ok {
+					o.syms = append(o.syms, sym{addr: s.Addr + uint64(e), size: uint64(size), tab: tab, name: uint32(len(names)), plt: true})
+					names = append(append(names, fn...), "@plt\x00"...)
+				}
+				break
+			}
+		}
+	}
+	if names != nil {
+		o.strtab = append(o.strtab, names)
+	}
+}
+
+func sectionOfType(f *elf.File, t elf.SectionType) *elf.Section {
+	for _, s := range f.Sections {
+		if s.Type == t {
+			return s
+		}
+	}
+	return nil
+}
+
+// symbolAt finds the function symbol holding vaddr.
+func (o *Object) symbolAt(vaddr uint64) (name string, start uint64, ok bool) {
+	if o.loadSymbols() != nil {
+		return "", 0, false
+	}
+	i := sort.Search(len(o.syms), func(i int) bool { return o.syms[i].addr > vaddr }) - 1
+	if i < 0 {
+		return "", 0, false
+	}
+	// Go back over symbols at the same address to the preferred (first) one,
+	// and over zero-sized or shorter symbols that do not hold vaddr.
+	best := -1
+	for j := i; j >= 0 && j > i-64; j-- {
+		s := o.syms[j]
+		if s.size == 0 || vaddr < s.addr+s.size {
+			if best < 0 || s.addr == o.syms[best].addr {
+				best = j
+			}
+			continue
+		}
+		if best >= 0 && s.addr != o.syms[best].addr {
+			break
+		}
+	}
+	if best < 0 {
+		return "", 0, false
+	}
+	s := o.syms[best]
+	if s.plt {
+		return cstring(o.strtab[s.tab], s.name), s.addr, true
+	}
+	return Demangle(cstring(o.strtab[s.tab], s.name)), s.addr, true
+}
+
+func cstring(b []byte, off uint32) string {
+	if int(off) >= len(b) {
+		return ""
+	}
+	b = b[off:]
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// Demangle turns a raw symbol name into the name gdb prints for a function:
+// the symbol version (`@@GLIBC_2.3.2`) dropped, C++ and Rust names demangled
+// with template arguments but without the parameter list.
+func Demangle(raw string) string {
+	if i := strings.IndexByte(raw, '@'); i > 0 {
+		raw = raw[:i]
+	}
+	if strings.HasPrefix(raw, "_Z") || strings.HasPrefix(raw, "_R") {
+		if s, err := demangle.ToString(raw, demangle.NoParams, demangle.NoClones); err == nil {
+			return s
+		}
+	}
+	return stripClone(raw)
+}
+
+// stripClone drops GCC's clone suffixes (`.constprop.0`, `.isra.0`,
+// `.part.0`, `.cold`) from a C name, as gdb does when it names the function
+// from its debug information.
+func stripClone(name string) string {
+	for _, suf := range []string{".constprop.", ".isra.", ".part.", ".cold", ".lto_priv."} {
+		if i := strings.Index(name, suf); i > 0 {
+			name = name[:i]
+		}
+	}
+	return name
+}
+
+// FDE returns the call frame information entry covering vaddr, from
+// .eh_frame or, failing that, .debug_frame. The entry's addresses are ELF
+// virtual addresses.
+func (o *Object) FDE(vaddr uint64) (*frame.FrameDescriptionEntry, error) {
+	o.cfiOnce.Do(o.loadCFI)
+	if o.cfiErr != nil && len(o.fdes) == 0 {
+		return nil, o.cfiErr
+	}
+	fde, err := o.fdes.FDEForPC(vaddr)
+	if err != nil {
+		return nil, fmt.Errorf("%s at %#x: %w", o.Path, vaddr, ErrNoFDE)
+	}
+	return fde, nil
+}
+
+func (o *Object) loadCFI() {
+	r, c, err := o.open()
+	if err != nil {
+		o.cfiErr = err
+		return
+	}
+	defer c.Close()
+	f, err := elf.NewFile(r)
+	if err != nil {
+		o.cfiErr = fmt.Errorf("parse elf %s: %w", o.Path, err)
+		return
+	}
+	// The unwinder names what it unwinds: read the symbols on the way.
+	o.symOnce.Do(func() { o.symbolsFrom(f) })
+	var all frame.FrameDescriptionEntries
+	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+		if data, err := s.Data(); err == nil {
+			fdes, err := ParseCFI(data, f.ByteOrder, s.Addr)
+			if err != nil {
+				o.cfiErr = fmt.Errorf("parse .eh_frame of %s: %w", o.Path, err)
+			}
+			all = all.Append(fdes)
+		}
+	}
+	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {
+		if data, err := s.Data(); err == nil {
+			fdes, err := ParseCFI(data, f.ByteOrder, 0)
+			if err != nil && o.cfiErr == nil {
+				o.cfiErr = fmt.Errorf("parse .debug_frame of %s: %w", o.Path, err)
+			}
+			all = all.Append(fdes)
+		}
+	}
+	if len(all) == 0 && o.cfiErr == nil {
+		o.cfiErr = fmt.Errorf("%s: %w", o.Path, ErrNoFDE)
+	}
+	o.fdes = all
+}
+
+// ParseCFI parses .eh_frame (ehFrameAddr is its address, non-zero) or
+// .debug_frame (ehFrameAddr 0) contents. Corrupt input returns an error.
+func ParseCFI(data []byte, order binary.ByteOrder, ehFrameAddr uint64) (fdes frame.FrameDescriptionEntries, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			fdes, err = nil, fmt.Errorf("corrupt call frame information: %v", r)
+		}
+	}()
+	if ehFrameAddr != 0 {
+		// .eh_frame ends with a zero terminator that the parser does not expect.
+		for len(data) >= 4 && order.Uint32(data[len(data)-4:]) == 0 {
+			data = data[:len(data)-4]
+		}
+	}
+	fdes, err = frame.Parse(data, order, 0, 8, ehFrameAddr)
+	if err != nil {
+		return nil, err
+	}
+	sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].Begin() < fdes[j].Begin() })
+	return fdes, nil
+}

@@ -1,0 +1,273 @@
+package symbols
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sort"
+	"sync"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+)
+
+// Symbol is what an address resolves to.
+type Symbol struct {
+	Name   string // demangled function name, "" when unknown
+	Module string // mapped object path, "[vdso]", or "" for anonymous memory
+	Offset uint64 // addr - function start; addr - module base when Name is ""
+	File   string // source file from DWARF, when known
+	Line   int
+}
+
+// Module is one executable mapping of a process and the object behind it.
+type Module struct {
+	Start, End uint64
+	Path       string  // as in /proc/PID/maps; "" for anonymous memory
+	Object     *Object // nil for anonymous memory or an unreadable file
+	Bias       uint64  // ELF virtual address = process address - Bias
+	Base       uint64  // lowest address the object is mapped at
+}
+
+// Vaddr converts a process address in the module to the object's ELF address.
+func (m *Module) Vaddr(addr uint64) uint64 { return addr - m.Bias }
+
+// Process resolves addresses of one process. It is safe for concurrent use.
+type Process struct {
+	PID   int
+	cache *Cache
+
+	mu   sync.Mutex
+	dir  string     // the /proc directory the mappings were read through
+	maps []*mapping // executable mappings, sorted
+	all  []procfs.Mapping
+}
+
+type mapping struct {
+	procfs.Mapping
+	base uint64 // lowest start among mappings of the same file
+	once sync.Once
+	mod  Module
+	err  error
+}
+
+// Process reads /proc/PID/maps and returns a resolver for the process.
+// Files are parsed only when an address falls in them.
+func (c *Cache) Process(pid int) (*Process, error) {
+	p := &Process{PID: pid, cache: c}
+	if err := p.Refresh(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Refresh re-reads the process's mappings (libraries loaded late). Mappings
+// that did not change keep what was resolved for them.
+func (p *Process) Refresh() error {
+	ms, err := procfs.Maps(p.PID)
+	if err != nil {
+		return err
+	}
+	dir := fmt.Sprintf("%s/%d", procfs.Root, p.PID)
+	if len(ms) == 0 {
+		// The main thread has exited (a zombie shows no mappings): read
+		// through a thread that lives.
+		if tms, tdir, ok := taskMaps(p.PID); ok {
+			ms, dir = tms, tdir
+		}
+	}
+	p.mu.Lock()
+	p.dir = dir
+	defer p.mu.Unlock()
+	old := map[procfs.Mapping]*mapping{}
+	for _, m := range p.maps {
+		old[m.Mapping] = m
+	}
+	base := map[string]uint64{}
+	for _, m := range ms {
+		if m.Path == "" || m.Path[0] != '/' {
+			continue
+		}
+		if b, ok := base[m.Path]; !ok || m.Start < b {
+			base[m.Path] = m.Start
+		}
+	}
+	var maps []*mapping
+	for _, m := range ms {
+		if !m.Exec() {
+			continue
+		}
+		if o, ok := old[m]; ok {
+			maps = append(maps, o)
+			continue
+		}
+		b := base[m.Path]
+		if b == 0 {
+			b = m.Start
+		}
+		maps = append(maps, &mapping{Mapping: m, base: b})
+	}
+	p.maps = maps
+	p.all = ms
+	return nil
+}
+
+// taskMaps reads the mappings of pid through its first thread that shows any.
+func taskMaps(pid int) ([]procfs.Mapping, string, bool) {
+	tids, err := procfs.Tasks(pid)
+	if err != nil {
+		return nil, "", false
+	}
+	for _, tid := range tids {
+		dir := fmt.Sprintf("%s/%d/task/%d", procfs.Root, pid, tid)
+		b, err := os.ReadFile(dir + "/maps")
+		if err != nil {
+			continue
+		}
+		if ms, err := procfs.ParseMaps(b); err == nil && len(ms) > 0 {
+			return ms, dir, true
+		}
+	}
+	return nil, "", false
+}
+
+// Mappings returns every mapping of the process as last read.
+func (p *Process) Mappings() []procfs.Mapping {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.all
+}
+
+func (p *Process) procDir() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dir
+}
+
+func (p *Process) find(addr uint64) *mapping {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	i := sort.Search(len(p.maps), func(i int) bool { return p.maps[i].End > addr })
+	if i < len(p.maps) && p.maps[i].Contains(addr) {
+		return p.maps[i]
+	}
+	return nil
+}
+
+// Module returns the executable mapping holding addr, parsing its file's
+// headers on first use. The second result is false when addr is in no
+// executable mapping.
+func (p *Process) Module(addr uint64) (*Module, bool) {
+	m := p.find(addr)
+	if m == nil {
+		return nil, false
+	}
+	m.once.Do(func() { m.resolve(p) })
+	return &m.mod, true
+}
+
+func (m *mapping) resolve(p *Process) {
+	m.mod = Module{Start: m.Start, End: m.End, Path: m.Path, Base: m.base}
+	var o *Object
+	switch {
+	case m.Path == "[vdso]":
+		o, m.err = p.cache.vdso(p.procDir(), m.Mapping)
+		m.mod.Base = m.Start
+	case m.Path != "" && m.Path[0] == '/':
+		o, m.err = p.cache.object(p.procDir(), m.Mapping)
+	default:
+		return // anonymous or JIT memory
+	}
+	if o == nil {
+		return
+	}
+	off := m.Offset
+	if m.Path == "[vdso]" {
+		off = 0
+	}
+	delta, ok := o.vaddrDelta(off)
+	if !ok {
+		return
+	}
+	// vaddr = addr - Start + Offset + delta
+	m.mod.Object = o
+	m.mod.Bias = m.Start - off - delta
+}
+
+// Function names the function symbol holding addr, from the symbol tables
+// only (no debug information is read).
+func (p *Process) Function(addr uint64) (string, bool) {
+	mod, ok := p.Module(addr)
+	if !ok || mod.Object == nil {
+		return "", false
+	}
+	name, _, ok := mod.Object.symbolAt(mod.Vaddr(addr))
+	return name, ok
+}
+
+// Prefetch reads the symbol tables of the modules holding addrs and the
+// debug information about addrs (their compile units, inlined calls, line
+// tables and call sites), several modules at a time and the largest first,
+// so that naming frames afterwards waits on none of it.
+func (p *Process) Prefetch(addrs []uint64) {
+	type work struct {
+		o      *Object
+		vaddrs []uint64
+	}
+	byObj := map[*Object]*work{}
+	var objs []*work
+	for _, a := range addrs {
+		mod, ok := p.Module(a)
+		if !ok || mod.Object == nil {
+			continue
+		}
+		w := byObj[mod.Object]
+		if w == nil {
+			w = &work{o: mod.Object}
+			byObj[mod.Object] = w
+			objs = append(objs, w)
+		}
+		w.vaddrs = append(w.vaddrs, mod.Vaddr(a))
+	}
+	sort.Slice(objs, func(i, j int) bool { return objs[i].o.size > objs[j].o.size })
+	queue := make(chan *work)
+	var wg sync.WaitGroup
+	for range min(runtime.NumCPU(), len(objs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for w := range queue {
+				w.o.loadSymbols()
+				if lt := w.o.lineTable(); lt != nil {
+					lt.warm(w.vaddrs)
+				}
+			}
+		}()
+	}
+	for _, w := range objs {
+		queue <- w
+	}
+	close(queue)
+	wg.Wait()
+}
+
+// Lookup resolves addr to its function. The second result is false when
+// no function symbol holds addr; Module and Offset (from the module's base)
+// are still filled when addr is in a mapped file.
+func (p *Process) Lookup(addr uint64) (Symbol, bool) {
+	mod, ok := p.Module(addr)
+	if !ok {
+		return Symbol{}, false
+	}
+	s := Symbol{Module: mod.Path, Offset: addr - mod.Base}
+	if mod.Object == nil {
+		return s, false
+	}
+	v := mod.Vaddr(addr)
+	name, start, ok := mod.Object.symbolAt(v)
+	s.File, s.Line = mod.Object.line(v)
+	if !ok {
+		return s, false
+	}
+	s.Name, s.Offset = name, v-start
+	return s, true
+}
