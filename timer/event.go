@@ -143,7 +143,7 @@ type Event struct {
 	Comm  uint64 // ncclComm_t handle (process-local)
 
 	// Communicator creation (KindCommInit).
-	CommID [16]byte // first 16 bytes of the 128-byte ncclUniqueId: names the communicator across processes
+	CommID [16]byte // 16-byte hash of the whole 128-byte ncclUniqueId (or of the parent and colour for a split): names the communicator across processes
 	NRanks int32
 	Rank   int32
 

@@ -1,0 +1,47 @@
+package ebpf
+
+import "errors"
+
+// ErrNotPermitted reports that the caller may not load or attach BPF
+// programs: it needs root, or CAP_BPF and CAP_PERFMON.
+var ErrNotPermitted = errors.New("not permitted to load BPF programs")
+
+// ErrNoProbedSymbols reports that a library named in Options.Libraries
+// exports none of the calls the tracer probes.
+var ErrNoProbedSymbols = errors.New("exports no probed call")
+
+// Options configure a Tracer.
+type Options struct {
+	// Libraries are extra library paths (or file names) to probe: vendor
+	// libraries renamed beyond recognition. Each is probed for every call
+	// it exports. One named by an absolute path is probed by NewTracer,
+	// before any process loads it, so that calls made right after the
+	// load are not missed (a library found in a process's maps is probed
+	// a millisecond or more after it is mapped).
+	Libraries []string
+	// RingBufferBytes is the size of the ring buffer that carries events
+	// to user space, rounded up to a power of two pages; default 8 MiB.
+	RingBufferBytes int
+	// NoReturnProbes leaves out the uretprobes: queries, synchronize
+	// exits, cudaMemcpy's exit, elapsed times and communicator creation
+	// are then not reported. Only for measuring their cost.
+	NoReturnProbes bool
+}
+
+// Notice tells what the tracer did or could not do for a process.
+type Notice struct {
+	Kind     string   // "attach", "missing", "exec", "exit", "error"
+	PID      int      // the process concerned; 0 for a library of Options.Libraries probed ahead
+	Library  string   // the library file (attach, missing, error)
+	Attached []string // symbols probed (attach)
+	Missing  []string // symbols the library lacks (missing)
+	Err      error    // what failed (error)
+}
+
+// Stats counts what the tracer has seen.
+type Stats struct {
+	Events    uint64 // events delivered
+	Lost      uint64 // events dropped because the ring buffer was full
+	Processes int    // processes followed now
+	Probes    int    // uprobes and uretprobes attached now (those of Options.Libraries stay until Close)
+}

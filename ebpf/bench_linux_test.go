@@ -1,0 +1,267 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+const (
+	benchLaunches = 50_000 // per launchloop run
+	benchReps     = 5      // launchloop runs per setup, interleaved; the median counts
+	benchSteps    = 60     // training steps per job
+	benchWarm     = 10     // steps left out of the rate (start, first probes)
+	benchJobReps  = 2      // jobs per setup, interleaved; the best counts
+)
+
+// BenchmarkProbeOverhead measures, in one run, what our probes cost a
+// process that launches kernels as fast as it can (the testbed's
+// launchloop): ns per launch with no probe, with an empty BPF program
+// attached to cudaLaunchKernel (the floor any uprobe pays: the trap into
+// the kernel and back), and with the Tracer following the process and its
+// events read from the ring buffer. Then the throughput of the testbed's
+// training loop (run.py, 2 ranks) without and with the Tracer following it.
+func BenchmarkProbeOverhead(b *testing.B) {
+	privileged.Root(b)
+	bed := privateBed(b, testbed.Build(b))
+	loop, cudart := bed.Bin("launchloop"), bed.Lib("libcudart.so.12")
+
+	var objs probesObjects
+	if err := loadProbesObjects(&objs, nil); err != nil {
+		b.Fatal(loadError(err))
+	}
+	defer objs.Close()
+	ex, err := link.OpenExecutable(cudart)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	for range b.N {
+		var none, empty, ours []float64
+		var lost uint64
+		for range benchReps {
+			none = append(none, launchLoop(b, loop, nil))
+
+			l, err := ex.Uprobe("cudaLaunchKernel", objs.Empty, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			empty = append(empty, launchLoop(b, loop, nil))
+			l.Close()
+
+			ns, st := tracedLaunchLoop(b, loop, cudart)
+			ours = append(ours, ns)
+			lost += st.Lost
+		}
+		mNone, mEmpty, mOurs := median(none), median(empty), median(ours)
+		b.ReportMetric(mNone, "none-ns/launch")
+		b.ReportMetric(mEmpty, "empty-ns/launch")
+		b.ReportMetric(mOurs, "ours-ns/launch")
+		b.ReportMetric(mOurs/mEmpty, "ours/empty")
+		b.ReportMetric(mOurs-mEmpty, "ours-empty-ns")
+		b.ReportMetric(float64(lost), "lost-events")
+		b.Logf("ns/launch over %d runs: none %v, empty uprobe %v, ours %v", benchReps, none, empty, ours)
+
+		var plain, traced []float64
+		var calls, exits int
+		for range benchJobReps {
+			plain = append(plain, jobRate(b, bed, nil))
+			r, c, x := tracedRate(b, bed)
+			traced = append(traced, r)
+			calls, exits = calls+c, exits+x
+		}
+		perStep := float64(benchJobReps * 2 * benchSteps) // jobs × ranks × steps
+		b.ReportMetric(float64(calls)/perStep, "events/rank-step")
+		b.ReportMetric(float64(exits)/perStep, "exit-events/rank-step")
+		bPlain, bTraced := slices.Max(plain), slices.Max(traced)
+		b.ReportMetric(bPlain, "steps/s-plain")
+		b.ReportMetric(bTraced, "steps/s-traced")
+		b.ReportMetric(100*(1-bTraced/bPlain), "%loss")
+		b.Logf("training steps/s: plain %v, traced %v", plain, traced)
+	}
+}
+
+// privateBed copies the testbed's programs and libraries to a directory of
+// the benchmark's own: probes that other tracers on this machine hold on
+// the shared files would trap these runs too.
+func privateBed(b *testing.B, bed *testbed.Bed) *testbed.Bed {
+	b.Helper()
+	dir := b.TempDir()
+	ents, err := os.ReadDir(bed.Dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(bed.Dir, e.Name()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o755); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return &testbed.Bed{Root: bed.Root, Dir: dir}
+}
+
+var nsPerLaunch = regexp.MustCompile(`ns_per_launch=([0-9.]+)`)
+
+// launchLoop runs launchloop under a shell that waits for a line before
+// exec'ing it, so that follow can take the process before its first call.
+func launchLoop(b *testing.B, loop string, follow func(pid int)) float64 {
+	b.Helper()
+	cmd := exec.Command("/bin/sh", "-c", `read x; exec "$0" "$1"`, loop, strconv.Itoa(benchLaunches))
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	if follow != nil {
+		follow(cmd.Process.Pid)
+	}
+	io.WriteString(stdin, "go\n")
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		b.Fatalf("launchloop: %v\n%s", err, out.String())
+	}
+	m := nsPerLaunch.FindSubmatch(out.Bytes())
+	if m == nil {
+		b.Fatalf("launchloop printed %q", out.String())
+	}
+	ns, _ := strconv.ParseFloat(string(m[1]), 64)
+	return ns
+}
+
+// tracedLaunchLoop runs launchloop followed by a Tracer that has probed
+// the runtime ahead, and checks that every launch was delivered or counted
+// lost.
+func tracedLaunchLoop(b *testing.B, loop, cudart string) (float64, Stats) {
+	b.Helper()
+	tr, err := NewTracer(Options{Libraries: []string{cudart}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	var launches atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- tr.Run(ctx, func(ev timer.Event) {
+			if ev.Kind == timer.KindLaunch {
+				launches.Add(1)
+			}
+		}, nil)
+	}()
+	defer func() { cancel(); <-done }()
+	ns := launchLoop(b, loop, func(pid int) {
+		if err := tr.Follow(pid); err != nil {
+			b.Fatal(err)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st := tr.Stats()
+		if launches.Load()+int64(st.Lost) >= benchLaunches {
+			return ns, st
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("%d of %d launches delivered, %+v", launches.Load(), benchLaunches, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+var stepDone = regexp.MustCompile(`(?m)^xpu-fakegpu rank=0 step=(\d+) done$`)
+
+// tracedRate is jobRate with a Tracer (default options) following the job
+// from its launcher; it also returns the call events of the whole job and
+// how many of them came from return probes.
+func tracedRate(b *testing.B, bed *testbed.Bed) (rate float64, calls, exits int) {
+	b.Helper()
+	tr, err := NewTracer(Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	var nCalls, nExits atomic.Int64
+	go func() {
+		done <- tr.Run(ctx, func(ev timer.Event) {
+			if ev.Kind < timer.KindProcessExec {
+				nCalls.Add(1)
+				if ev.Phase == timer.PhaseExit {
+					nExits.Add(1)
+				}
+			}
+		}, nil)
+	}()
+	rate = jobRate(b, bed, func(pid int) {
+		if err := tr.Follow(pid); err != nil {
+			b.Fatal(err)
+		}
+	})
+	time.Sleep(2 * pollInterval) // the last records
+	cancel()
+	<-done
+	if st := tr.Stats(); st.Lost != 0 {
+		b.Errorf("traced job lost %d events", st.Lost)
+	}
+	return rate, int(nCalls.Load()), int(nExits.Load())
+}
+
+// jobRate runs a 2-rank testbed job, followed from its launcher by follow
+// when not nil, and returns rank 0's steps per second after the first
+// benchWarm steps.
+func jobRate(b *testing.B, bed *testbed.Bed, follow func(pid int)) float64 {
+	b.Helper()
+	job := bed.StartJob(b, testbed.JobOptions{NProc: 2, Steps: benchSteps, Args: []string{"--step-ms", "2"}})
+	defer job.Stop()
+	if follow != nil {
+		follow(job.Cmd.Process.Pid)
+	}
+	if err := job.WaitStep(0, benchWarm-1, 30*time.Second); err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	if err := job.WaitStep(0, benchSteps-1, 60*time.Second); err != nil {
+		b.Fatal(err)
+	}
+	el := time.Since(start)
+	if code, err := job.Wait(30 * time.Second); err != nil || code != 0 {
+		b.Fatalf("job: %d %v\n%s", code, err, job.Output())
+	}
+	if n := len(stepDone.FindAllString(job.Output(), -1)); n != benchSteps {
+		b.Fatalf("rank 0 did %d steps, want %d", n, benchSteps)
+	}
+	return float64(benchSteps-benchWarm) / el.Seconds()
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,133 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"encoding/binary"
+	"math"
+	"unsafe"
+
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Process record kinds of probes.bpf.c (EV_*), beyond every timer.Kind.
+const (
+	evFork = 100
+	evExec = 101
+	evExit = 102
+	evMmap = 103
+)
+
+// rawEvent views a ring buffer sample as the C struct event.
+func rawEvent(b []byte) (*probesEvent, bool) {
+	if len(b) < int(unsafe.Sizeof(probesEvent{})) {
+		return nil, false
+	}
+	var e probesEvent
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&e)), unsafe.Sizeof(e)), b)
+	return &e, true
+}
+
+// decode turns a call record into a timer.Event (the capture layer fills
+// Kernel and split communicator ids afterwards).
+func decode(r *probesEvent) timer.Event {
+	ev := timer.Event{
+		Time:     int64(r.Time),
+		PID:      int(r.Pid),
+		TID:      int(r.Tid),
+		Kind:     timer.Kind(r.Kind),
+		Phase:    timer.Phase(r.Phase),
+		Vendor:   timer.Vendor(r.Vendor),
+		Ret:      r.Ret,
+		Stream:   r.Stream,
+		Handle:   r.Handle,
+		Handle2:  r.Handle2,
+		Func:     r.Func,
+		Grid:     r.Grid,
+		Block:    r.Block,
+		Shmem:    r.Shmem,
+		Bytes:    r.Bytes,
+		CopyKind: r.CopyKind,
+		Count:    r.Count,
+		Dtype:    r.Dtype,
+		RedOp:    r.Redop,
+		Peer:     r.Peer,
+		Comm:     r.Comm,
+		CommID:   r.CommId,
+		NRanks:   r.Nranks,
+		Rank:     r.Rank,
+	}
+	if ev.Kind == timer.KindCollective {
+		ev.Op = timer.CollOp(r.Op)
+	}
+	if ev.Kind == timer.KindEventElapsed {
+		ev.ElapsedMs = math.Float32frombits(r.Elapsed)
+	}
+	if ev.Kind == timer.KindCommInit && r.Op == 1 { // a split: see commIDs.split
+		ev.Handle = r.Handle // parent communicator
+		ev.Rank = -1         // not known at the split
+	}
+	return ev
+}
+
+// idHash folds a 128-byte ncclUniqueId into 16 bytes exactly as
+// comm_init_enter does in BPF.
+func idHash(id [128]byte) [16]byte {
+	h1, h2 := uint64(0xcbf29ce484222325), uint64(0x84222325cbf29ce4)
+	for i := 0; i < 16; i++ {
+		w := binary.LittleEndian.Uint64(id[8*i:])
+		h1 = (h1 ^ w) * 0x100000001b3
+		h2 = (h2 ^ w) * 0x9e3779b97f4a7c15
+		h2 ^= h2 >> 29
+	}
+	var out [16]byte
+	binary.LittleEndian.PutUint64(out[:8], h1)
+	binary.LittleEndian.PutUint64(out[8:], h2)
+	return out
+}
+
+// commIDs remembers the cross-process ids of one process's communicators,
+// to name those split from them.
+type commIDs struct {
+	ids    map[uint64][16]byte // ncclComm_t -> id
+	splits map[uint64]uint64   // parent ncclComm_t -> splits so far
+}
+
+// split derives the id of a communicator split from parent with color:
+// every member calls ncclCommSplit on the same parent in the same order,
+// so (parent id, color, how many splits of parent came before) is the
+// same on each of them.
+func (c *commIDs) split(parent uint64, color int32) [16]byte {
+	n := c.splits[parent]
+	c.splits[parent] = n + 1
+	var in [128]byte
+	pid := c.ids[parent]
+	copy(in[:16], pid[:])
+	binary.LittleEndian.PutUint32(in[16:], uint32(color))
+	binary.LittleEndian.PutUint64(in[24:], n)
+	copy(in[32:], "ncclCommSplit")
+	return idHash(in)
+}
+
+// complete fills what the BPF side cannot: the kernel's name and the id
+// of a split communicator. Called from Run's goroutine.
+func (t *Tracer) complete(ev *timer.Event, raw *probesEvent) {
+	switch ev.Kind {
+	case timer.KindLaunch:
+		ev.Kernel = t.names.lookup(ev.PID, ev.Func)
+	case timer.KindCommInit:
+		t.mu.Lock()
+		c := t.comms[ev.PID]
+		if c == nil {
+			c = &commIDs{ids: map[uint64][16]byte{}, splits: map[uint64]uint64{}}
+			t.comms[ev.PID] = c
+		}
+		if raw.Op == 1 {
+			ev.CommID = c.split(raw.Handle, raw.Color)
+		}
+		if ev.Ret == 0 {
+			c.ids[ev.Comm] = ev.CommID
+		}
+		t.mu.Unlock()
+	}
+}

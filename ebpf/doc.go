@@ -1,0 +1,18 @@
+// Package ebpf captures CUDA, NCCL, MACA and MCCL calls of a process tree
+// with eBPF uprobes and hands them on as decoded timer.Events.
+//
+// A Tracer loads the programs of probes.bpf.c once, follows the processes it
+// is told to (and their descendants, through scheduler hooks in the kernel),
+// finds their vendor libraries in /proc/PID/maps by file name, by exported
+// symbol, or as named in Options.Libraries, and attaches to each library
+// file once, whoever maps it; the BPF programs record only followed thread
+// groups. Libraries mapped later (dlopen) are found on the return of the
+// mmap that maps them, and probed from then on; those named by path in
+// Options.Libraries are probed before any process loads them. When the last
+// process holding a library exits, its probes go.
+//
+// A launch is named by the ELF symbol at its function pointer (a runtime
+// launch's host stub) or, for the driver's opaque CUfunction and CUkernel
+// handles, by the name the process looked the handle up with
+// (cuModuleGetFunction, cuLibraryGetKernel).
+package ebpf

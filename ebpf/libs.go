@@ -1,0 +1,86 @@
+package ebpf
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+)
+
+// libKey names a library file: the device and inode of its mapping.
+type libKey struct {
+	Dev   string
+	Inode uint64
+}
+
+// mappedLib is an executable file mapping of a process.
+type mappedLib struct {
+	Key  libKey
+	Path string // as the process sees it
+}
+
+// execMappings lists the distinct executable file mappings of pid.
+func execMappings(pid int) ([]mappedLib, error) {
+	maps, err := procfs.Maps(pid)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[libKey]bool{}
+	var out []mappedLib
+	for _, m := range maps {
+		if !m.Exec() || m.Inode == 0 || len(m.Path) == 0 || m.Path[0] != '/' {
+			continue
+		}
+		k := libKey{Dev: m.Dev, Inode: m.Inode}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, mappedLib{Key: k, Path: m.Path})
+	}
+	return out, nil
+}
+
+// exportedProbeSymbols reads the dynamic (and, when present, the static)
+// symbol table of an ELF file and returns which of our probe symbols it
+// defines as functions. A library stripped to .dynsym is enough.
+func exportedProbeSymbols(path string) (map[string]bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
+		syms, err := read()
+		if err != nil {
+			if errors.Is(err, elf.ErrNoSymbols) {
+				continue
+			}
+			return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+		}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 {
+				continue
+			}
+			if _, ok := probeBySymbol[s.Name]; ok {
+				out[s.Name] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// wanted reports whether a mapped file deserves a symbol scan: a known
+// vendor name, a library the user named, or any library not known to be a
+// system one (renamed vendor libraries are found by their symbols).
+func (o *Options) wanted(path string) bool {
+	for _, l := range o.Libraries {
+		if l == path || filepath.Base(l) == filepath.Base(path) {
+			return true
+		}
+	}
+	return knownName(path) || !boring(path)
+}

@@ -1,0 +1,230 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+func launches(evs []timer.Event, pid int) int {
+	n := 0
+	for _, e := range evs {
+		if e.PID == pid && e.Kind == timer.KindLaunch {
+			n++
+		}
+	}
+	return n
+}
+
+// A library dlopen'ed after Follow is found and probed; kernels of a
+// library loaded after the first launches are named; the process's exit
+// releases the probes.
+func TestLateLibraryAndExit(t *testing.T) {
+	privileged.Root(t)
+	s := buildStubs(t)
+	tr := newTracer(t, Options{})
+	rec := record(t, tr)
+	bed := testbed.Build(t)
+	p := start(t, s.Calls, "late", bed.Lib("libcudart.so.12"), "cuda", bed.Lib("libfakekernels.so"))
+	p.until(t, "ready")
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	if st := tr.Stats(); st.Probes != 0 || st.Processes != 1 {
+		t.Fatalf("before dlopen: %+v", st)
+	}
+	p.send(t, "go") // dlopen, then launch every 10 ms
+	p.until(t, "loaded")
+	rec.waitFor(t, "launches from the late library", func(evs []timer.Event, _ []Notice) bool {
+		return launches(evs, p.pid()) >= 3
+	})
+	if st := tr.Stats(); st.Probes == 0 {
+		t.Fatalf("no probes after dlopen: %+v", st)
+	}
+	p.send(t, "kernels")
+	p.until(t, "kernels")
+	rec.waitFor(t, "a named launch from the kernel library", func(evs []timer.Event, _ []Notice) bool {
+		for _, e := range evs {
+			if e.PID == p.pid() && e.Kind == timer.KindLaunch && e.Kernel == "noop_kernel" {
+				return true
+			}
+		}
+		return false
+	})
+	p.send(t, "stop")
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "the exit", func(evs []timer.Event, _ []Notice) bool {
+		return hasEvent(evs, p.pid(), timer.KindProcessExit)
+	})
+	if st := tr.Stats(); st.Probes != 0 || st.Processes != 0 {
+		t.Errorf("after exit: %+v, want no probes and no processes", st)
+	}
+	for _, e := range rec.of(p.pid()) {
+		if e.Kind == timer.KindLaunch && (e.Grid[1] != 1 || e.Kernel != "xpu::test::vector_add" && e.Kernel != "noop_kernel") {
+			t.Errorf("launch %+v", e)
+		}
+	}
+}
+
+// A child forked after Follow is followed; so is its own dlopen.
+func TestFollowChild(t *testing.T) {
+	privileged.Root(t)
+	s := buildStubs(t)
+	tr := newTracer(t, Options{})
+	rec := record(t, tr)
+	// sh forks calls (the "; true" keeps sh from exec'ing it in place).
+	p := start(t, "/bin/sh", "-c", `read x; "$0" late "$1" mc; true`, s.Calls, testbed.Build(t).Lib("libmcruntime.so.2"))
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, "fork")
+	p.until(t, "ready")
+	var child int
+	rec.waitFor(t, "the child's exec", func(evs []timer.Event, _ []Notice) bool {
+		for _, e := range evs {
+			if e.Kind == timer.KindProcessExec && e.PID != p.pid() {
+				child = e.PID
+				return true
+			}
+		}
+		return false
+	})
+	p.send(t, "go")
+	p.until(t, "loaded")
+	rec.waitFor(t, "the child's launches", func(evs []timer.Event, _ []Notice) bool {
+		return launches(evs, child) >= 2
+	})
+	p.send(t, "stop")
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	rec.waitFor(t, "both exits", func(evs []timer.Event, _ []Notice) bool {
+		return hasEvent(evs, child, timer.KindProcessExit) && hasEvent(evs, p.pid(), timer.KindProcessExit)
+	})
+	if st := tr.Stats(); st.Probes != 0 || st.Processes != 0 {
+		t.Errorf("after exit: %+v", st)
+	}
+}
+
+// A renamed, stripped library is found by its symbols; the symbol it lacks
+// is reported, and the rest is probed.
+func TestRenamedLibraryMissingSymbol(t *testing.T) {
+	privileged.Root(t)
+	s := buildStubs(t)
+	tr := newTracer(t, Options{})
+	rec := record(t, tr)
+	p := start(t, s.Calls, "cuda", s.Renamed, "-", "-", "-", "0", "1")
+	p.until(t, "ready")
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, "go")
+	p.until(t, "done")
+	rec.waitFor(t, "a device synchronize", func(evs []timer.Event, _ []Notice) bool {
+		return hasEvent(evs, p.pid(), timer.KindDeviceSynchronize)
+	})
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var attach, missing *Notice
+	for i, n := range rec.notices {
+		if n.Library == s.Renamed && n.Kind == "attach" {
+			attach = &rec.notices[i]
+		}
+		if n.Library == s.Renamed && n.Kind == "missing" {
+			missing = &rec.notices[i]
+		}
+	}
+	if attach == nil || !slices.Contains(attach.Attached, "cudaLaunchKernel") {
+		t.Errorf("attach notice %+v", attach)
+	}
+	if missing == nil || !slices.Contains(missing.Missing, "cudaEventElapsedTime") || slices.Contains(missing.Missing, "cudaLaunchKernel") {
+		t.Errorf("missing notice %+v", missing)
+	}
+	if hasEvent(rec.events, p.pid(), timer.KindEventElapsed) {
+		t.Error("an elapsed-time event from a library without the call")
+	}
+}
+
+// A ring buffer nobody reads fills up; what does not fit is counted.
+func TestLostEventsCounted(t *testing.T) {
+	privileged.Root(t)
+	s := buildStubs(t)
+	tr := newTracer(t, Options{RingBufferBytes: 4096})
+	// About 45 events of 168 bytes; the buffer holds about 23.
+	bed := testbed.Build(t)
+	p := start(t, s.Calls, "cuda", bed.Lib("libcudart.so.12"), bed.Lib("libnccl.so.2"), "-", "-", "0", "1")
+	p.until(t, "ready")
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, "go")
+	p.until(t, "done")
+	deadline := time.Now().Add(10 * time.Second)
+	for tr.Stats().Lost == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("nothing lost: %+v", tr.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// What did fit is still delivered.
+	rec := record(t, tr)
+	rec.waitFor(t, "buffered launches", func(evs []timer.Event, _ []Notice) bool {
+		return launches(evs, p.pid()) > 0
+	})
+}
+
+func TestFollowMissingProcess(t *testing.T) {
+	privileged.Root(t)
+	tr := newTracer(t, Options{})
+	if err := tr.Follow(1 << 30); err == nil {
+		t.Fatal("followed a process that does not exist")
+	}
+}
+
+func TestNotPermittedIsSentinel(t *testing.T) {
+	err := loadError(fmt.Errorf("load: %w", unix.EPERM))
+	if !errors.Is(err, ErrNotPermitted) {
+		t.Fatalf("%v is not ErrNotPermitted", err)
+	}
+}
+
+// A library named by path is probed before any process loads it; one that
+// cannot be is a notice, not a failure.
+func TestPreloadLibraries(t *testing.T) {
+	privileged.Root(t)
+	cudart := testbed.Build(t).Lib("libcudart.so.12")
+	tr := newTracer(t, Options{Libraries: []string{cudart, "/nonexistent/libcudart.so.12", "/bin/true", "libnccl.so.2"}})
+	if st := tr.Stats(); st.Probes == 0 {
+		t.Fatalf("nothing probed ahead: %+v", st)
+	}
+	rec := record(t, tr)
+	rec.waitFor(t, "the notices", func(_ []timer.Event, ns []Notice) bool { return len(ns) >= 3 })
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var attached, missingFile, noSyms bool
+	for _, n := range rec.notices {
+		switch {
+		case n.Kind == "attach" && n.Library == cudart && n.PID == 0:
+			attached = slices.Contains(n.Attached, "cudaLaunchKernel")
+		case n.Kind == "error" && n.Library == "/nonexistent/libcudart.so.12":
+			missingFile = errors.Is(n.Err, unix.ENOENT)
+		case n.Kind == "error" && n.Library == "/bin/true":
+			noSyms = errors.Is(n.Err, ErrNoProbedSymbols)
+		}
+	}
+	if !attached || !missingFile || !noSyms {
+		t.Errorf("attached %v, missing file %v, no symbols %v: %+v", attached, missingFile, noSyms, rec.notices)
+	}
+}

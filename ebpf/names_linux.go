@@ -1,0 +1,135 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"bytes"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xpu-timer/xpu-timer/collector/symbols"
+)
+
+// kernelNames names the func pointer of a launch, cached per process and
+// address. Two sources, in this order:
+//
+//   - the BPF map func_names: the name a process passed to
+//     cuModuleGetFunction or cuLibraryGetKernel for the handle it got back,
+//     the only name an opaque CUfunction or CUkernel of NVIDIA's driver has;
+//   - the ELF symbol that starts at the address, demangled: a runtime
+//     launch's host stub, or a function pointer standing for the kernel.
+//
+// An address neither names stays "" (the timer shows the handle). Used
+// from Run's goroutine only.
+type kernelNames struct {
+	cache   *symbols.Cache
+	handles *ebpf.Map // func_names; nil in tests without BPF
+	procs   map[int]*procNames
+}
+
+type procNames struct {
+	syms  *symbols.Process
+	names map[uint64]string
+	stale bool // the process mapped code since its maps were last read
+}
+
+func newKernelNames(handles *ebpf.Map) *kernelNames {
+	return &kernelNames{cache: symbols.NewCache(), handles: handles, procs: map[int]*procNames{}}
+}
+
+// lookup names the function at addr in pid, "" when nothing names it.
+func (k *kernelNames) lookup(pid int, addr uint64) string {
+	if addr == 0 {
+		return ""
+	}
+	p := k.procs[pid]
+	if p == nil {
+		syms, err := k.cache.Process(pid)
+		if err != nil {
+			return ""
+		}
+		p = &procNames{syms: syms, names: map[uint64]string{}}
+		k.procs[pid] = p
+	}
+	if name, ok := p.names[addr]; ok {
+		return name
+	}
+	name := k.handleName(pid, addr)
+	if name == "" {
+		name = p.symbol(addr)
+	}
+	p.names[addr] = name
+	return name
+}
+
+// handleName is the name the driver's lookup of addr was made with.
+func (k *kernelNames) handleName(pid int, addr uint64) string {
+	if k.handles == nil {
+		return ""
+	}
+	var v probesFuncName
+	if err := k.handles.Lookup(probesFuncKey{Pid: uint32(pid), Handle: addr}, &v); err != nil {
+		return ""
+	}
+	raw := unsafe.Slice((*byte)(unsafe.Pointer(&v.Name[0])), len(v.Name))
+	if i := bytes.IndexByte(raw, 0); i >= 0 {
+		raw = raw[:i]
+	}
+	return symbols.Demangle(string(raw))
+}
+
+// symbol is the name of the function starting at addr. An address inside
+// a function (or in data after a symbol) is no kernel's entry: not named.
+func (p *procNames) symbol(addr uint64) string {
+	s, ok := p.syms.Lookup(addr)
+	if !ok && p.stale {
+		// A library mapped since the maps were read: read them again.
+		p.stale = false
+		if p.syms.Refresh() == nil {
+			s, ok = p.syms.Lookup(addr)
+		}
+	}
+	if !ok || s.Offset != 0 {
+		return ""
+	}
+	return s.Name
+}
+
+// mapped marks that pid mapped code: the next miss reads its maps again,
+// and what was not found before may be found now.
+func (k *kernelNames) mapped(pid int) {
+	p := k.procs[pid]
+	if p == nil {
+		return
+	}
+	p.stale = true
+	for a, n := range p.names {
+		if n == "" {
+			delete(p.names, a)
+		}
+	}
+}
+
+// forget drops what is known of a process (exit or exec), in the BPF map
+// too.
+func (k *kernelNames) forget(pid int) {
+	delete(k.procs, pid)
+	if k.handles == nil {
+		return
+	}
+	var (
+		key  probesFuncKey
+		val  probesFuncName
+		gone []probesFuncKey
+	)
+	it := k.handles.Iterate()
+	for it.Next(&key, &val) {
+		if key.Pid == uint32(pid) {
+			gone = append(gone, key)
+		}
+	}
+	for _, key := range gone {
+		_ = k.handles.Delete(key)
+	}
+}

@@ -1,0 +1,851 @@
+//go:build ignore
+
+/*
+ * probes.bpf.c: uprobes on the CUDA runtime and driver, NCCL, MACA and MCCL
+ * calls of REFERENCE.md §5, and the scheduler hooks that follow a process
+ * tree. Loaded by tracer_linux.go; bpf2go turns it into probes_x86_bpfel.o.
+ *
+ * Contract with the Go side
+ * -------------------------
+ * Every record on the ring buffer `events` is one `struct event` (below,
+ * exported to Go with bpf2go -type event, so the layouts cannot drift).
+ * kind holds a timer.Kind (1..19) or one of the EV_* process kinds
+ * (>= 100). Fields a kind does not use are zero.
+ *
+ * Each program serves the CUDA and the MACA name of a call; the attach
+ * cookie says which: bits 0-7 vendor (0 CUDA, 1 MACA), bits 8-15 the
+ * collective op (timer.CollOp) or the timer.Kind of a generic exit probe.
+ *
+ * Where arguments sit (x86-64 System V, at function entry; [sp+8] is the
+ * first stack argument, [sp] the return address):
+ *   LaunchKernel(func di, grid si=x|y<<32 dx=z, block cx=x|y<<32 r8=z,
+ *                args r9, shmem [sp+8], stream [sp+16])
+ *   LaunchKernelExC(cfg di -> {grid u32[3], block u32[3], shmem u64, stream u64},
+ *                func si, args dx)
+ *   cuLaunchKernel(f di, gx si, gy dx, gz cx, bx r8, by r9, bz [sp+8],
+ *                shmem [sp+16], stream [sp+24], params [sp+32])
+ *   cuModuleGetFunction(CUfunction *f di, module si, name dx),
+ *   cuLibraryGetKernel(CUkernel *k di, library si, name dx)  at exit: no event;
+ *                *f and the name go into the map func_names
+ *   GraphLaunch(exec di, stream si)
+ *   MemcpyAsync(dst di, src si, n dx, kind cx, stream r8)
+ *   Memcpy(dst di, src si, n dx, kind cx)                   enter + exit
+ *   EventRecord(event di, stream si)
+ *   EventQuery(event di) / StreamQuery(stream di)           one event at exit, ret = ax
+ *   EventSynchronize(event di), StreamSynchronize(stream di),
+ *   DeviceSynchronize()                                     enter + exit
+ *   StreamWaitEvent(stream di, event si, flags dx)
+ *   EventElapsedTime(float *ms di, start si, end dx)        at exit: *ms read back
+ *   ncclCommInitRank(comm* di, nranks si, id 128 bytes at [sp+8], rank dx)
+ *   ncclCommInitRankConfig(same, config cx)                 at exit: *comm read back
+ *   ncclCommSplit(comm di, color si, key dx, newcomm* cx, config r8)
+ *   ncclCommDestroy/Abort(comm di)
+ *   ncclAllReduce/ReduceScatter(send di, recv si, count dx, dtype cx,
+ *                op r8, comm r9, stream [sp+8])
+ *   ncclAllGather(send di, recv si, count dx, dtype cx, comm r8, stream r9)
+ *   ncclBroadcast(send di, recv si, count dx, dtype cx, root r8, comm r9, stream [sp+8])
+ *   ncclReduce(send di, recv si, count dx, dtype cx, op r8, root r9,
+ *                comm [sp+8], stream [sp+16])
+ *   ncclSend/Recv(buf di, count si, dtype dx, peer cx, comm r8, stream r9)
+ *   ncclGroupStart/End()
+ * A CUfunction or CUkernel of NVIDIA's driver is an opaque handle no ELF
+ * symbol names: func_names maps (tgid, handle) to the name the process
+ * looked it up by, for Go to name the launches of it.
+ * The 128-byte ncclUniqueId is folded into a 16-byte comm_id by two
+ * independent 64-bit multiply-xor hashes over its 16 words (idHash in
+ * decode.go computes the same in Go).
+ *
+ * Only thread groups present in the map `followed` are recorded. A fork
+ * of a followed process adds the child here, before it can run; exec, exit
+ * and executable file mmaps (at their return) of followed processes are
+ * reported to Go, which (re)scans their libraries. A failed ring buffer
+ * reservation is counted in `lost`, never silent. Call records wake the
+ * reader in batches (see submit), so Go sees one up to its poll interval
+ * (20 ms) after the call.
+ *
+ * Minimum kernel: 5.15 (ring buffer 5.8, tp_btf 5.5, uprobe attach cookie
+ * 5.15), with BTF (CONFIG_DEBUG_INFO_BTF) for the fork hook's CO-RE reads.
+ */
+#include "include/types.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+/* x86-64 System V integer arguments (Debian's libbpf lacks PT_REGS_PARM6). */
+#define ARG1(ctx) ((ctx)->di)
+#define ARG2(ctx) ((ctx)->si)
+#define ARG3(ctx) ((ctx)->dx)
+#define ARG4(ctx) ((ctx)->cx)
+#define ARG5(ctx) ((ctx)->r8)
+#define ARG6(ctx) ((ctx)->r9)
+
+enum {
+	EV_FORK = 100, /* a followed process forked: pid is the child, handle the parent */
+	EV_EXEC = 101, /* a followed process called exec */
+	EV_EXIT = 102, /* a followed process (thread group) exited */
+	EV_MMAP = 103, /* a followed process mapped a file executable */
+};
+
+/* timer.Kind values. */
+enum {
+	K_LAUNCH = 1,
+	K_GRAPH_LAUNCH = 2,
+	K_MEMCPY_ASYNC = 3,
+	K_MEMCPY = 4,
+	K_EVENT_RECORD = 5,
+	K_EVENT_QUERY = 6,
+	K_EVENT_SYNC = 7,
+	K_STREAM_SYNC = 8,
+	K_STREAM_QUERY = 9,
+	K_STREAM_WAIT_EVENT = 10,
+	K_DEVICE_SYNC = 11,
+	K_EVENT_ELAPSED = 12,
+	K_COMM_INIT = 13,
+	K_COMM_DESTROY = 14,
+	K_COLLECTIVE = 15,
+	K_GROUP_START = 16,
+	K_GROUP_END = 17,
+};
+
+enum { PHASE_ENTER = 0, PHASE_EXIT = 1 };
+
+/* Stash keys of calls that are no timer.Kind (beyond every kind). */
+enum {
+	STASH_GET_FUNCTION = 64,
+	STASH_SPLIT = 64 + K_COMM_INIT,
+};
+
+struct event {
+	__u64 time; /* bpf_ktime_get_ns */
+	__u32 pid;  /* thread group id */
+	__u32 tid;
+	__u8 kind;
+	__u8 phase;
+	__u8 vendor;
+	__u8 op; /* timer.CollOp */
+	__s32 ret;
+	__u64 stream;
+	__u64 handle;  /* event, graph exec, elapsed start; parent comm of a split; parent pid of EV_FORK */
+	__u64 handle2; /* elapsed end */
+	__u64 func;
+	__u32 grid[3];
+	__u32 block[3];
+	__u64 shmem;
+	__u64 bytes;
+	__u64 count;
+	__u64 comm;
+	__s32 copy_kind;
+	__s32 dtype;
+	__s32 redop;
+	__s32 peer;
+	__u8 comm_id[16];
+	__s32 nranks;
+	__s32 rank;
+	__u32 elapsed; /* float bits of the milliseconds handed back */
+	__s32 color;   /* ncclCommSplit */
+	__s32 key;
+	__u32 pad;
+};
+
+/* Arguments kept from entry to return, keyed by kind << 32 | tid. */
+struct stash {
+	__u64 a0, a1, a2;
+	__u64 id[2];
+	__s32 nranks, rank;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20); /* replaced by Options.RingBufferBytes */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u8); /* 1 */
+} followed SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct stash);
+} stashes SEC(".maps");
+
+#define FUNC_NAME_LEN 128
+
+/* A driver function handle of a process (Go: probesFuncKey). */
+struct func_key {
+	__u32 pid;
+	__u32 pad;
+	__u64 handle;
+};
+
+struct func_name {
+	char name[FUNC_NAME_LEN]; /* NUL-terminated, truncated */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct func_key);
+	__type(value, struct func_name);
+} func_names SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+
+/* Keeps struct event in the BTF, for bpf2go -type event. */
+const struct event *unused_event __attribute__((unused));
+
+static __always_inline int is_followed(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&followed, &tgid) != 0;
+}
+
+static __always_inline void count_lost(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&lost, &zero);
+	if (n)
+		*n += 1;
+}
+
+/* reserve returns a zeroed event of the current thread, or 0 (counted). */
+static __always_inline struct event *reserve(__u64 pid_tgid, __u8 kind, __u8 phase, __u64 cookie)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost();
+		return 0;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->time = bpf_ktime_get_ns();
+	e->pid = pid_tgid >> 32;
+	e->tid = (__u32)pid_tgid;
+	e->kind = kind;
+	e->phase = phase;
+	e->vendor = cookie & 0xff;
+	e->peer = -1;
+	return e;
+}
+
+/*
+ * submit hands a call record to Go. Waking the reader is most of a
+ * record's price when it keeps up (an irq_work and a scheduler wakeup per
+ * record), so a call record wakes it only when it makes the unread data
+ * cross a batch (an eighth of the ring, at most 16 KiB); the reader picks
+ * up smaller remainders on its own within its poll interval (tracer.go,
+ * pollInterval). Process records always wake it: scans wait on them.
+ */
+#define RECORD_BYTES (sizeof(struct event) + 8) /* with the ring's header */
+
+static __always_inline void submit(struct event *e)
+{
+	__u64 batch = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 8;
+	if (batch > 16384)
+		batch = 16384;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	int crossed = avail >= batch && avail < batch + RECORD_BYTES;
+	bpf_ringbuf_submit(e, crossed ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+}
+
+/* begin filters by followed thread group and reserves an event. */
+#define BEGIN(kind, phase)                                         \
+	__u64 pid_tgid = bpf_get_current_pid_tgid();               \
+	if (!is_followed(pid_tgid >> 32))                          \
+		return 0;                                          \
+	__u64 cookie = bpf_get_attach_cookie(ctx);                 \
+	struct event *e = reserve(pid_tgid, kind, phase, cookie);  \
+	if (!e)                                                    \
+		return 0;
+
+static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
+{
+	__u64 v = 0;
+	bpf_probe_read_user(&v, sizeof(v), (void *)(ctx->sp + 8 * n));
+	return v;
+}
+
+static __always_inline __u64 stash_key(__u64 pid_tgid, __u8 kind)
+{
+	return ((__u64)kind << 32) | (__u32)pid_tgid;
+}
+
+/* ---- kernel launches ------------------------------------------------ */
+
+SEC("uprobe")
+int launch_kernel(struct pt_regs *ctx)
+{
+	BEGIN(K_LAUNCH, PHASE_ENTER);
+	__u64 grid = ARG2(ctx), block = ARG4(ctx);
+	e->func = ARG1(ctx);
+	e->grid[0] = (__u32)grid;
+	e->grid[1] = grid >> 32;
+	e->grid[2] = (__u32)ARG3(ctx);
+	e->block[0] = (__u32)block;
+	e->block[1] = block >> 32;
+	e->block[2] = (__u32)ARG5(ctx);
+	e->shmem = stack_arg(ctx, 1);
+	e->stream = stack_arg(ctx, 2);
+	submit(e);
+	return 0;
+}
+
+struct launch_config {
+	__u32 grid[3];
+	__u32 block[3];
+	__u64 shmem;
+	__u64 stream;
+};
+
+SEC("uprobe")
+int launch_kernel_exc(struct pt_regs *ctx)
+{
+	BEGIN(K_LAUNCH, PHASE_ENTER);
+	struct launch_config cfg = {};
+	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx));
+	e->func = ARG2(ctx);
+	e->grid[0] = cfg.grid[0];
+	e->grid[1] = cfg.grid[1];
+	e->grid[2] = cfg.grid[2];
+	e->block[0] = cfg.block[0];
+	e->block[1] = cfg.block[1];
+	e->block[2] = cfg.block[2];
+	e->shmem = cfg.shmem;
+	e->stream = cfg.stream;
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int cu_launch_kernel(struct pt_regs *ctx)
+{
+	BEGIN(K_LAUNCH, PHASE_ENTER);
+	e->func = ARG1(ctx);
+	e->grid[0] = ARG2(ctx);
+	e->grid[1] = ARG3(ctx);
+	e->grid[2] = ARG4(ctx);
+	e->block[0] = ARG5(ctx);
+	e->block[1] = ARG6(ctx);
+	e->block[2] = stack_arg(ctx, 1);
+	e->shmem = (__u32)stack_arg(ctx, 2);
+	e->stream = stack_arg(ctx, 3);
+	submit(e);
+	return 0;
+}
+
+/* cuModuleGetFunction and cuLibraryGetKernel: remember which name the
+ * returned handle stands for. */
+SEC("uprobe")
+int get_function_enter(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	struct stash s = {};
+	s.a0 = ARG1(ctx); /* CUfunction * or CUkernel * */
+	s.a1 = ARG3(ctx); /* const char *name */
+	__u64 key = stash_key(pid_tgid, STASH_GET_FUNCTION);
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int get_function_exit(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	__u64 key = stash_key(pid_tgid, STASH_GET_FUNCTION);
+	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
+	if (!s)
+		return 0;
+	struct stash a = *s;
+	bpf_map_delete_elem(&stashes, &key);
+	if (ctx->ax != 0) /* CUDA_SUCCESS */
+		return 0;
+	struct func_key fk = {.pid = pid_tgid >> 32};
+	bpf_probe_read_user(&fk.handle, sizeof(fk.handle), (void *)a.a0);
+	if (!fk.handle)
+		return 0;
+	struct func_name fn = {};
+	if (bpf_probe_read_user_str(fn.name, sizeof(fn.name), (void *)a.a1) <= 1)
+		return 0;
+	bpf_map_update_elem(&func_names, &fk, &fn, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe")
+int graph_launch(struct pt_regs *ctx)
+{
+	BEGIN(K_GRAPH_LAUNCH, PHASE_ENTER);
+	e->handle = ARG1(ctx);
+	e->stream = ARG2(ctx);
+	submit(e);
+	return 0;
+}
+
+/* ---- copies --------------------------------------------------------- */
+
+SEC("uprobe")
+int memcpy_async(struct pt_regs *ctx)
+{
+	BEGIN(K_MEMCPY_ASYNC, PHASE_ENTER);
+	e->bytes = ARG3(ctx);
+	e->copy_kind = ARG4(ctx);
+	e->stream = ARG5(ctx);
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int memcpy_enter(struct pt_regs *ctx)
+{
+	BEGIN(K_MEMCPY, PHASE_ENTER);
+	struct stash s = {};
+	s.a0 = ARG3(ctx);
+	s.a1 = ARG4(ctx);
+	__u64 key = stash_key(pid_tgid, K_MEMCPY);
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	e->bytes = s.a0;
+	e->copy_kind = s.a1;
+	submit(e);
+	return 0;
+}
+
+/* ---- completion points ---------------------------------------------- */
+
+SEC("uprobe")
+int event_record(struct pt_regs *ctx)
+{
+	BEGIN(K_EVENT_RECORD, PHASE_ENTER);
+	e->handle = ARG1(ctx);
+	e->stream = ARG2(ctx);
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int stream_wait_event(struct pt_regs *ctx)
+{
+	BEGIN(K_STREAM_WAIT_EVENT, PHASE_ENTER);
+	e->stream = ARG1(ctx);
+	e->handle = ARG2(ctx);
+	submit(e);
+	return 0;
+}
+
+/* Entry of a call reported only at its return: stash the arguments. */
+static __always_inline int stash_args(struct pt_regs *ctx, __u8 kind)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	struct stash s = {};
+	s.a0 = ARG1(ctx);
+	s.a1 = ARG2(ctx);
+	s.a2 = ARG3(ctx);
+	__u64 key = stash_key(pid_tgid, kind);
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("uprobe")
+int event_query_enter(struct pt_regs *ctx) { return stash_args(ctx, K_EVENT_QUERY); }
+
+SEC("uprobe")
+int stream_query_enter(struct pt_regs *ctx) { return stash_args(ctx, K_STREAM_QUERY); }
+
+SEC("uprobe")
+int elapsed_enter(struct pt_regs *ctx) { return stash_args(ctx, K_EVENT_ELAPSED); }
+
+/* Entry of a blocking call: an enter event, and the arguments for its exit. */
+static __always_inline int blocking_enter(struct pt_regs *ctx, __u8 kind)
+{
+	BEGIN(kind, PHASE_ENTER);
+	struct stash s = {};
+	s.a0 = ARG1(ctx);
+	__u64 key = stash_key(pid_tgid, kind);
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	if (kind == K_STREAM_SYNC)
+		e->stream = s.a0;
+	else if (kind == K_EVENT_SYNC)
+		e->handle = s.a0;
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int event_sync_enter(struct pt_regs *ctx) { return blocking_enter(ctx, K_EVENT_SYNC); }
+
+SEC("uprobe")
+int stream_sync_enter(struct pt_regs *ctx) { return blocking_enter(ctx, K_STREAM_SYNC); }
+
+SEC("uprobe")
+int device_sync_enter(struct pt_regs *ctx) { return blocking_enter(ctx, K_DEVICE_SYNC); }
+
+/*
+ * The return of every call whose arguments were stashed: the cookie's
+ * bits 8-15 name the kind.
+ */
+SEC("uretprobe")
+int call_exit(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u8 kind = cookie >> 8;
+	__u64 key = stash_key(pid_tgid, kind);
+	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
+	if (!s)
+		return 0;
+	struct stash a = *s;
+	bpf_map_delete_elem(&stashes, &key);
+
+	struct event *e = reserve(pid_tgid, kind, PHASE_EXIT, cookie);
+	if (!e)
+		return 0;
+	e->ret = ctx->ax;
+	switch (kind) {
+	case K_MEMCPY:
+		e->bytes = a.a0;
+		e->copy_kind = a.a1;
+		break;
+	case K_EVENT_QUERY:
+	case K_EVENT_SYNC:
+		e->handle = a.a0;
+		break;
+	case K_STREAM_QUERY:
+	case K_STREAM_SYNC:
+		e->stream = a.a0;
+		break;
+	case K_EVENT_ELAPSED:
+		e->handle = a.a1;
+		e->handle2 = a.a2;
+		bpf_probe_read_user(&e->elapsed, sizeof(e->elapsed), (void *)a.a0);
+		break;
+	}
+	submit(e);
+	return 0;
+}
+
+/* ---- NCCL communicators --------------------------------------------- */
+
+#define ID_WORDS 16 /* sizeof(ncclUniqueId) / 8 */
+
+SEC("uprobe")
+int comm_init_enter(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	__u64 id[ID_WORDS] = {};
+	bpf_probe_read_user(id, sizeof(id), (void *)(ctx->sp + 8));
+	__u64 h1 = 0xcbf29ce484222325ULL, h2 = 0x84222325cbf29ce4ULL;
+#pragma unroll
+	for (int i = 0; i < ID_WORDS; i++) {
+		h1 = (h1 ^ id[i]) * 0x100000001b3ULL;
+		h2 = (h2 ^ id[i]) * 0x9e3779b97f4a7c15ULL;
+		h2 ^= h2 >> 29;
+	}
+	struct stash s = {};
+	s.a0 = ARG1(ctx); /* ncclComm_t * */
+	s.id[0] = h1;
+	s.id[1] = h2;
+	s.nranks = ARG2(ctx);
+	s.rank = ARG3(ctx);
+	__u64 key = stash_key(pid_tgid, K_COMM_INIT);
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int comm_init_exit(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	__u64 key = stash_key(pid_tgid, K_COMM_INIT);
+	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
+	if (!s)
+		return 0;
+	struct stash a = *s;
+	bpf_map_delete_elem(&stashes, &key);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct event *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie);
+	if (!e)
+		return 0;
+	e->ret = ctx->ax;
+	bpf_probe_read_user(&e->comm, sizeof(e->comm), (void *)a.a0);
+	__builtin_memcpy(e->comm_id, a.id, sizeof(e->comm_id));
+	e->nranks = a.nranks;
+	e->rank = a.rank;
+	submit(e);
+	return 0;
+}
+
+/* A split is reported as a KindCommInit whose comm_id Go derives from the
+ * parent's id (handle) and the color. */
+SEC("uprobe")
+int comm_split_enter(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	struct stash s = {};
+	s.a0 = ARG1(ctx); /* parent comm */
+	s.a1 = ARG4(ctx); /* ncclComm_t *newcomm */
+	s.nranks = ARG2(ctx); /* color */
+	s.rank = ARG3(ctx);   /* key */
+	__u64 key = stash_key(pid_tgid, STASH_SPLIT);
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int comm_split_exit(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	__u64 key = stash_key(pid_tgid, STASH_SPLIT);
+	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
+	if (!s)
+		return 0;
+	struct stash a = *s;
+	bpf_map_delete_elem(&stashes, &key);
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	struct event *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie);
+	if (!e)
+		return 0;
+	e->ret = ctx->ax;
+	e->handle = a.a0;
+	bpf_probe_read_user(&e->comm, sizeof(e->comm), (void *)a.a1);
+	e->color = a.nranks;
+	e->key = a.rank;
+	e->op = 1; /* marks a split */
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int comm_destroy(struct pt_regs *ctx)
+{
+	BEGIN(K_COMM_DESTROY, PHASE_ENTER);
+	e->comm = ARG1(ctx);
+	submit(e);
+	return 0;
+}
+
+/* ---- NCCL collectives ----------------------------------------------- */
+
+/* AllReduce and ReduceScatter (the cookie holds the op). */
+SEC("uprobe")
+int coll_reduce_op(struct pt_regs *ctx)
+{
+	BEGIN(K_COLLECTIVE, PHASE_ENTER);
+	e->op = cookie >> 8;
+	e->count = ARG3(ctx);
+	e->dtype = ARG4(ctx);
+	e->redop = ARG5(ctx);
+	e->comm = ARG6(ctx);
+	e->stream = stack_arg(ctx, 1);
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int coll_all_gather(struct pt_regs *ctx)
+{
+	BEGIN(K_COLLECTIVE, PHASE_ENTER);
+	e->op = cookie >> 8;
+	e->count = ARG3(ctx);
+	e->dtype = ARG4(ctx);
+	e->comm = ARG5(ctx);
+	e->stream = ARG6(ctx);
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int coll_broadcast(struct pt_regs *ctx)
+{
+	BEGIN(K_COLLECTIVE, PHASE_ENTER);
+	e->op = cookie >> 8;
+	e->count = ARG3(ctx);
+	e->dtype = ARG4(ctx);
+	e->peer = ARG5(ctx);
+	e->comm = ARG6(ctx);
+	e->stream = stack_arg(ctx, 1);
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int coll_reduce(struct pt_regs *ctx)
+{
+	BEGIN(K_COLLECTIVE, PHASE_ENTER);
+	e->op = cookie >> 8;
+	e->count = ARG3(ctx);
+	e->dtype = ARG4(ctx);
+	e->redop = ARG5(ctx);
+	e->peer = ARG6(ctx);
+	e->comm = stack_arg(ctx, 1);
+	e->stream = stack_arg(ctx, 2);
+	submit(e);
+	return 0;
+}
+
+/* Send and Recv. */
+SEC("uprobe")
+int coll_p2p(struct pt_regs *ctx)
+{
+	BEGIN(K_COLLECTIVE, PHASE_ENTER);
+	e->op = cookie >> 8;
+	e->count = ARG2(ctx);
+	e->dtype = ARG3(ctx);
+	e->peer = ARG4(ctx);
+	e->comm = ARG5(ctx);
+	e->stream = ARG6(ctx);
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int group_start(struct pt_regs *ctx)
+{
+	BEGIN(K_GROUP_START, PHASE_ENTER);
+	submit(e);
+	return 0;
+}
+
+SEC("uprobe")
+int group_end(struct pt_regs *ctx)
+{
+	BEGIN(K_GROUP_END, PHASE_ENTER);
+	submit(e);
+	return 0;
+}
+
+/* The physical floor for the benchmark: an attached program doing nothing. */
+SEC("uprobe")
+int empty(struct pt_regs *ctx)
+{
+	return 0;
+}
+
+/* ---- following a process tree --------------------------------------- */
+
+static __always_inline void process_event(__u8 kind, __u32 pid, __u32 parent)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count_lost();
+		return;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->time = bpf_ktime_get_ns();
+	e->pid = pid;
+	e->tid = pid;
+	e->kind = kind;
+	e->handle = parent;
+	e->peer = -1;
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
+SEC("tp_btf/sched_process_fork")
+int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = parent->tgid;
+	__u32 pid = child->pid, tgid = child->tgid;
+	if (pid != tgid || !is_followed(ptgid)) /* a new thread, or not ours */
+		return 0;
+	__u8 one = 1;
+	bpf_map_update_elem(&followed, &tgid, &one, BPF_ANY);
+	process_event(EV_FORK, tgid, ptgid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exec")
+int on_exec(void *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (is_followed(tgid))
+		process_event(EV_EXEC, tgid, 0);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_process_exit")
+int on_exit(void *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tgid = pid_tgid >> 32;
+	if ((__u32)pid_tgid != tgid || !is_followed(tgid)) /* a thread, or not ours */
+		return 0;
+	bpf_map_delete_elem(&followed, &tgid);
+	process_event(EV_EXIT, tgid, 0);
+	return 0;
+}
+
+struct mmap_args {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__u64 addr, len, prot, flags, fd, off;
+};
+
+#define PROT_EXEC 0x4
+
+struct mmap_exit_args {
+	__u64 common;
+	__s32 nr;
+	__u32 pad;
+	__s64 ret;
+};
+
+/* Threads of followed processes inside an executable file mmap. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);  /* tid */
+	__type(value, __u8); /* 1 */
+} mmaps SEC(".maps");
+
+SEC("tracepoint/syscalls/sys_enter_mmap")
+int on_mmap(struct mmap_args *ctx)
+{
+	if (!(ctx->prot & PROT_EXEC) || (__s64)ctx->fd < 0)
+		return 0;
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	__u32 tid = pid_tgid;
+	__u8 one = 1;
+	bpf_map_update_elem(&mmaps, &tid, &one, BPF_ANY);
+	return 0;
+}
+
+/* Reported at the return, when /proc/PID/maps shows the mapping: Go probes
+ * the library at once, racing the process to its first call. */
+SEC("tracepoint/syscalls/sys_exit_mmap")
+int on_mmap_exit(struct mmap_exit_args *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 tid = pid_tgid;
+	if (!bpf_map_lookup_elem(&mmaps, &tid))
+		return 0;
+	bpf_map_delete_elem(&mmaps, &tid);
+	if (ctx->ret < 0 && ctx->ret > -4096) /* failed */
+		return 0;
+	process_event(EV_MMAP, pid_tgid >> 32, 0);
+	return 0;
+}

@@ -1,0 +1,158 @@
+package ebpf
+
+import (
+	"strings"
+
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// A probe is one symbol of one vendor library and the programs attached to
+// it: entry (a uprobe) and exit (a uretprobe), either may be empty.
+type probe struct {
+	Symbol   string
+	Group    string // "runtime", "driver" or "collective": missing symbols are reported per group
+	Entry    string // program names in probes.bpf.c
+	Exit     string
+	Vendor   timer.Vendor
+	Arg      uint8 // cookie bits 8-15: collective op, or the kind of a call_exit
+	Twin     bool  // a per-thread-stream twin (_ptsz, _ptds): absent in many builds, never reported missing
+	Optional bool  // a call of newer releases only (cuLibraryGetKernel, CUDA 12): never reported missing
+}
+
+// Cookie is the attach cookie the programs read with bpf_get_attach_cookie.
+func (p probe) Cookie() uint64 { return uint64(p.Vendor) | uint64(p.Arg)<<8 }
+
+type call struct {
+	name        string // without the vendor prefix
+	entry, exit string
+	arg         uint8
+	twins       []string // suffixes of per-thread-default-stream variants
+	optional    bool     // absent from older releases: never reported missing
+}
+
+var runtimeCalls = []call{
+	{name: "LaunchKernel", entry: "launch_kernel", twins: []string{"_ptsz"}},
+	{name: "LaunchKernelExC", entry: "launch_kernel_exc", twins: []string{"_ptsz"}},
+	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
+	{name: "MemcpyAsync", entry: "memcpy_async", twins: []string{"_ptsz"}},
+	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), twins: []string{"_ptds"}},
+	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
+	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery)},
+	{name: "EventSynchronize", entry: "event_sync_enter", exit: "call_exit", arg: uint8(timer.KindEventSynchronize)},
+	{name: "StreamSynchronize", entry: "stream_sync_enter", exit: "call_exit", arg: uint8(timer.KindStreamSynchronize), twins: []string{"_ptsz"}},
+	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}},
+	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}},
+	{name: "DeviceSynchronize", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize)},
+	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed)},
+}
+
+var driverCalls = []call{
+	{name: "LaunchKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
+	// Not launches: they tell which name an opaque function handle stands for.
+	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit"},
+	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true},
+}
+
+var collectiveCalls = []call{
+	{name: "CommInitRank", entry: "comm_init_enter", exit: "comm_init_exit"},
+	{name: "CommInitRankConfig", entry: "comm_init_enter", exit: "comm_init_exit"},
+	{name: "CommSplit", entry: "comm_split_enter", exit: "comm_split_exit"},
+	{name: "CommDestroy", entry: "comm_destroy"},
+	{name: "CommAbort", entry: "comm_destroy"},
+	{name: "AllReduce", entry: "coll_reduce_op", arg: uint8(timer.OpAllReduce)},
+	{name: "ReduceScatter", entry: "coll_reduce_op", arg: uint8(timer.OpReduceScatter)},
+	{name: "AllGather", entry: "coll_all_gather", arg: uint8(timer.OpAllGather)},
+	{name: "Broadcast", entry: "coll_broadcast", arg: uint8(timer.OpBroadcast)},
+	{name: "Reduce", entry: "coll_reduce", arg: uint8(timer.OpReduce)},
+	{name: "Send", entry: "coll_p2p", arg: uint8(timer.OpSend)},
+	{name: "Recv", entry: "coll_p2p", arg: uint8(timer.OpRecv)},
+	{name: "GroupStart", entry: "group_start"},
+	{name: "GroupEnd", entry: "group_end"},
+}
+
+// probes is every symbol we know, CUDA and MACA.
+var probes = buildProbes()
+
+// probeBySymbol indexes probes by symbol name.
+var probeBySymbol = func() map[string]probe {
+	m := make(map[string]probe, len(probes))
+	for _, p := range probes {
+		m[p.Symbol] = p
+	}
+	return m
+}()
+
+func buildProbes() []probe {
+	var out []probe
+	add := func(prefix, group string, v timer.Vendor, calls []call) {
+		for _, c := range calls {
+			p := probe{Symbol: prefix + c.name, Group: group, Entry: c.entry, Exit: c.exit, Vendor: v, Arg: c.arg, Optional: c.optional}
+			out = append(out, p)
+			for _, s := range c.twins {
+				t := p
+				t.Symbol += s
+				t.Twin = true
+				out = append(out, t)
+			}
+		}
+	}
+	add("cuda", "runtime", timer.VendorCUDA, runtimeCalls)
+	add("cu", "driver", timer.VendorCUDA, driverCalls)
+	add("nccl", "collective", timer.VendorCUDA, collectiveCalls)
+	add("mc", "runtime", timer.VendorMACA, runtimeCalls)
+	add("mccl", "collective", timer.VendorMACA, collectiveCalls)
+	return out
+}
+
+// libraryNames are the file-name prefixes of the vendor libraries we look
+// for without reading their symbols.
+var libraryNames = []string{"libcudart", "libcuda.", "libnccl", "libmcruntime", "libmccl", "libmcdriver"}
+
+// boringLibraries are mapped libraries never worth a symbol scan.
+var boringLibraries = []string{
+	"libc.so", "libc-", "ld-linux", "libm.so", "libpthread", "libdl.so", "librt.so",
+	"libstdc++", "libgcc_s", "libpython", "libz.so", "libutil", "libffi", "libcrypto",
+	"libssl", "libexpat", "liblzma", "libbz2", "libuuid", "libselinux", "libsystemd",
+}
+
+// knownName reports whether a mapped file's name marks a vendor library.
+func knownName(path string) bool {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	for _, p := range libraryNames {
+		if strings.HasPrefix(base, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// boring reports whether a mapped file is a system library we never scan.
+func boring(path string) bool {
+	base := path[strings.LastIndexByte(path, '/')+1:]
+	for _, p := range boringLibraries {
+		if strings.HasPrefix(base, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// plan picks, from the symbols a library exports, the probes to attach,
+// and the symbols it lacks among the groups it serves (twins excepted).
+func plan(exported map[string]bool) (attach []probe, missing []string) {
+	groups := map[string]bool{}
+	for _, p := range probes {
+		if exported[p.Symbol] {
+			groups[p.Group+"/"+p.Vendor.String()] = true
+		}
+	}
+	for _, p := range probes {
+		switch {
+		case exported[p.Symbol]:
+			attach = append(attach, p)
+		case !p.Twin && !p.Optional && groups[p.Group+"/"+p.Vendor.String()]:
+			missing = append(missing, p.Symbol)
+		}
+	}
+	return attach, missing
+}

@@ -1,0 +1,449 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// rescanDelay is how long after a fork or exec a process's maps are read
+// once more, after the scan made at once: a safety net for what the first
+// read might have missed.
+const rescanDelay = 20 * time.Millisecond
+
+// pollInterval bounds how long a call record may wait in the ring buffer:
+// the BPF side wakes the reader only per batch of records (submit in
+// probes.bpf.c), so the reader looks on its own this often.
+const pollInterval = 20 * time.Millisecond
+
+// maxScanLag bounds how long a process that mapped code waits for its scan
+// while records keep coming: scans wait for the ring buffer to drain, so
+// that a burst of mmaps (a Python import) costs one read of the maps.
+const maxScanLag = 2 * time.Millisecond
+
+// Tracer follows processes and reports their GPU API calls.
+type Tracer struct {
+	opts   Options
+	objs   probesObjects
+	hooks  []link.Link // scheduler and mmap hooks
+	rd     *ringbuf.Reader
+	progs  map[string]*ebpf.Program
+	names  *kernelNames
+	events atomic.Uint64
+
+	mu      sync.Mutex
+	procs   map[int]*process
+	libs    map[libKey]*library
+	scanned map[libKey]map[string]bool // exported probe symbols by file
+	dirty   map[int]time.Time          // processes whose maps to read again, and when
+	pending []Notice
+	comms   map[int]*commIDs
+	closed  bool
+}
+
+// process is a followed process and the libraries it holds.
+type process struct {
+	pid  int
+	libs map[libKey]bool
+}
+
+// NewTracer loads the BPF programs and starts the process hooks. It
+// attaches nothing to libraries until Follow.
+func NewTracer(opts Options) (*Tracer, error) {
+	_ = rlimit.RemoveMemlock() // kernels before 5.11 account BPF memory to RLIMIT_MEMLOCK
+	spec, err := loadProbes()
+	if err != nil {
+		return nil, err
+	}
+	spec.Maps["events"].MaxEntries = ringSize(opts.RingBufferBytes)
+	t := &Tracer{
+		opts:    opts,
+		procs:   map[int]*process{},
+		libs:    map[libKey]*library{},
+		scanned: map[libKey]map[string]bool{},
+		dirty:   map[int]time.Time{},
+		comms:   map[int]*commIDs{},
+	}
+	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
+		return nil, loadError(err)
+	}
+	t.progs = programs(&t.objs.probesPrograms)
+	t.names = newKernelNames(t.objs.FuncNames)
+	if err := t.startHooks(); err != nil {
+		t.Close()
+		return nil, err
+	}
+	if t.rd, err = ringbuf.NewReader(t.objs.Events); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	for _, lib := range opts.Libraries {
+		if filepath.IsAbs(lib) {
+			t.preload(lib)
+		}
+	}
+	return t, nil
+}
+
+func ringSize(n int) uint32 {
+	if n <= 0 {
+		n = 8 << 20
+	}
+	size := uint32(os.Getpagesize())
+	for int(size) < n {
+		size <<= 1
+	}
+	return size
+}
+
+func loadError(err error) error {
+	var ve *ebpf.VerifierError
+	if errors.As(err, &ve) {
+		return fmt.Errorf("load probes: %+v", ve)
+	}
+	if errors.Is(err, unix.EPERM) || errors.Is(err, os.ErrPermission) {
+		return fmt.Errorf("load probes: %w (%s): %w", ErrNotPermitted, missingCaps(), err)
+	}
+	return fmt.Errorf("load probes: %w", err)
+}
+
+// missingCaps says which capabilities the process lacks for BPF tracing.
+func missingCaps() string {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return "run as root, or with CAP_BPF and CAP_PERFMON"
+	}
+	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+	if has(unix.CAP_SYS_ADMIN) {
+		return "CAP_SYS_ADMIN is held, but the kernel refused: check kernel.unprivileged_bpf_disabled and lockdown"
+	}
+	var miss []string
+	for _, c := range []struct {
+		n    uint
+		name string
+	}{{unix.CAP_BPF, "CAP_BPF"}, {unix.CAP_PERFMON, "CAP_PERFMON"}} {
+		if !has(c.n) {
+			miss = append(miss, c.name)
+		}
+	}
+	if len(miss) == 0 {
+		return "run as root: this kernel may predate CAP_BPF (5.8) and need CAP_SYS_ADMIN"
+	}
+	return "missing " + strings.Join(miss, " and ") + "; run as root or grant them"
+}
+
+func (t *Tracer) startHooks() error {
+	fork, err := link.AttachTracing(link.TracingOptions{Program: t.objs.OnFork})
+	if err != nil {
+		return fmt.Errorf("attach sched_process_fork: %w", err)
+	}
+	t.hooks = append(t.hooks, fork)
+	for _, tp := range []struct {
+		group, name string
+		prog        *ebpf.Program
+	}{
+		{"sched", "sched_process_exec", t.objs.OnExec},
+		{"sched", "sched_process_exit", t.objs.OnExit},
+		{"syscalls", "sys_enter_mmap", t.objs.OnMmap},
+		{"syscalls", "sys_exit_mmap", t.objs.OnMmapExit},
+	} {
+		l, err := link.Tracepoint(tp.group, tp.name, tp.prog, nil)
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", tp.name, err)
+		}
+		t.hooks = append(t.hooks, l)
+	}
+	return nil
+}
+
+// Follow traces pid and all its descendants, present and future. The
+// libraries it has mapped are probed before Follow returns.
+func (t *Tracer) Follow(pid int) error {
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		return fmt.Errorf("follow %d: %w", pid, err)
+	}
+	// Into the BPF map first: a fork from now on is followed by the kernel,
+	// and the walk of /proc below finds the children forked before.
+	if err := t.followPID(pid); err != nil {
+		return err
+	}
+	pids := append([]int{pid}, descendants(pid)...)
+	for _, p := range pids[1:] {
+		if err := t.followPID(p); err != nil {
+			return err
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range pids {
+		t.addProcess(p)
+		t.scan(p)
+	}
+	return nil
+}
+
+func (t *Tracer) followPID(pid int) error {
+	if err := t.objs.Followed.Put(uint32(pid), uint8(1)); err != nil {
+		return fmt.Errorf("follow %d: %w", pid, err)
+	}
+	return nil
+}
+
+// addProcess registers a followed process; t.mu held.
+func (t *Tracer) addProcess(pid int) *process {
+	p := t.procs[pid]
+	if p == nil {
+		p = &process{pid: pid, libs: map[libKey]bool{}}
+		t.procs[pid] = p
+	}
+	return p
+}
+
+// removeProcess releases everything a process held; t.mu held.
+func (t *Tracer) removeProcess(pid int) {
+	p := t.procs[pid]
+	if p == nil {
+		return
+	}
+	for k := range p.libs {
+		t.release(k)
+	}
+	delete(t.procs, pid)
+	delete(t.dirty, pid)
+	delete(t.comms, pid)
+	t.names.forget(pid)
+	_ = t.objs.Followed.Delete(uint32(pid))
+}
+
+// scan reads the maps of a followed process and probes the libraries it
+// has not been probed for; t.mu held.
+func (t *Tracer) scan(pid int) {
+	p := t.procs[pid]
+	if p == nil {
+		return
+	}
+	libs, err := execMappings(pid)
+	if err != nil {
+		return // exited: its exit event releases it
+	}
+	for _, m := range libs {
+		if p.libs[m.Key] {
+			continue
+		}
+		syms, ok := t.scanned[m.Key]
+		if !ok {
+			syms = map[string]bool{}
+			if t.opts.wanted(m.Path) {
+				s, err := exportedProbeSymbols(procPath(pid, m.Path))
+				if err != nil {
+					t.notice(Notice{Kind: "error", PID: pid, Library: m.Path, Err: err})
+				} else {
+					syms = s
+				}
+			}
+			t.scanned[m.Key] = syms
+		}
+		if len(syms) == 0 {
+			continue
+		}
+		if err := t.acquire(pid, m, syms); err != nil {
+			t.notice(Notice{Kind: "error", PID: pid, Library: m.Path, Err: err})
+			continue
+		}
+		p.libs[m.Key] = true
+	}
+}
+
+// procPath is a file of a process as seen from here (it may live in
+// another mount namespace).
+func procPath(pid int, path string) string {
+	return fmt.Sprintf("/proc/%d/root%s", pid, path)
+}
+
+func (t *Tracer) notice(n Notice) {
+	if len(t.pending) < 4096 {
+		t.pending = append(t.pending, n)
+	}
+}
+
+// Run reads events until ctx is done or the tracer is closed, calling
+// onEvent for each decoded call and onNotice for what the tracer did. Both
+// are called from this goroutine only.
+func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(Notice)) error {
+	var rec ringbuf.Record
+	for {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		t.housekeep(onNotice)
+		t.rd.SetDeadline(time.Now().Add(t.wait()))
+		err := t.rd.ReadInto(&rec)
+		switch {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			continue
+		case errors.Is(err, ringbuf.ErrClosed):
+			return nil
+		case err != nil:
+			return fmt.Errorf("read ring buffer: %w", err)
+		}
+		raw, ok := rawEvent(rec.RawSample)
+		if !ok {
+			continue
+		}
+		if raw.Kind >= evFork {
+			t.processEvent(raw, onEvent)
+			continue
+		}
+		ev := decode(raw)
+		t.complete(&ev, raw)
+		t.events.Add(1)
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+}
+
+// wait is how long Run may block for the next event.
+func (t *Tracer) wait() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.pending) > 0 {
+		return 0
+	}
+	if len(t.dirty) > 0 {
+		return maxScanLag
+	}
+	return pollInterval
+}
+
+// housekeep rescans processes that mapped code and hands out notices.
+func (t *Tracer) housekeep(onNotice func(Notice)) {
+	t.mu.Lock()
+	now := time.Now()
+	drained := t.rd.AvailableBytes() == 0
+	for pid, due := range t.dirty {
+		if lag := now.Sub(due); lag >= 0 && (drained || lag >= maxScanLag) {
+			delete(t.dirty, pid)
+			t.scan(pid)
+		}
+	}
+	pending := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	if onNotice != nil {
+		for _, n := range pending {
+			onNotice(n)
+		}
+	}
+}
+
+// processEvent handles fork, exec, exit and mmap of followed processes.
+func (t *Tracer) processEvent(raw *probesEvent, onEvent func(timer.Event)) {
+	pid := int(raw.Pid)
+	ev := timer.Event{Time: int64(raw.Time), PID: pid, TID: pid}
+	t.mu.Lock()
+	switch raw.Kind {
+	case evFork:
+		t.addProcess(pid)
+		t.scan(pid)
+		t.dirty[pid] = time.Now().Add(rescanDelay)
+		t.notice(Notice{Kind: "exec", PID: pid})
+		ev.Kind = timer.KindProcessExec
+	case evExec:
+		// A new image: what the old one mapped is gone.
+		if p := t.procs[pid]; p != nil {
+			for k := range p.libs {
+				t.release(k)
+			}
+			p.libs = map[libKey]bool{}
+		}
+		t.addProcess(pid)
+		delete(t.comms, pid)
+		t.names.forget(pid)
+		t.scan(pid)
+		t.dirty[pid] = time.Now().Add(rescanDelay)
+		t.notice(Notice{Kind: "exec", PID: pid})
+		ev.Kind = timer.KindProcessExec
+	case evExit:
+		t.removeProcess(pid)
+		t.notice(Notice{Kind: "exit", PID: pid})
+		ev.Kind = timer.KindProcessExit
+	case evMmap:
+		// The mapping is in place: probe it before the process calls it,
+		// as soon as the records before this one are handled.
+		if due, ok := t.dirty[pid]; t.procs[pid] != nil && (!ok || due.After(time.Now())) {
+			t.dirty[pid] = time.Now()
+		}
+		t.names.mapped(pid)
+	}
+	t.mu.Unlock()
+	if ev.Kind != timer.KindUnknown {
+		t.events.Add(1)
+		if onEvent != nil {
+			onEvent(ev)
+		}
+	}
+}
+
+// Stats reports counters and what is attached now.
+func (t *Tracer) Stats() Stats {
+	s := Stats{Events: t.events.Load()}
+	var perCPU []uint64
+	if err := t.objs.Lost.Lookup(uint32(0), &perCPU); err == nil {
+		for _, n := range perCPU {
+			s.Lost += n
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s.Processes = len(t.procs)
+	for _, l := range t.libs {
+		s.Probes += len(l.links)
+	}
+	return s
+}
+
+// Close detaches everything and unloads the programs. Run returns.
+func (t *Tracer) Close() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	var links []link.Link
+	for k, l := range t.libs {
+		links = append(links, l.links...)
+		l.links = nil
+		delete(t.libs, k)
+	}
+	t.procs = map[int]*process{}
+	t.mu.Unlock()
+	closeLinks(links)
+	var errs []error
+	if t.rd != nil {
+		errs = append(errs, t.rd.Close())
+	}
+	for _, h := range t.hooks {
+		errs = append(errs, h.Close())
+	}
+	errs = append(errs, t.objs.Close())
+	return errors.Join(errs...)
+}
