@@ -74,13 +74,14 @@ func exportedProbeSymbols(path string) (map[string]bool, error) {
 }
 
 // wanted reports whether a mapped file deserves a symbol scan: a known
-// vendor name, a library the user named, or any library not known to be a
-// system one (renamed vendor libraries are found by their symbols).
+// vendor name, a library the user named, the dynamic loader, or any
+// library not known to be a system one (renamed vendor libraries are found
+// by their symbols).
 func (o *Options) wanted(path string) bool {
 	for _, l := range o.Libraries {
 		if l == path || filepath.Base(l) == filepath.Base(path) {
 			return true
 		}
 	}
-	return knownName(path) || !boring(path)
+	return knownName(path) || loader(path) || !boring(path)
 }

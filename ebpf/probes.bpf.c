@@ -57,14 +57,15 @@
  *
  * Only thread groups present in the map `followed` are recorded. A fork
  * of a followed process adds the child here, before it can run; exec, exit
- * and executable file mmaps (at their return) of followed processes are
+ * and dynamic loader updates (dlopen) of followed processes are
  * reported to Go, which (re)scans their libraries. A failed ring buffer
  * reservation is counted in `lost`, never silent. Call records wake the
  * reader in batches (see submit), so Go sees one up to its poll interval
  * (20 ms) after the call.
  *
  * Minimum kernel: 5.15 (ring buffer 5.8, tp_btf 5.5, uprobe attach cookie
- * 5.15), with BTF (CONFIG_DEBUG_INFO_BTF) for the fork hook's CO-RE reads.
+ * 5.15), with BTF (CONFIG_DEBUG_INFO_BTF): the process hooks are tp_btf
+ * programs and a uprobe on ld.so, so no tracefs mount is needed.
  */
 #include "include/types.h"
 #include <bpf/bpf_helpers.h>
@@ -775,8 +776,8 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	return 0;
 }
 
-SEC("tracepoint/sched/sched_process_exec")
-int on_exec(void *ctx)
+SEC("tp_btf/sched_process_exec")
+int BPF_PROG(on_exec, struct task_struct *p)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (is_followed(tgid))
@@ -784,8 +785,8 @@ int on_exec(void *ctx)
 	return 0;
 }
 
-SEC("tracepoint/sched/sched_process_exit")
-int on_exit(void *ctx)
+SEC("tp_btf/sched_process_exit")
+int BPF_PROG(on_exit, struct task_struct *p)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 tgid = pid_tgid >> 32;
@@ -796,56 +797,18 @@ int on_exit(void *ctx)
 	return 0;
 }
 
-struct mmap_args {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__u64 addr, len, prot, flags, fd, off;
-};
-
-#define PROT_EXEC 0x4
-
-struct mmap_exit_args {
-	__u64 common;
-	__s32 nr;
-	__u32 pad;
-	__s64 ret;
-};
-
-/* Threads of followed processes inside an executable file mmap. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 4096);
-	__type(key, __u32);  /* tid */
-	__type(value, __u8); /* 1 */
-} mmaps SEC(".maps");
-
-SEC("tracepoint/syscalls/sys_enter_mmap")
-int on_mmap(struct mmap_args *ctx)
+/* The dynamic loader calls _dl_debug_state, the r_brk of its debugger
+ * interface (where gdb learns of shared libraries), before and after it
+ * changes the list of loaded objects: each dlopen, and the libraries of a
+ * new image before its constructors run. Go reads the maps again and probes
+ * what appeared before the process can call it. A uprobe on ld.so costs
+ * nothing between dlopens and, unlike a hook on mmap(2), needs neither
+ * tracefs nor kprobes nor fentry, which containers and slim kernels lack. */
+SEC("uprobe")
+int dl_state(struct pt_regs *ctx)
 {
-	if (!(ctx->prot & PROT_EXEC) || (__s64)ctx->fd < 0)
-		return 0;
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_followed(pid_tgid >> 32))
-		return 0;
-	__u32 tid = pid_tgid;
-	__u8 one = 1;
-	bpf_map_update_elem(&mmaps, &tid, &one, BPF_ANY);
-	return 0;
-}
-
-/* Reported at the return, when /proc/PID/maps shows the mapping: Go probes
- * the library at once, racing the process to its first call. */
-SEC("tracepoint/syscalls/sys_exit_mmap")
-int on_mmap_exit(struct mmap_exit_args *ctx)
-{
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	__u32 tid = pid_tgid;
-	if (!bpf_map_lookup_elem(&mmaps, &tid))
-		return 0;
-	bpf_map_delete_elem(&mmaps, &tid);
-	if (ctx->ret < 0 && ctx->ret > -4096) /* failed */
-		return 0;
-	process_event(EV_MMAP, pid_tgid >> 32, 0);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	if (is_followed(tgid))
+		process_event(EV_MMAP, tgid, 0);
 	return 0;
 }

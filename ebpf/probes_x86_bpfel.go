@@ -76,7 +76,6 @@ const (
 	probesMapFollowed          = "followed"
 	probesMapFuncNames         = "func_names"
 	probesMapLost              = "lost"
-	probesMapMmaps             = "mmaps"
 	probesMapStashes           = "stashes"
 	probesProgCallExit         = "call_exit"
 	probesProgCollAllGather    = "coll_all_gather"
@@ -91,6 +90,7 @@ const (
 	probesProgCommSplitExit    = "comm_split_exit"
 	probesProgCuLaunchKernel   = "cu_launch_kernel"
 	probesProgDeviceSyncEnter  = "device_sync_enter"
+	probesProgDlState          = "dl_state"
 	probesProgElapsedEnter     = "elapsed_enter"
 	probesProgEmpty            = "empty"
 	probesProgEventQueryEnter  = "event_query_enter"
@@ -108,8 +108,6 @@ const (
 	probesProgOnExec           = "on_exec"
 	probesProgOnExit           = "on_exit"
 	probesProgOnFork           = "on_fork"
-	probesProgOnMmap           = "on_mmap"
-	probesProgOnMmapExit       = "on_mmap_exit"
 	probesProgStreamQueryEnter = "stream_query_enter"
 	probesProgStreamSyncEnter  = "stream_sync_enter"
 	probesProgStreamWaitEvent  = "stream_wait_event"
@@ -171,6 +169,7 @@ type probesProgramSpecs struct {
 	CommSplitExit    *ebpf.ProgramSpec `ebpf:"comm_split_exit"`
 	CuLaunchKernel   *ebpf.ProgramSpec `ebpf:"cu_launch_kernel"`
 	DeviceSyncEnter  *ebpf.ProgramSpec `ebpf:"device_sync_enter"`
+	DlState          *ebpf.ProgramSpec `ebpf:"dl_state"`
 	ElapsedEnter     *ebpf.ProgramSpec `ebpf:"elapsed_enter"`
 	Empty            *ebpf.ProgramSpec `ebpf:"empty"`
 	EventQueryEnter  *ebpf.ProgramSpec `ebpf:"event_query_enter"`
@@ -188,8 +187,6 @@ type probesProgramSpecs struct {
 	OnExec           *ebpf.ProgramSpec `ebpf:"on_exec"`
 	OnExit           *ebpf.ProgramSpec `ebpf:"on_exit"`
 	OnFork           *ebpf.ProgramSpec `ebpf:"on_fork"`
-	OnMmap           *ebpf.ProgramSpec `ebpf:"on_mmap"`
-	OnMmapExit       *ebpf.ProgramSpec `ebpf:"on_mmap_exit"`
 	StreamQueryEnter *ebpf.ProgramSpec `ebpf:"stream_query_enter"`
 	StreamSyncEnter  *ebpf.ProgramSpec `ebpf:"stream_sync_enter"`
 	StreamWaitEvent  *ebpf.ProgramSpec `ebpf:"stream_wait_event"`
@@ -203,7 +200,6 @@ type probesMapSpecs struct {
 	Followed  *ebpf.MapSpec `ebpf:"followed"`
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
-	Mmaps     *ebpf.MapSpec `ebpf:"mmaps"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
 }
 
@@ -238,7 +234,6 @@ type probesMaps struct {
 	Followed  *ebpf.Map `ebpf:"followed"`
 	FuncNames *ebpf.Map `ebpf:"func_names"`
 	Lost      *ebpf.Map `ebpf:"lost"`
-	Mmaps     *ebpf.Map `ebpf:"mmaps"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
 }
 
@@ -248,7 +243,6 @@ func (m *probesMaps) Close() error {
 		m.Followed,
 		m.FuncNames,
 		m.Lost,
-		m.Mmaps,
 		m.Stashes,
 	)
 }
@@ -277,6 +271,7 @@ type probesPrograms struct {
 	CommSplitExit    *ebpf.Program `ebpf:"comm_split_exit"`
 	CuLaunchKernel   *ebpf.Program `ebpf:"cu_launch_kernel"`
 	DeviceSyncEnter  *ebpf.Program `ebpf:"device_sync_enter"`
+	DlState          *ebpf.Program `ebpf:"dl_state"`
 	ElapsedEnter     *ebpf.Program `ebpf:"elapsed_enter"`
 	Empty            *ebpf.Program `ebpf:"empty"`
 	EventQueryEnter  *ebpf.Program `ebpf:"event_query_enter"`
@@ -294,8 +289,6 @@ type probesPrograms struct {
 	OnExec           *ebpf.Program `ebpf:"on_exec"`
 	OnExit           *ebpf.Program `ebpf:"on_exit"`
 	OnFork           *ebpf.Program `ebpf:"on_fork"`
-	OnMmap           *ebpf.Program `ebpf:"on_mmap"`
-	OnMmapExit       *ebpf.Program `ebpf:"on_mmap_exit"`
 	StreamQueryEnter *ebpf.Program `ebpf:"stream_query_enter"`
 	StreamSyncEnter  *ebpf.Program `ebpf:"stream_sync_enter"`
 	StreamWaitEvent  *ebpf.Program `ebpf:"stream_wait_event"`
@@ -316,6 +309,7 @@ func (p *probesPrograms) Close() error {
 		p.CommSplitExit,
 		p.CuLaunchKernel,
 		p.DeviceSyncEnter,
+		p.DlState,
 		p.ElapsedEnter,
 		p.Empty,
 		p.EventQueryEnter,
@@ -333,8 +327,6 @@ func (p *probesPrograms) Close() error {
 		p.OnExec,
 		p.OnExit,
 		p.OnFork,
-		p.OnMmap,
-		p.OnMmapExit,
 		p.StreamQueryEnter,
 		p.StreamSyncEnter,
 		p.StreamWaitEvent,

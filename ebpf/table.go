@@ -101,8 +101,16 @@ func buildProbes() []probe {
 	add("nccl", "collective", timer.VendorCUDA, collectiveCalls)
 	add("mc", "runtime", timer.VendorMACA, runtimeCalls)
 	add("mccl", "collective", timer.VendorMACA, collectiveCalls)
-	return out
+	return append(out, loaderProbe)
 }
+
+// loaderProbe is on the dynamic loader (ld.so): it reports each change of
+// a process's loaded libraries, so that a CUDA or NCCL library loaded late
+// (PyTorch dlopens them at import) is probed at once.
+var loaderProbe = probe{Symbol: "_dl_debug_state", Group: "loader", Entry: "dl_state"}
+
+// loaderNames are the file-name prefixes of dynamic loaders.
+var loaderNames = []string{"ld-linux", "ld64.so", "ld-2."}
 
 // libraryNames are the file-name prefixes of the vendor libraries we look
 // for without reading their symbols.
@@ -117,19 +125,23 @@ var boringLibraries = []string{
 
 // knownName reports whether a mapped file's name marks a vendor library.
 func knownName(path string) bool {
-	base := path[strings.LastIndexByte(path, '/')+1:]
-	for _, p := range libraryNames {
-		if strings.HasPrefix(base, p) {
-			return true
-		}
-	}
-	return false
+	return hasPrefix(path, libraryNames)
 }
 
 // boring reports whether a mapped file is a system library we never scan.
 func boring(path string) bool {
+	return hasPrefix(path, boringLibraries)
+}
+
+// loader reports whether a mapped file is a dynamic loader.
+func loader(path string) bool {
+	return hasPrefix(path, loaderNames)
+}
+
+// hasPrefix reports whether path's base name starts with one of prefixes.
+func hasPrefix(path string, prefixes []string) bool {
 	base := path[strings.LastIndexByte(path, '/')+1:]
-	for _, p := range boringLibraries {
+	for _, p := range prefixes {
 		if strings.HasPrefix(base, p) {
 			return true
 		}

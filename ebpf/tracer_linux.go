@@ -41,7 +41,7 @@ const maxScanLag = 2 * time.Millisecond
 type Tracer struct {
 	opts   Options
 	objs   probesObjects
-	hooks  []link.Link // scheduler and mmap hooks
+	hooks  []link.Link // scheduler hooks
 	rd     *ringbuf.Reader
 	progs  map[string]*ebpf.Program
 	names  *kernelNames
@@ -149,24 +149,21 @@ func missingCaps() string {
 	return "missing " + strings.Join(miss, " and ") + "; run as root or grant them"
 }
 
+// startHooks attaches the process lifecycle hooks fork, exec and exit:
+// BTF tracepoints, which need no tracefs. Libraries loaded later are seen
+// through the loader probe (loaderProbe in table.go).
 func (t *Tracer) startHooks() error {
-	fork, err := link.AttachTracing(link.TracingOptions{Program: t.objs.OnFork})
-	if err != nil {
-		return fmt.Errorf("attach sched_process_fork: %w", err)
-	}
-	t.hooks = append(t.hooks, fork)
-	for _, tp := range []struct {
-		group, name string
-		prog        *ebpf.Program
+	for _, h := range []struct {
+		name string
+		prog *ebpf.Program
 	}{
-		{"sched", "sched_process_exec", t.objs.OnExec},
-		{"sched", "sched_process_exit", t.objs.OnExit},
-		{"syscalls", "sys_enter_mmap", t.objs.OnMmap},
-		{"syscalls", "sys_exit_mmap", t.objs.OnMmapExit},
+		{"sched_process_fork", t.objs.OnFork},
+		{"sched_process_exec", t.objs.OnExec},
+		{"sched_process_exit", t.objs.OnExit},
 	} {
-		l, err := link.Tracepoint(tp.group, tp.name, tp.prog, nil)
+		l, err := link.AttachTracing(link.TracingOptions{Program: h.prog})
 		if err != nil {
-			return fmt.Errorf("attach %s: %w", tp.name, err)
+			return fmt.Errorf("attach %s: %w", h.name, err)
 		}
 		t.hooks = append(t.hooks, l)
 	}
