@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 var buildMu sync.Mutex
@@ -77,17 +78,7 @@ func launchGrandchild(t testing.TB, bin string, args ...string) *target {
 
 func launchCmd(t testing.TB, cmd *exec.Cmd) *target {
 	t.Helper()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testutil.Start(t, cmd)
 	tg := &target{cmd: cmd, stdin: stdin, out: bufio.NewReader(stdout), pid: cmd.Process.Pid, exited: make(chan struct{})}
 	go func() {
 		// Wait closes the pipes: only after the program has ended, when

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // TestNotPython opens processes that hold no interpreter.
@@ -203,17 +204,7 @@ sys.stdin.read()
 `
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
 		cmd := exec.Command(py.path, "-c", script)
-		stdin, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		stdin, stdout := testutil.Start(t, cmd)
 		defer func() { stdin.Close(); cmd.Wait() }()
 		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
 			t.Fatalf("script: %q %v", line, err)

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // headerDirs are the include directories of each interpreter under test.
@@ -90,17 +92,7 @@ func liveLayout(t *testing.T, py string) layout {
 	t.Helper()
 	requireRoot(t)
 	cmd := exec.Command(py, "-c", "import sys; sys.stdout.write('x\\n'); sys.stdout.flush(); sys.stdin.read()")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testutil.Start(t, cmd)
 	defer func() { stdin.Close(); cmd.Wait() }()
 	if _, err := stdout.Read(make([]byte, 2)); err != nil {
 		t.Fatal(err)

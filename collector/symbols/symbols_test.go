@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 func TestDemangle(t *testing.T) {
@@ -70,17 +71,7 @@ func buildProg(t *testing.T) (bin, debugRoot string) {
 
 func startProg(t *testing.T, bin string) (*exec.Cmd, map[string]uint64) {
 	cmd := exec.Command(bin)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout := testutil.Start(t, cmd)
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
 	addrs := map[string]uint64{}
 	sc := bufio.NewScanner(stdout)
