@@ -2,7 +2,6 @@ package cli
 
 import (
 	"errors"
-	"os/exec"
 	"strconv"
 
 	"github.com/spf13/cobra"
@@ -14,19 +13,21 @@ type ExitError struct{ Code int }
 
 func (e *ExitError) Error() string { return "exit status " + strconv.Itoa(e.Code) }
 
-// Execute runs cmd and maps its error to a process exit status.
+// ExitCode is the status the process exits with.
+func (e *ExitError) ExitCode() int { return e.Code }
+
+// Execute runs cmd and maps its error to a process exit status: the status
+// of any error in the chain with an ExitCode method (ExitError, a child's
+// *exec.ExitError, and the subcommands' own errors, which cannot import this
+// package since it imports them), else 1.
 func Execute(cmd *cobra.Command) int {
 	err := cmd.Execute()
 	if err == nil {
 		return 0
 	}
-	var ee *ExitError
-	if errors.As(err, &ee) {
-		return ee.Code
-	}
-	var xe *exec.ExitError
-	if errors.As(err, &xe) {
-		return xe.ExitCode()
+	var ec interface{ ExitCode() int }
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
 	}
 	return 1
 }

@@ -1,0 +1,429 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/timer"
+	"golang.org/x/sys/unix"
+)
+
+// Options configure an Agent. Zero values take the defaults noted.
+type Options struct {
+	Tracer   Tracer   // required
+	Capturer Capturer // nil: detect and report only, never dump (watch)
+
+	HangTimeout  time.Duration // default 300 s
+	TimelinePath string        // where dumps and markers go; "" with a Capturer: "/root/timeline"
+	HangKill     bool          // end the hung process group after the dump
+	JobName      string        // marker name and dump labels
+	PodName, IP  string        // dump labels
+	Interval     time.Duration // check period, default 1 s
+	Parallel     int           // ranks captured at once, default 4
+
+	Logger   *slog.Logger    // default: discard
+	OnReport func(Report)    // every notable event, called from the loop's goroutines (serialise yourself)
+	Pusher   *metrics.Pusher // nil: no push
+	GPU      GPUSource       // nil: no GPU facts
+
+	// Injected for tests.
+	Monotonic func() int64     // CLOCK_MONOTONIC ns
+	Now       func() time.Time // wall clock
+	Environ   func(pid int) (map[string]string, error)
+	Alive     func(pid int) bool  // the process still exists
+	Kill      func(pid int) error // end the process group of pid (HangKill)
+	Hostname  string
+}
+
+// GPUSource supplies NVML facts of a rank's device; nil results mean
+// unknown.
+type GPUSource interface {
+	Dump(localRank int) *dumpfile.GPU
+	Metrics(localRank int) *metrics.GPU
+}
+
+// Agent is the node loop. Create with New, feed pids with Follow, run with Run.
+type Agent struct {
+	o      Options
+	log    *slog.Logger
+	engine *timer.Engine
+	rec    *trace.Recorder
+	start  time.Time
+
+	mu        sync.Mutex
+	procs     map[int]*procInfo
+	order     int             // next number for a process without RANK
+	episode   map[int]*dumped // pids dumped since the last time nothing was hung
+	killed    map[int]bool
+	lost      uint64
+	dumps     uint64
+	failures  uint64
+	writeErrs uint64
+	markers   markerState
+	lastTick  int64
+
+	pushCh chan struct{}
+}
+
+// procInfo is what the loop knows of one traced process.
+type procInfo struct {
+	pid       int
+	id        Identity
+	idTries   int
+	gpu       bool // made a GPU call: a rank
+	exited    bool
+	announced bool
+
+	dumpStarted bool
+	dumpSeconds float64
+}
+
+// dumped is one rank's dump of the current episode.
+type dumped struct {
+	file *dumpfile.File
+	path string
+}
+
+// New returns an agent; nothing runs until Run.
+func New(o Options) *Agent {
+	if o.HangTimeout <= 0 {
+		o.HangTimeout = timer.DefaultHangTimeout
+	}
+	if o.TimelinePath == "" {
+		o.TimelinePath = "/root/timeline"
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Monotonic == nil {
+		o.Monotonic = Monotonic
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Environ == nil {
+		o.Environ = procfs.Environ
+	}
+	if o.Alive == nil {
+		o.Alive = alive
+	}
+	if o.Kill == nil {
+		o.Kill = KillGroup
+	}
+	if o.Hostname == "" {
+		o.Hostname, _ = os.Hostname()
+	}
+	return &Agent{
+		o:       o,
+		log:     o.Logger,
+		engine:  timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout}),
+		rec:     trace.New(0),
+		start:   o.Now(),
+		procs:   make(map[int]*procInfo),
+		episode: make(map[int]*dumped),
+		killed:  make(map[int]bool),
+		pushCh:  make(chan struct{}, 1),
+	}
+}
+
+// Engine returns the agent's engine.
+func (a *Agent) Engine() *timer.Engine { return a.engine }
+
+// Monotonic reads CLOCK_MONOTONIC in nanoseconds, the clock of bpf_ktime_get_ns.
+func Monotonic() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return time.Now().UnixNano()
+	}
+	return ts.Nano()
+}
+
+func alive(pid int) bool {
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z' && st.State != 'X'
+}
+
+// Follow traces pid and its descendants.
+func (a *Agent) Follow(pid int) error {
+	if err := a.o.Tracer.Follow(pid); err != nil {
+		return fmt.Errorf("follow %d: %w", pid, err)
+	}
+	return nil
+}
+
+// Run runs the tracer and the check loop until ctx is done. The tracer's
+// error ends Run unless ctx is already done.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	tracerErr := make(chan error, 1)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		err := a.o.Tracer.Run(ctx, a.HandleEvent, a.HandleNotice)
+		tracerErr <- err
+		cancel()
+	}()
+	go func() {
+		defer wg.Done()
+		a.pushLoop(ctx)
+	}()
+	t := time.NewTicker(a.o.Interval)
+	defer t.Stop()
+	var err error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case <-t.C:
+			a.Tick(ctx)
+		}
+	}
+	cancel()
+	wg.Wait()
+	select {
+	case err = <-tracerErr:
+	default:
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("tracer: %w", err)
+	}
+	return nil
+}
+
+// HandleEvent consumes one probe event (the tracer's callback).
+func (a *Agent) HandleEvent(ev timer.Event) {
+	a.engine.Handle(ev)
+	a.rec.Add(ev)
+	switch ev.Kind {
+	case timer.KindProcessExit:
+		a.exited(ev.PID)
+	case timer.KindProcessExec:
+		a.see(ev.PID, false, true)
+	default:
+		a.see(ev.PID, true, false)
+	}
+}
+
+// HandleNotice consumes one tracer notice (the tracer's callback).
+func (a *Agent) HandleNotice(n Notice) {
+	r := Report{Event: n.Kind, PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing}
+	if n.Err != nil {
+		r.Error = n.Err.Error()
+	}
+	switch n.Kind {
+	case "exit":
+		a.exited(n.PID)
+		return // exited reports it once
+	case "exec":
+		a.see(n.PID, false, true)
+	case "error":
+		a.log.Warn("tracer", "pid", n.PID, "library", n.Library, "err", n.Err)
+	case "missing":
+		a.log.Info("symbols missing", "pid", n.PID, "library", n.Library, "missing", n.Missing)
+	case "attach":
+		a.log.Info("attached", "pid", n.PID, "library", n.Library, "probes", len(n.Attached))
+	}
+	if r.PID != 0 {
+		if id, ok := a.identity(r.PID); ok {
+			r.setRank(id)
+		}
+	}
+	a.report(r)
+}
+
+// see records that pid is traced; gpu says it made a GPU call, reread that
+// its environment may have changed (exec).
+func (a *Agent) see(pid int, gpu, reread bool) {
+	a.mu.Lock()
+	p := a.procs[pid]
+	if p != nil && !reread && (p.gpu || !gpu) {
+		a.mu.Unlock()
+		return
+	}
+	fresh := p == nil || reread
+	if p == nil {
+		p = &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}}
+		a.procs[pid] = p
+	}
+	if reread {
+		p.exited = false
+	}
+	p.gpu = p.gpu || gpu
+	a.mu.Unlock()
+	if fresh {
+		a.resolve(pid, false)
+	} else {
+		a.announce(pid)
+	}
+}
+
+// resolve reads pid's identity from its environment. A process without
+// RANK is looked at again on later ticks, then, when it is a rank (it made
+// GPU calls), numbered by order of appearance (final).
+func (a *Agent) resolve(pid int, final bool) {
+	env, err := a.o.Environ(pid)
+	a.mu.Lock()
+	p := a.procs[pid]
+	if p == nil || p.exited {
+		a.mu.Unlock()
+		return
+	}
+	p.idTries++
+	if err == nil {
+		if id := IdentityOf(env); id.FromEnv {
+			p.id = id
+		}
+	}
+	if !p.id.FromEnv && p.gpu && p.id.Rank < 0 && (final || err != nil) {
+		a.assignOrder(p)
+	}
+	id := p.id
+	a.mu.Unlock()
+	if id.FromEnv {
+		a.engine.SetIdentity(pid, id.Rank, id.World)
+	}
+	a.announce(pid)
+}
+
+// assignOrder numbers a process without RANK; a.mu held.
+func (a *Agent) assignOrder(p *procInfo) {
+	p.id.Rank = a.order
+	a.order++
+}
+
+// announce reports a rank once its identity is settled.
+func (a *Agent) announce(pid int) {
+	a.mu.Lock()
+	p := a.procs[pid]
+	if p == nil || p.announced || p.exited || !(p.id.FromEnv || (p.gpu && p.id.Rank >= 0)) {
+		a.mu.Unlock()
+		return
+	}
+	p.announced = true
+	id, gpu := p.id, p.gpu
+	a.mu.Unlock()
+	r := Report{Event: "rank", PID: pid}
+	r.setRank(id)
+	if id.FromEnv {
+		r.Identity = "environment"
+		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "gpu_calls", gpu)
+	} else {
+		r.Identity = "assumed: no RANK in its environment, numbered by order of appearance"
+		a.log.Warn("process has no RANK in its environment; numbering it by order of appearance", "pid", pid, "rank", id.Rank)
+	}
+	a.report(r)
+}
+
+// settle looks again at ranks whose identity is not settled (called every
+// tick): after three looks a process without RANK is numbered by order.
+func (a *Agent) settle() {
+	a.mu.Lock()
+	var todo []int
+	var final []bool
+	for pid, p := range a.procs {
+		if !p.exited && p.gpu && !p.id.FromEnv && p.id.Rank < 0 {
+			todo = append(todo, pid)
+			final = append(final, p.idTries >= 2)
+		}
+	}
+	a.mu.Unlock()
+	for i, pid := range todo {
+		a.resolve(pid, final[i])
+	}
+}
+
+// identity returns pid's identity once it is settled.
+func (a *Agent) identity(pid int) (Identity, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p := a.procs[pid]
+	if p == nil || (!p.id.FromEnv && p.id.Rank < 0) {
+		return Identity{}, false
+	}
+	return p.id, true
+}
+
+func (a *Agent) exited(pid int) {
+	a.mu.Lock()
+	p := a.procs[pid]
+	if p == nil || p.exited {
+		a.mu.Unlock()
+		return
+	}
+	p.exited = true
+	id, rank := p.id, p.gpu || p.id.FromEnv
+	a.mu.Unlock()
+	a.rec.Forget(pid)
+	if rank {
+		r := Report{Event: "exit", PID: pid}
+		r.setRank(id)
+		a.report(r)
+	}
+}
+
+// ranks lists the live rank processes (those with RANK or a GPU call), by
+// rank then pid.
+func (a *Agent) ranks() []procInfo {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []procInfo
+	unknown := 0
+	for _, p := range a.procs {
+		if p.exited || !(p.gpu || p.id.FromEnv) {
+			continue
+		}
+		if !p.id.FromEnv {
+			unknown++
+		}
+		out = append(out, *p)
+	}
+	for i := range out {
+		if !out[i].id.FromEnv {
+			if out[i].id.Rank < 0 {
+				p := a.procs[out[i].pid]
+				a.assignOrder(p)
+				out[i].id.Rank = p.id.Rank
+			}
+			out[i].id.World = max(a.order, unknown)
+		}
+		if out[i].id.World <= out[i].id.Rank {
+			out[i].id.World = out[i].id.Rank + 1
+		}
+	}
+	slices.SortFunc(out, func(x, y procInfo) int {
+		if x.id.Rank != y.id.Rank {
+			return x.id.Rank - y.id.Rank
+		}
+		return x.pid - y.pid
+	})
+	return out
+}
+
+func (a *Agent) report(r Report) {
+	if a.o.OnReport == nil {
+		return
+	}
+	if r.Time.IsZero() {
+		r.Time = a.o.Now()
+	}
+	a.o.OnReport(r)
+}

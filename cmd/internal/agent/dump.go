@@ -1,0 +1,256 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Dump reasons, as in dumpfile.File.Reason.
+const (
+	ReasonHang   = "hang"   // this rank hung
+	ReasonPeer   = "peer"   // another rank of the job on this node hung
+	ReasonMarker = "marker" // another node's agent reported a hang
+)
+
+// dumpHangs dumps, for new decisions, the hung ranks and every other rank
+// of their jobs on the node, each once per episode (a rank dumped as a peer
+// that hangs later gets its file rewritten with its decision, without a
+// second stop), writes the marker and, with HangKill, ends the hung
+// process groups.
+func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
+	hung := make(map[int]timer.Hang, len(hangs))
+	for _, h := range hangs {
+		hung[h.PID] = h
+	}
+	ranks := a.ranks()
+	jobs := map[string]bool{}
+	for _, p := range ranks {
+		if _, ok := hung[p.pid]; ok {
+			jobs[p.id.Job] = true
+		}
+	}
+	var todo []procInfo
+	var rewrite []*dumped
+	a.mu.Lock()
+	for _, p := range ranks {
+		if !jobs[p.id.Job] {
+			continue
+		}
+		d := a.episode[p.pid]
+		if d == nil {
+			todo = append(todo, p)
+			continue
+		}
+		if h, ok := hung[p.pid]; ok && d.file.Hang == nil {
+			hc := h
+			d.file.Hang, d.file.Reason = &hc, ReasonHang
+			rewrite = append(rewrite, d)
+		}
+	}
+	a.mu.Unlock()
+	for _, d := range rewrite {
+		if _, err := a.writeDump(d.file); err != nil {
+			a.log.Error("rewrite dump", "rank", d.file.Rank, "err", err)
+		}
+	}
+	start := time.Now()
+	n := a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
+		if h, ok := hung[pid]; ok {
+			return ReasonHang, &h
+		}
+		if h, ok := a.engine.Hung(pid); ok {
+			return ReasonHang, &h
+		}
+		return ReasonPeer, nil
+	})
+	if len(todo) > 0 {
+		a.log.Info("dumped ranks", "ranks", n, "of", len(todo), "seconds", time.Since(start).Seconds(), "path", a.o.TimelinePath)
+		a.writeMarker(hangs)
+	}
+	if a.o.HangKill {
+		for _, h := range hangs {
+			a.kill(h.PID)
+		}
+	}
+}
+
+// dumpRanks captures and writes ranks in parallel (at most Parallel at
+// once) and returns how many were written.
+func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid int) (string, *timer.Hang)) int {
+	if len(ranks) == 0 {
+		return 0
+	}
+	if err := os.MkdirAll(a.o.TimelinePath, 0o755); err != nil {
+		a.mu.Lock()
+		a.failures += uint64(len(ranks))
+		a.mu.Unlock()
+		a.log.Error("cannot create timeline path; dumps skipped", "path", a.o.TimelinePath, "err", err)
+		a.report(Report{Event: "dump_failed", Path: a.o.TimelinePath, Error: err.Error()})
+		return 0
+	}
+	a.mu.Lock()
+	for _, p := range ranks {
+		if q := a.procs[p.pid]; q != nil {
+			q.dumpStarted = true
+		}
+	}
+	a.mu.Unlock()
+	a.kick()
+	sem := make(chan struct{}, a.o.Parallel)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	written := 0
+	for _, p := range ranks {
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			reason, h := why(p.pid)
+			if a.dumpOne(p, reason, h) {
+				mu.Lock()
+				written++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	a.kick()
+	return written
+}
+
+// dumpOne captures one rank and writes its .stacktrace (with .txt) and its
+// flight recorder trace.
+func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
+	start := time.Now()
+	f := &dumpfile.File{
+		Rank: p.id.Rank, WorldSize: p.id.World, LocalRank: max(p.id.LocalRank, 0), LocalWorldSize: p.id.LocalWorld,
+		Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName, PID: p.pid,
+		Reason: reason, Hang: h, Comms: a.engine.Comms(p.pid),
+	}
+	if p.id.LocalRank < 0 {
+		f.LocalRank = p.id.Rank
+	}
+	f.Cmdline, _ = procfs.Cmdline(p.pid)
+	c, err := a.o.Capturer.Capture(p.pid)
+	if c != nil {
+		f.State, f.Threads, f.StoppedFor = c.State, c.Threads, c.StoppedFor
+		f.Errors = append(f.Errors, c.Errors...)
+	}
+	if err != nil {
+		f.Errors = append(f.Errors, fmt.Sprintf("capture: %v", err))
+	}
+	if f.State == "" {
+		if st, err := procfs.ReadStat(p.pid); err == nil {
+			f.State = procfs.StateName(st.State)
+		} else {
+			f.State = "X (gone)"
+		}
+	}
+	if f.Threads == nil {
+		f.Threads = []stack.Thread{}
+	}
+	if a.o.GPU != nil {
+		f.GPU = a.o.GPU.Dump(f.LocalRank)
+	}
+	f.DumpedAt = a.o.Now()
+	f.DumpDuration = time.Since(start)
+	path, werr := a.writeDump(f)
+	a.writeTrace(p, f)
+	secs := time.Since(start).Seconds()
+	a.mu.Lock()
+	if q := a.procs[p.pid]; q != nil {
+		q.dumpSeconds = secs
+	}
+	if werr != nil {
+		a.failures++
+	} else {
+		a.dumps++
+		a.episode[p.pid] = &dumped{file: f, path: path}
+	}
+	a.mu.Unlock()
+	r := Report{Event: "dump", PID: p.pid, Path: path, Reason: reason, Seconds: secs}
+	r.setRank(p.id)
+	r.WorldSize = p.id.World
+	if werr != nil {
+		r.Event, r.Error = "dump_failed", werr.Error()
+		a.log.Error("write dump", "rank", p.id.Rank, "pid", p.pid, "err", werr)
+	} else {
+		a.log.Info("dump", "rank", p.id.Rank, "pid", p.pid, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors))
+	}
+	a.report(r)
+	return werr == nil
+}
+
+// writeDump writes f (atomically, by dumpfile.Write).
+func (a *Agent) writeDump(f *dumpfile.File) (string, error) {
+	path, err := dumpfile.Write(a.o.TimelinePath, f)
+	if err != nil {
+		return "", fmt.Errorf("write dump of rank %d: %w", f.Rank, err)
+	}
+	return path, nil
+}
+
+// writeTrace writes the flight recorder's events of p as Chrome trace JSON.
+func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
+	recs, over := a.rec.Events(p.pid)
+	names := make(map[int]string, len(f.Threads))
+	for _, t := range f.Threads {
+		names[t.TID] = t.Name
+	}
+	var buf bytes.Buffer
+	m := trace.Meta{PID: p.pid, Rank: p.id.Rank, World: p.id.World, Now: a.o.Monotonic(), Threads: names}
+	if err := trace.WriteChrome(&buf, recs, over, m); err != nil {
+		a.log.Error("encode trace", "rank", p.id.Rank, "err", err)
+		return
+	}
+	path := filepath.Join(a.o.TimelinePath, trace.Name(p.id.Rank, p.id.World))
+	if err := WriteAtomic(path, buf.Bytes()); err != nil {
+		a.mu.Lock()
+		a.writeErrs++
+		a.mu.Unlock()
+		a.log.Error("write trace", "rank", p.id.Rank, "err", err)
+	}
+}
+
+// WriteAtomic writes data to path through a temporary file in the same
+// directory, synced and renamed into place.
+func WriteAtomic(path string, data []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return fmt.Errorf("create temporary file for %s: %w", path, err)
+	}
+	name := tmp.Name()
+	_, err = tmp.Write(data)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(name, 0o644)
+	}
+	if err == nil {
+		err = os.Rename(name, path)
+	}
+	if err != nil {
+		os.Remove(name)
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,138 @@
+package agent
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Snapshot is the node's state for the metrics exporter and the pusher.
+func (a *Agent) Snapshot() metrics.Snapshot {
+	now := a.o.Monotonic()
+	st := a.o.Tracer.Stats()
+	var s metrics.Snapshot
+	for _, p := range a.ranks() {
+		r := metrics.Rank{Rank: p.id.Rank, LocalRank: p.id.LocalRank, PID: p.pid,
+			DumpStarted: p.dumpStarted, DumpSeconds: p.dumpSeconds}
+		if r.LocalRank < 0 {
+			r.LocalRank = p.id.Rank
+		}
+		if ps, ok := a.engine.State(p.pid, now); ok {
+			r.Hung, r.HangKind = ps.Hung, ps.HangKind
+			r.OldestAgeSeconds = float64(ps.OldestAgeNs) / 1e9
+			r.PendingOps = ps.Pending
+		}
+		stats := a.engine.ProcStats(p.pid)
+		r.Kernels = kernels(stats.Kernels)
+		r.Collectives = collectives(stats.Collectives)
+		if a.o.GPU != nil {
+			r.GPU = a.o.GPU.Metrics(r.LocalRank)
+		}
+		s.Ranks = append(s.Ranks, r)
+	}
+	a.mu.Lock()
+	s.Dumps, s.DumpFailures = a.dumps, a.failures+a.writeErrs
+	a.mu.Unlock()
+	s.ProbeEvents, s.LostEvents = st.Events, st.Lost
+	s.AttachedProcesses, s.ProbesAttached = st.Processes, st.Probes
+	if x, ok := a.o.GPU.(interface{ Xids(time.Time) []metrics.Xid }); ok {
+		s.Xids = x.Xids(a.o.Now())
+	}
+	return s
+}
+
+func durations(sm timer.Summary) metrics.Durations {
+	return metrics.Durations{Count: sm.Count, Sum: float64(sm.SumNs) / 1e9,
+		Min: float64(sm.MinNs) / 1e9, Max: float64(sm.MaxNs) / 1e9, Avg: sm.MeanNs() / 1e9, P99: float64(sm.P99Ns) / 1e9}
+}
+
+func kernels(ks []timer.KernelStat) []metrics.Kernel {
+	var out []metrics.Kernel
+	for _, k := range ks {
+		mk := metrics.Kernel{Name: k.Name, Durations: durations(k.Best())}
+		lower := strings.ToLower(k.Name)
+		if strings.Contains(lower, "gemm") || strings.Contains(lower, "matmul") {
+			mk.Operation = "Matmul"
+			mk.DType = dtypeOfName(lower)
+		}
+		out = append(out, mk)
+	}
+	return out
+}
+
+func collectives(cs []timer.CollStat) []metrics.Collective {
+	var out []metrics.Collective
+	for _, c := range cs {
+		out = append(out, metrics.Collective{Operation: c.Key.Op, DType: shortDtype(c.Key.Dtype),
+			Durations: durations(c.Best()), BusBandwidth: c.BusBWGbps * 1e9 / 8, Small: c.Key.SizeClass < 1<<20})
+	}
+	return out
+}
+
+// shortDtype spells NCCL data types the way xpu_timer's labels do.
+func shortDtype(d string) string {
+	switch d {
+	case "bfloat16":
+		return "bf16"
+	case "float16":
+		return "fp16"
+	case "float32":
+		return "fp32"
+	case "float64":
+		return "fp64"
+	case "float8e4m3":
+		return "fp8_e4m3"
+	case "float8e5m2":
+		return "fp8_e5m2"
+	}
+	return d
+}
+
+func dtypeOfName(n string) string {
+	for _, d := range []string{"bf16", "fp16", "fp32", "fp8", "tf32"} {
+		if strings.Contains(n, d) {
+			return d
+		}
+	}
+	return "unknown"
+}
+
+// kick asks the push loop to sync now.
+func (a *Agent) kick() {
+	select {
+	case a.pushCh <- struct{}{}:
+	default:
+	}
+}
+
+// pushLoop syncs the Pushgateway on every kick and every push interval
+// (never on the check loop's goroutine: a slow gateway must not delay
+// detection). On exit it deletes the groups it pushed.
+func (a *Agent) pushLoop(ctx context.Context) {
+	if a.o.Pusher == nil {
+		return
+	}
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := a.o.Pusher.Close(cctx); err != nil {
+				a.log.Warn("pushgateway cleanup", "err", err)
+			}
+			cancel()
+			return
+		case <-a.pushCh:
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := a.o.Pusher.Sync(cctx, a.o.Now(), a.Snapshot()); err != nil {
+			a.log.Warn("pushgateway", "err", err)
+		}
+		cancel()
+	}
+}

@@ -1,0 +1,98 @@
+package agent
+
+import (
+	"context"
+)
+
+// Tick runs one check: new hangs (reported, dumped with every other rank of
+// the job on the node, marker written, optionally killed), recoveries, lost
+// events, identities still unsettled, and other nodes' markers. The loop
+// calls it every Interval; tests call it with an injected clock.
+func (a *Agent) Tick(ctx context.Context) {
+	now := a.o.Monotonic()
+	a.mu.Lock()
+	a.lastTick = now
+	a.mu.Unlock()
+	a.settle()
+
+	hangs := a.engine.Check(now)
+	for _, pid := range a.engine.Recovered(now) {
+		a.recovered(pid)
+	}
+	a.checkLost()
+
+	if len(hangs) > 0 {
+		for _, h := range hangs {
+			id, known := a.identity(h.PID)
+			r := hangReport(h, id, known)
+			if h.Kind == "host" && h.Lagging != nil {
+				// The collective the waiting peer is stuck in names the op
+				// this rank owes, when it is the awaited one.
+				if ph, ok := a.engine.Hung(h.Lagging.PeerPID); ok {
+					if o := awaited(ph); o != nil && o.Kind == "collective" && o.Comm == h.Lagging.Comm && o.Seq == h.Lagging.Awaited {
+						r.Op, r.Dtype, r.Bytes = o.Op, o.Dtype, o.Bytes
+					}
+				}
+			}
+			a.log.Warn("hang", "pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
+				"age", float64(h.AgeNs)/1e9, "waiters", len(h.Waiters))
+			a.report(r)
+		}
+		a.kick()
+		if a.o.Capturer != nil {
+			a.dumpHangs(ctx, hangs)
+		}
+		return
+	}
+	if a.o.Capturer != nil {
+		a.checkMarkers(ctx)
+	}
+}
+
+// recovered clears pid's episode state once its decision cleared.
+func (a *Agent) recovered(pid int) {
+	id, known := a.identity(pid)
+	a.mu.Lock()
+	delete(a.episode, pid)
+	if p := a.procs[pid]; p != nil {
+		p.dumpStarted = false
+	}
+	exited := a.procs[pid] == nil || a.procs[pid].exited
+	a.mu.Unlock()
+	a.kick()
+	if exited {
+		return
+	}
+	r := Report{Event: "recovered", PID: pid}
+	if known {
+		r.setRank(id)
+	}
+	a.log.Info("recovered", "pid", pid, "rank", r.rank())
+	a.report(r)
+}
+
+// checkLost reports probe events lost since the last tick.
+func (a *Agent) checkLost() {
+	st := a.o.Tracer.Stats()
+	a.mu.Lock()
+	d := st.Lost - a.lost
+	if st.Lost < a.lost {
+		d = 0
+	}
+	a.lost = st.Lost
+	a.mu.Unlock()
+	if d > 0 {
+		a.log.Warn("probe events lost", "lost", d, "total", st.Lost)
+		a.report(Report{Event: "lost", Lost: d, LostTotal: st.Lost})
+	}
+}
+
+// anyHung says whether some live rank is hung.
+func (a *Agent) anyHung() bool {
+	for _, p := range a.ranks() {
+		if _, ok := a.engine.Hung(p.pid); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,65 @@
+// Package agent is the node loop shared by xpu_timer_launch, `xpu-timer
+// agent` and `xpu-timer watch`: probe events feed one timer.Engine for every
+// process on the node; about once a second the engine is checked; when any
+// rank hangs, that rank and every other rank of its job on the node are
+// dumped (stacks, decision, sequence numbers, flight recorder trace) into
+// the timeline directory, a marker tells agents on other nodes to dump
+// theirs, and the metrics follow.
+//
+// The tracer and the stack capture are interfaces so the loop is tested
+// without root; the real ones (ebpf.Tracer, collector/dump) are adapted in
+// real.go.
+package agent
+
+import (
+	"context"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Tracer is what the loop needs of the eBPF tracer.
+type Tracer interface {
+	Follow(pid int) error
+	// Run delivers events (of one process in time order) and notices until
+	// ctx is done or the tracer is closed.
+	Run(ctx context.Context, onEvent func(timer.Event), onNotice func(Notice)) error
+	Stats() TracerStats
+	Close() error
+}
+
+// Notice is something the tracer reports about a process.
+type Notice struct {
+	Kind              string // "attach", "missing", "exec", "exit", "error"
+	PID               int
+	Library           string
+	Attached, Missing []string
+	Err               error
+}
+
+// TracerStats are the tracer's counters.
+type TracerStats struct {
+	Events, Lost      uint64
+	Processes, Probes int
+}
+
+// Capturer takes the stacks of one process.
+type Capturer interface {
+	Capture(pid int) (*Capture, error)
+}
+
+// Capture is what a stack capture returns (collector/dump.Process).
+type Capture struct {
+	PID              int
+	State            string
+	Threads          []stack.Thread
+	StoppedFor, Took time.Duration
+	Errors           []string
+}
+
+// CaptureFunc adapts a function to Capturer.
+type CaptureFunc func(pid int) (*Capture, error)
+
+// Capture calls f.
+func (f CaptureFunc) Capture(pid int) (*Capture, error) { return f(pid) }

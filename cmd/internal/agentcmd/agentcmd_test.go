@@ -1,0 +1,76 @@
+package agentcmd
+
+import (
+	"os/exec"
+	"slices"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+)
+
+func TestMapsVendor(t *testing.T) {
+	maps := func(paths ...string) []procfs.Mapping {
+		var ms []procfs.Mapping
+		for _, p := range paths {
+			ms = append(ms, procfs.Mapping{Path: p, Perms: "r-xp"})
+		}
+		return ms
+	}
+	for _, tc := range []struct {
+		maps []procfs.Mapping
+		libs []string
+		want bool
+	}{
+		{maps("/usr/bin/python3", "/lib/libc.so.6"), nil, false},
+		{maps("/usr/bin/python3", "/site-packages/nvidia/nccl/lib/libnccl.so.2"), nil, true},
+		{maps("/opt/cuda/lib64/libcudart.so.12.4.127"), nil, true},
+		{maps("/usr/lib/x86_64-linux-gnu/libcuda.so.1"), nil, true},
+		{maps("/opt/maca/lib/libmcruntime.so.2"), nil, true},
+		{maps("/opt/maca/lib/libmccl.so"), nil, true},
+		{maps("/opt/vendor/librenamed_rt.so"), []string{"/opt/vendor/librenamed_rt.so"}, true},
+		{maps("/elsewhere/librenamed_rt.so"), []string{"/opt/vendor/librenamed_rt.so"}, true},
+		{maps("[vdso]", "libnccl.so.2"), nil, false}, // not a file path
+	} {
+		if got := MapsVendor(tc.maps, tc.libs); got != tc.want {
+			t.Errorf("MapsVendor(%v, %v) = %v, want %v", tc.maps, tc.libs, got, tc.want)
+		}
+	}
+}
+
+// A process with RANK that maps a library named by --libraries is found;
+// one without RANK is not.
+func TestScanFindsRankedProcess(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := exec.Command(sleep, "30")
+	with.Env = []string{"RANK=0"}
+	without := exec.Command(sleep, "30")
+	without.Env = []string{"PATH=/bin"}
+	for _, c := range []*exec.Cmd{with, without} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func(c *exec.Cmd) { c.Process.Kill(); c.Wait() }(c)
+	}
+	// sleep maps the C library; name it as a vendor library.
+	var lib string
+	wmaps, err := procfs.Maps(with.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range wmaps {
+		if m.Exec() && m.Path != "" && m.Path[0] == '/' && m.Path != sleep {
+			lib = m.Path
+			break
+		}
+	}
+	if lib == "" {
+		t.Fatal("sleep maps no shared library")
+	}
+	found := Scan([]string{lib})
+	if !slices.Contains(found, with.Process.Pid) || slices.Contains(found, without.Process.Pid) {
+		t.Fatalf("Scan = %v; want %d and not %d", found, with.Process.Pid, without.Process.Pid)
+	}
+}

@@ -1,0 +1,429 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testbed"
+)
+
+const (
+	nproc     = 4
+	faultStep = 3
+	timeout   = 3 * time.Second
+	// slack is how long after the timeout a hang may be decided: the
+	// check runs once a second.
+	slack = 2 * time.Second
+)
+
+// job is one fake training job.
+type job struct {
+	vendor string // "" is cuda
+	fault  string // "" is healthy
+	rank   int    // the faulty rank
+	steps  int
+	extra  []string // more run.py arguments
+}
+
+// args is the job's command line.
+func (j job) args(b *testbed.Bed) []string {
+	steps := j.steps
+	if steps == 0 {
+		steps = 30
+	}
+	o := testbed.JobOptions{NProc: nproc, Steps: steps, Vendor: j.vendor, Fault: j.fault, FaultRank: j.rank, FaultStep: faultStep, Args: j.extra}
+	return b.JobCommand(o).Args
+}
+
+// launch starts the job under xpu_timer_launch with a 3 s timeout, dumps
+// into dir and metrics on a free port.
+func launch(t *testing.T, b *testbed.Bed, j job, dir string, hangTimeout time.Duration, env ...string) *proc {
+	t.Helper()
+	args := append([]string{bins.launch, "--hang-timeout", hangTimeout.String(), "--timeline-path", dir, "--port", "0"}, j.args(b)...)
+	return start(t, args, env...)
+}
+
+// named is XPU_TIMER_LIBRARIES naming the testbed's libraries, so that
+// they are probed before the job maps them. Found in a process's maps
+// instead, a library is probed a moment after it is loaded, and the job's
+// first calls into it (ctypes loads the fake NCCL and calls ncclGetUniqueId
+// and ncclCommInitRank at once) can beat the probes: the communicator's id
+// and the first sequence numbers are then unknown, and the culprit report
+// cannot line the ranks' sequence numbers up. The other tests run without
+// it, as most users do.
+func named(b *testbed.Bed, vendor string) string {
+	names := []string{"libcudart.so.12", "libcuda.so.1", "libnccl.so.2"}
+	if vendor == "maca" {
+		names = []string{"libmcruntime.so.2", "libmccl.so.2"}
+	}
+	var libs []string
+	for _, l := range names {
+		libs = append(libs, b.Lib(l))
+	}
+	return "XPU_TIMER_LIBRARIES=" + strings.Join(libs, ",")
+}
+
+// hangLine is a decision as the launcher logs it.
+type hangLine struct {
+	at         time.Time
+	rank       int
+	kind, op   string
+	ageSeconds float64
+}
+
+var hangRe = regexp.MustCompile(`level=WARN msg=hang .* rank=(\d+) kind=(\w+) op=(\S*) .*age=([0-9.]+)`)
+
+// decidedRanks is the set of ranks decided hung so far.
+func decidedRanks(p *proc) map[int]bool {
+	m := map[int]bool{}
+	for _, h := range hangLines(p) {
+		m[h.rank] = true
+	}
+	return m
+}
+
+func hangLines(p *proc) []hangLine {
+	var out []hangLine
+	for _, l := range p.matching(hangRe) {
+		m := hangRe.FindStringSubmatch(l.text)
+		r, _ := strconv.Atoi(m[1])
+		age, _ := strconv.ParseFloat(m[4], 64)
+		out = append(out, hangLine{at: l.at, rank: r, kind: m[2], op: m[3], ageSeconds: age})
+	}
+	return out
+}
+
+var dumpedRe = regexp.MustCompile(`msg="dumped ranks" .*ranks=(\d+) of=(\d+) seconds=([0-9.e-]+)`)
+
+// faultCase is one fault and what the detector must make of it.
+type faultCase struct {
+	job
+	host bool // rank is stuck on the host (no GPU call), the others on the GPU
+	// finding is what summary.txt must say of the faulty rank (%d), as a
+	// regular expression.
+	finding string
+}
+
+// What the viewer must find, by fault.
+const (
+	// The sequence numbers show the rank behind its peers.
+	behind = `\[behind\] rank %d never issued AllReduce #\d+ on comm .*, ranks [-/0-9]+ wait in it`
+	// The engine found the rank silent on the host while its peers wait.
+	silent = `\[host\] rank %d made no GPU call for \d+s while its peers wait`
+	// The rank's stream executor runs the kernel that never ends.
+	inKernel = `\[native\] rank %d's thread "gpu-stream0" is in [^,]*fake_kernel_spin_forever@kernels\.c`
+	// The rank's communication stream polls a dead NIC.
+	polling = `\[stack\] rank %d's thread "gpu-stream1" is in fake_net_ib_poll_cq@nccl\.c`
+)
+
+// TestFaults runs each fault kind (and one on MACA) under xpu_timer_launch
+// and checks everything a hang must produce: decisions on the stuck ranks
+// within the timeout plus the check period, dumps of all four ranks with
+// native and Python stacks, a flight recorder trace, the hang metrics,
+// DLRover's verdict, the viewer naming the faulty rank, and a clean end.
+func TestFaults(t *testing.T) {
+	privileged.Root(t)
+	b := testbed.Build(t)
+	cases := []faultCase{
+		{job: job{fault: testbed.FaultSkipCollective, rank: 2}, finding: behind},
+		{job: job{fault: testbed.FaultKernelHang, rank: 1}, finding: inKernel},
+		{job: job{fault: testbed.FaultPythonSleep, rank: 3}, host: true, finding: silent},
+		{job: job{fault: testbed.FaultDeadlock, rank: 0}, host: true, finding: silent},
+		{job: job{fault: testbed.FaultDataloader, rank: 2}, host: true, finding: silent},
+		{job: job{fault: testbed.FaultNCCLStall, rank: 1}, finding: polling},
+		{job: job{vendor: "maca", fault: testbed.FaultSkipCollective, rank: 3}, finding: behind},
+	}
+	var report []string
+	for _, c := range cases {
+		name := c.fault
+		if c.vendor != "" {
+			name = c.vendor + "/" + name
+		}
+		t.Run(name, func(t *testing.T) {
+			report = append(report, fmt.Sprintf("%-28s %s", name, checkFault(t, b, c)))
+		})
+	}
+	t.Logf("detection and dump times (latency: decision age past the %v timeout, worst rank; wall: hang logged after the first rank ended the last good step, minus the timeout):\n%s",
+		timeout, strings.Join(report, "\n"))
+}
+
+func checkFault(t *testing.T, b *testbed.Bed, c faultCase) string {
+	dir := t.TempDir()
+	p := launch(t, b, c.job, dir, timeout, named(b, c.vendor))
+	url := p.metricsURL(30 * time.Second)
+
+	// The decisions and the dumps.
+	dl := p.waitRe(dumpedRe, 60*time.Second)
+	m := dumpedRe.FindStringSubmatch(dl.text)
+	if m[1] != strconv.Itoa(nproc) || m[2] != strconv.Itoa(nproc) {
+		t.Fatalf("dumped %s ranks of %s, want all %d: %s", m[1], m[2], nproc, dl.text)
+	}
+	dumpSeconds, _ := strconv.ParseFloat(m[3], 64)
+	// Every rank is stuck: the faulty one, and its peers waiting for it in
+	// a collective. Their decisions may straddle two checks.
+	p.until("a decision on every rank", 2*slack, func() bool { return len(decidedRanks(p)) == nproc })
+	hangs := hangLines(p)
+	wantKind := "gpu"
+	if c.host {
+		wantKind = "host"
+	}
+	for _, h := range hangs {
+		if h.rank == c.rank && h.kind != wantKind {
+			t.Errorf("faulty rank %d decided a %s hang, want %s", c.rank, h.kind, wantKind)
+		}
+	}
+	latency, wall := detection(t, p, c, hangs)
+
+	// Dumps of every rank, with stacks.
+	var stopped time.Duration
+	for r := range nproc {
+		f := checkDump(t, dir, r)
+		stopped = max(stopped, f.StoppedFor)
+	}
+	for r := range nproc {
+		checkTrace(t, dir, r)
+	}
+
+	// Metrics: the compatibility family, our own, and DLRover's verdict.
+	checkHangMetrics(t, url, p, c)
+
+	// The viewer names the faulty rank.
+	summary := runViewer(t, dir)
+	t.Logf("summary.txt:\n%s", summary)
+	want := fmt.Sprintf("Likely culprit: rank %d\n", c.rank)
+	if !strings.Contains(summary, want) {
+		t.Errorf("summary.txt does not say %q:\n%s", strings.TrimSpace(want), summary)
+	}
+	if re := regexp.MustCompile(fmt.Sprintf(c.finding, c.rank)); !re.MatchString(summary) {
+		t.Errorf("summary.txt lacks the finding %s:\n%s", re, summary)
+	}
+
+	ending := time.Now()
+	code := p.end(30 * time.Second)
+	t.Logf("job ended with status %d, xpu_timer_launch exited %v after SIGTERM", code, time.Since(ending).Round(time.Millisecond))
+	return fmt.Sprintf("latency %5.2fs  wall %5.2fs  dump of %d ranks %6.1fms (longest stop %v)",
+		latency, wall.Seconds(), nproc, dumpSeconds*1000, stopped.Round(time.Microsecond*100))
+}
+
+// detection checks that every decision came within the timeout plus the
+// check period of the stuck op, and returns the worst decision age past
+// the timeout (the age counts from the oldest op not known complete, issued
+// no later than the stuck one) and the worst wall-clock delay: hang logged,
+// minus the time the first rank printed the end of the last good step,
+// minus the timeout. Both are upper bounds: every stuck op was issued after
+// that line.
+func detection(t *testing.T, p *proc, c faultCase, hangs []hangLine) (float64, time.Duration) {
+	t.Helper()
+	var latency float64
+	var wall time.Duration
+	done := p.stepDone(faultStep - 1)
+	var first time.Time // when the first rank finished the last good step
+	for r := range nproc {
+		at, ok := done[r]
+		if !ok {
+			t.Fatalf("rank %d never finished step %d\n%s", r, faultStep-1, p.output())
+		}
+		if first.IsZero() || at.Before(first) {
+			first = at
+		}
+	}
+	decided := map[int]bool{}
+	for _, h := range hangs {
+		if decided[h.rank] {
+			continue
+		}
+		decided[h.rank] = true
+		past := h.ageSeconds - timeout.Seconds()
+		latency = max(latency, past)
+		wall = max(wall, h.at.Sub(first)-timeout)
+		if past < 0 || past > slack.Seconds() {
+			t.Errorf("rank %d decided %.2fs past the timeout, want within %v", h.rank, past, slack)
+		}
+		t.Logf("rank %d: %s hang, op %s, age %.2fs at decision (%.2fs past the timeout), logged %.2fs after step %d ended",
+			h.rank, h.kind, h.op, h.ageSeconds, past, h.at.Sub(first).Seconds(), faultStep-1)
+	}
+	// The step lines pass through a pipe and the test's reader: allow for
+	// that beyond the slack.
+	if wall > slack+500*time.Millisecond {
+		t.Errorf("a decision was logged %v past the timeout counted from the end of step %d, want within %v", wall, faultStep-1, slack)
+	}
+	return latency, wall
+}
+
+// checkDump reads rank r's dump and checks its files and main thread.
+func checkDump(t *testing.T, dir string, r int) *dumpfile.File {
+	t.Helper()
+	name := dumpfile.Name(r, nproc)
+	f, err := dumpfile.Read(filepath.Join(dir, name))
+	if err != nil {
+		t.Fatalf("rank %d: %v", r, err)
+	}
+	base := strings.TrimSuffix(name, ".stacktrace")
+	for _, extra := range []string{base + ".txt", trace.Name(r, nproc)} {
+		if st, err := os.Stat(filepath.Join(dir, extra)); err != nil || st.Size() == 0 {
+			t.Errorf("rank %d: %s missing or empty (%v)", r, extra, err)
+		}
+	}
+	if f.Rank != r || f.WorldSize != nproc || f.PID == 0 {
+		t.Errorf("rank %d dump names rank %d of %d pid %d", r, f.Rank, f.WorldSize, f.PID)
+	}
+	var main *struct{ native, python int }
+	for _, th := range f.Threads {
+		if th.TID == f.PID {
+			main = &struct{ native, python int }{len(th.Native), len(th.Python)}
+		}
+	}
+	if main == nil || main.native == 0 || main.python == 0 {
+		t.Errorf("rank %d: main thread stacks %+v, want native and Python frames; errors %v", r, main, f.Errors)
+	}
+	return f
+}
+
+// checkTrace checks the flight recorder trace of rank r: valid Chrome trace
+// JSON holding the last steps: launches, collectives numbered up to the
+// last one the rank issued, completions and waits.
+func checkTrace(t *testing.T, dir string, r int) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(dir, trace.Name(r, nproc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tf trace.File
+	if err := json.Unmarshal(raw, &tf); err != nil {
+		t.Fatalf("rank %d trace is not JSON: %v", r, err)
+	}
+	f, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(r, nproc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cats := map[string]int{}
+	var seqs []uint64
+	for _, e := range tf.TraceEvents {
+		cats[e.Cat]++
+		if e.Cat == "collective" {
+			seq, _ := e.Args["seq"].(float64)
+			seqs = append(seqs, uint64(seq))
+		}
+	}
+	for _, c := range []string{"launch", "collective", "completion", "wait"} {
+		if cats[c] == 0 {
+			t.Errorf("rank %d trace has no %q events: %v", r, c, cats)
+		}
+	}
+	var issued uint64
+	for _, c := range f.Comms {
+		issued = max(issued, c.Issued)
+	}
+	if len(seqs) == 0 || slices.Max(seqs) != issued || slices.Max(seqs)-slices.Min(seqs) < 3 {
+		t.Errorf("rank %d trace collectives numbered %v, want the last steps up to #%d", r, seqs, issued)
+	}
+}
+
+// checkHangMetrics checks /metrics while the job hangs.
+func checkHangMetrics(t *testing.T, url string, p *proc, c faultCase) {
+	t.Helper()
+	body := mustScrape(t, url)
+	s := parseText(body)
+	compat := byRank(s, "XPU_TIMER_COMMON_HANG")
+	hung := map[string]float64{}
+	kinds := map[string]string{}
+	for _, x := range s {
+		if x.name == "xpu_timer_rank_hung" && x.value == 1 {
+			hung[x.labels["rank"]] = 1
+			kinds[x.labels["rank"]] = x.labels["kind"]
+		}
+	}
+	decided := map[string]bool{}
+	for r := range decidedRanks(p) {
+		decided[strconv.Itoa(r)] = true
+	}
+	for r := range nproc {
+		rs := strconv.Itoa(r)
+		want := 0.0
+		if decided[rs] {
+			want = 1
+		}
+		if v, ok := compat[rs]; !ok || v != want {
+			t.Errorf("XPU_TIMER_COMMON_HANG{rank=%q} = %v (present %v), want %v", rs, v, ok, want)
+		}
+		if hung[rs] != want {
+			t.Errorf("xpu_timer_rank_hung{rank=%q} = %v, want %v", rs, hung[rs], want)
+		}
+	}
+	wantKind := "gpu"
+	if c.host {
+		wantKind = "host"
+	}
+	if k := kinds[strconv.Itoa(c.rank)]; k != wantKind {
+		t.Errorf("faulty rank %d hung with kind %q, want %q", c.rank, k, wantKind)
+	}
+	for _, fam := range []string{"XPU_TIMER_COMMON_START_DUMP", "XPU_TIMER_COMMON_END_DUMP", "xpu_timer_dump_duration_seconds"} {
+		for r, v := range byRank(s, fam) {
+			if v <= 0 {
+				t.Errorf("%s{rank=%q} = %v after the dump", fam, r, v)
+			}
+		}
+	}
+	if v := sum(s, "xpu_timer_dumps_total"); v < nproc {
+		t.Errorf("xpu_timer_dumps_total = %v, want at least %d", v, nproc)
+	}
+	if v := sum(s, "xpu_timer_probe_events_total"); v == 0 {
+		t.Error("xpu_timer_probe_events_total is 0")
+	}
+	if !dlroverHung(body) {
+		t.Errorf("DLRover's rule reads every rank hung as not hung:\n%s", grep(body, "XPU_TIMER_COMMON_HANG"))
+	}
+}
+
+func sum(s []sample, name string) float64 {
+	var v float64
+	for _, x := range s {
+		if x.name == name {
+			v += x.value
+		}
+	}
+	return v
+}
+
+func grep(text, prefix string) string {
+	var out []string
+	for l := range strings.SplitSeq(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// runViewer runs xpu_timer_stacktrace_viewer on the dumps and returns
+// summary.txt, after checking the other outputs exist.
+func runViewer(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	cmd := exec.Command(bins.viewer, "--path", dir, "--out", out)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("viewer: %v\n%s", err, b)
+	}
+	for _, f := range []string{"cpp_stack", "py_stack", "cpp_stack.svg", "py_stack.svg"} {
+		if st, err := os.Stat(filepath.Join(out, f)); err != nil || st.Size() == 0 {
+			t.Errorf("viewer output %s missing or empty (%v)", f, err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(out, "summary.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

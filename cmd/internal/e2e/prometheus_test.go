@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
+)
+
+// rankHungFor is the `for` of XpuTimerRankHung in the copy of the rules the
+// test loads: the shipped minute would make the test wait a minute.
+const rankHungFor = "2s"
+
+// TestPrometheusAndPushgateway hangs a job under xpu_timer_launch while a
+// real Prometheus scrapes its /metrics with the shipped alert rules (only
+// XpuTimerRankHung's `for` shortened) and a real Pushgateway receives its
+// hang events: the alert fires for the hung ranks, the gateway holds one
+// group per hung rank (job and rank), and the groups go when the job ends.
+func TestPrometheusAndPushgateway(t *testing.T) {
+	privileged.Root(t)
+	promBin, err := exec.LookPath("prometheus")
+	if err != nil {
+		privileged.Skip(t, "prometheus not installed (scripts/apt-packages.txt)")
+	}
+	gwBin, err := exec.LookPath("prometheus-pushgateway")
+	if err != nil {
+		privileged.Skip(t, "prometheus-pushgateway not installed (scripts/apt-packages.txt)")
+	}
+	b := testbed.Build(t)
+	tmp := t.TempDir()
+
+	gwAddr := freeAddr(t)
+	service(t, gwBin, "--web.listen-address="+gwAddr, "--persistence.file=")
+	ready(t, "http://"+gwAddr+"/-/ready")
+
+	const jobName = "e2e-prom"
+	c := job{fault: testbed.FaultNCCLStall, rank: 1}
+	p := launch(t, b, c, filepath.Join(tmp, "timeline"), timeout,
+		"XPU_TIMER_PUSHGATEWAY=http://"+gwAddr, "XPU_TIMER_JOB_NAME="+jobName, "XPU_TIMER_PUSH_INTERVAL=1")
+	target := strings.TrimSuffix(strings.TrimPrefix(p.metricsURL(30*time.Second), "http://"), "/metrics")
+
+	rules := shortRules(t, tmp)
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files: [%q]
+scrape_configs:
+  - job_name: xpu-timer
+    static_configs:
+      - targets: [%q]
+`, rules, target)
+	if err := os.WriteFile(filepath.Join(tmp, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promAddr := freeAddr(t)
+	service(t, promBin, "--config.file="+filepath.Join(tmp, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(tmp, "data"), "--web.listen-address="+promAddr)
+	ready(t, "http://"+promAddr+"/-/ready")
+
+	// The alert fires for the faulty rank.
+	hungAt := p.waitRe(hangRe, 60*time.Second).at
+	var firing []map[string]string
+	deadline := time.Now().Add(45 * time.Second)
+	for len(firing) == 0 || !hasRank(firing, c.rank) {
+		if time.Now().After(deadline) {
+			t.Fatalf("XpuTimerRankHung not firing for rank %d; firing %v\n%s", c.rank, firing, p.output())
+		}
+		time.Sleep(500 * time.Millisecond)
+		firing = alerts(t, promAddr, "XpuTimerRankHung", "firing")
+	}
+	t.Logf("XpuTimerRankHung firing %.1fs after the hang was decided (for: %s, 1s scrape and evaluation), for ranks %v",
+		time.Since(hungAt).Seconds(), rankHungFor, ranksOf(firing))
+	for _, a := range firing {
+		if a["job_name"] != jobName || a["kind"] != "gpu" || a["severity"] != "critical" {
+			t.Errorf("alert labels %v", a)
+		}
+	}
+
+	// The gateway holds the hung ranks, one group each.
+	var pushed map[string]float64
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		pushed = map[string]float64{}
+		for _, s := range parseText(mustScrape(t, "http://"+gwAddr+"/metrics")) {
+			if s.name == "XPU_TIMER_COMMON_HANG" && s.labels["job"] == jobName {
+				pushed[s.labels["rank"]] = s.value
+			}
+		}
+		if pushed[fmt.Sprint(c.rank)] == 1 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if pushed[fmt.Sprint(c.rank)] != 1 {
+		t.Fatalf("the Pushgateway has no XPU_TIMER_COMMON_HANG 1 for job %s rank %d: %v", jobName, c.rank, pushed)
+	}
+	groups := gatewayGroups(t, gwAddr, jobName)
+	t.Logf("Pushgateway groups of job %s: %v", jobName, groups)
+	if !slicesContain(groups, fmt.Sprint(c.rank)) {
+		t.Errorf("no group job=%s rank=%d: %v", jobName, c.rank, groups)
+	}
+
+	// The job ends: its groups go.
+	p.end(20 * time.Second)
+	if left := gatewayGroups(t, gwAddr, jobName); len(left) > 0 {
+		t.Errorf("groups of job %s left on the Pushgateway after the job ended: %v", jobName, left)
+	}
+}
+
+// shortRules writes the shipped rules with XpuTimerRankHung's `for` set to
+// rankHungFor, every expression untouched, and returns the path.
+func shortRules(t *testing.T, dir string) string {
+	t.Helper()
+	src, err := filepath.Abs("../../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Groups []struct {
+			Name  string           `yaml:"name"`
+			Rules []map[string]any `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(raw, &doc); err != nil {
+		t.Fatalf("%s: %v", src, err)
+	}
+	found := false
+	for _, g := range doc.Groups {
+		for _, r := range g.Rules {
+			if r["alert"] == "XpuTimerRankHung" {
+				t.Logf("XpuTimerRankHung: expr %q, shipped for %v, here %s", r["expr"], r["for"], rankHungFor)
+				r["for"] = rankHungFor
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("%s has no XpuTimerRankHung rule", src)
+	}
+	out, err := yaml.Marshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "alerts.yml")
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// alerts returns the labels of the alerts named name in state.
+func alerts(t *testing.T, addr, name, state string) []map[string]string {
+	t.Helper()
+	body, err := scrape("http://" + addr + "/api/v1/alerts")
+	if err != nil {
+		return nil
+	}
+	var resp struct {
+		Data struct {
+			Alerts []struct {
+				Labels map[string]string `json:"labels"`
+				State  string            `json:"state"`
+			} `json:"alerts"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatalf("alerts API: %v: %s", err, body)
+	}
+	var out []map[string]string
+	for _, a := range resp.Data.Alerts {
+		if a.Labels["alertname"] == name && a.State == state {
+			out = append(out, a.Labels)
+		}
+	}
+	return out
+}
+
+func hasRank(as []map[string]string, rank int) bool {
+	return slicesContain(ranksOf(as), fmt.Sprint(rank))
+}
+
+func ranksOf(as []map[string]string) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a["rank"])
+	}
+	return out
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// gatewayGroups lists the rank grouping keys of job on the Pushgateway.
+func gatewayGroups(t *testing.T, addr, job string) []string {
+	t.Helper()
+	body := mustScrape(t, "http://"+addr+"/api/v1/metrics")
+	var resp struct {
+		Data []struct {
+			Labels map[string]string `json:"labels"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(body), &resp); err != nil {
+		t.Fatalf("pushgateway API: %v: %s", err, body)
+	}
+	var out []string
+	for _, g := range resp.Data {
+		if g.Labels["job"] == job {
+			out = append(out, g.Labels["rank"])
+		}
+	}
+	return out
+}
+
+// service starts a server for the test's duration.
+func service(t *testing.T, bin string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	var out testutil.LockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", filepath.Base(bin), out.String())
+		}
+	})
+}
+
+// ready waits for a server's readiness endpoint.
+func ready(t *testing.T, url string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after 30s", url)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}

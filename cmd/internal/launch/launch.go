@@ -1,0 +1,130 @@
+// Package launch is the xpu_timer_launch command: it runs a training
+// command unchanged and watches every process it starts for hangs.
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+)
+
+// Notice is printed once, to stderr, when the job runs unmonitored because
+// eBPF is not permitted.
+const Notice = "xpu_timer_launch: hang detection is OFF for this job: loading eBPF programs is not permitted for this user. " +
+	"It needs CAP_BPF and CAP_PERFMON for the probes and CAP_SYS_PTRACE for stack dumps: run as root, or grant them " +
+	"(e.g. docker run --cap-add BPF --cap-add PERFMON --cap-add SYS_PTRACE, or Kubernetes securityContext.capabilities.add). " +
+	"The job runs unmonitored.\n"
+
+// New returns the xpu_timer_launch command.
+func New() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "xpu_timer_launch [flags] CMD [ARGS...]",
+		Short: "Run a training command and detect, dump and report its hangs",
+		Long: `xpu_timer_launch runs CMD with its standard streams untouched, forwards
+SIGINT, SIGTERM and SIGHUP to it and exits with its status (128+N when signal
+N killed it). It follows every process CMD starts, decides from eBPF probes on
+CUDA/NCCL (and MACA/MCCL) calls when a rank hangs, dumps every rank on the node
+into the timeline path and serves Prometheus metrics. Flags end at CMD, so
+CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
+		SilenceUsage:  true,
+		SilenceErrors: true, // the job's exit status is not an error to print
+	}
+	cmd.Args = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch: no command given")
+			cmd.Usage()
+			return ExitStatus(2)
+		}
+		return nil
+	}
+	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
+		fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
+		cmd.Usage()
+		return ExitStatus(2)
+	})
+	cmd.Flags().SetInterspersed(false)
+	b := config.Bind(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		fail := func(code int, err error) error {
+			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
+			return ExitStatus(code)
+		}
+		cfg, err := b.Load()
+		if err != nil {
+			return fail(2, fmt.Errorf("configuration: %w", err))
+		}
+		log, closer, err := config.Logger(cfg.LoggingDir, "xpu_timer_launch", slog.LevelInfo)
+		if err != nil {
+			return fail(1, err)
+		}
+		defer closer.Close()
+		log = log.With("component", "xpu_timer_launch")
+		code, err := Run(cmd.Context(), cfg, args, Streams{In: os.Stdin, Out: os.Stdout, Err: os.Stderr}, log)
+		if err != nil {
+			return fail(code, err)
+		}
+		if code != 0 {
+			return ExitStatus(code)
+		}
+		return nil
+	}
+	return cmd
+}
+
+// Streams are the child's standard streams; Err also takes the notice.
+type Streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// Run runs args under monitoring and returns its exit status. Monitoring
+// problems never stop the job: they are logged, or, when eBPF is not
+// permitted, told once on st.Err.
+func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log *slog.Logger) (int, error) {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	var root int
+	mon, err := agent.OpenMonitor(cfg, agent.MonitorOptions{
+		Logger: log,
+		// The job runs in the launcher's process group: end the job's tree.
+		Kill: func(int) error { return agent.KillTree(root) },
+	})
+	if err != nil {
+		if errors.Is(err, agent.ErrNotPermitted) {
+			fmt.Fprint(st.Err, Notice)
+			log.Debug("eBPF not permitted", "err", err)
+		} else {
+			fmt.Fprintf(st.Err, "xpu_timer_launch: hang detection is OFF for this job: %v. The job runs unmonitored.\n", err)
+		}
+		mon = nil
+	}
+	child, err := Start(args, st.In, st.Out, st.Err)
+	if err != nil {
+		if mon != nil {
+			mon.Close()
+		}
+		return 127, err
+	}
+	root = child.PID()
+	if mon != nil {
+		if err := mon.Agent.Follow(root); err != nil {
+			log.Warn("cannot follow the job; it runs unmonitored", "err", err)
+		}
+		mon.Start(ctx)
+	}
+	code, werr := child.Wait()
+	if mon != nil {
+		if err := mon.Close(); err != nil {
+			log.Debug("close monitor", "err", err)
+		}
+	}
+	return code, werr
+}

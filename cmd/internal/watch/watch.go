@@ -1,0 +1,240 @@
+// Package watch is `xpu-timer watch`: attach to processes (or start a
+// command), decide hangs and print one JSON line per notable event.
+package watch
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+)
+
+// ExitHang is the exit status of --exit-on-hang after a hang.
+const ExitHang = 3
+
+// seconds is a duration flag that also takes plain seconds ("5", "0.5").
+type seconds struct{ d *time.Duration }
+
+func (s seconds) String() string {
+	if s.d == nil || *s.d == 0 {
+		return ""
+	}
+	return s.d.String()
+}
+func (s seconds) Type() string { return "duration" }
+func (s seconds) Set(v string) error {
+	if f, err := strconv.ParseFloat(v, 64); err == nil && f > 0 {
+		*s.d = time.Duration(f * float64(time.Second))
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("%q: want seconds or a positive duration", v)
+	}
+	*s.d = d
+	return nil
+}
+
+// New returns the watch command.
+func New() *cobra.Command {
+	var (
+		timeout    time.Duration
+		exitOnHang bool
+		pids       []int
+		libs       []string
+		interval   time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "watch [--timeout DURATION] [--exit-on-hang] (--pid PID ... | -- CMD ARGS...)",
+		Short: "Attach to processes or a command and print hang decisions as JSON lines",
+		Long: `watch follows the given processes and their descendants (or a command it
+starts), decides from eBPF probes when a rank hangs, and prints one JSON line
+per notable event on stdout: {"event":"rank"|"attach"|"missing"|"exec"|"exit"|
+"hang"|"recovered"|"lost"|"error",...}. A hang line carries the decision:
+rank, pid, kind (gpu or host), op, seq, comm, age_s, waiters and comms.
+A started command's stdout goes to stderr so stdout stays JSON. watch ends
+when the command or every watched process ends (with the command's status),
+or, with --exit-on-hang, after the first hang (status 3): a command it started
+is then sent SIGTERM and, if still running after a grace period, killed with
+its descendants; processes given with --pid are left alone.`,
+		SilenceUsage:  true,
+		SilenceErrors: true, // printed below, except a bare exit status
+	}
+	cmd.Flags().Var(seconds{&timeout}, "timeout", "hang timeout (seconds or a duration; default $XPU_TIMER_HANG_TIMEOUT, else 300s)")
+	cmd.Flags().BoolVar(&exitOnHang, "exit-on-hang", false, "exit after the first hang (status 3)")
+	cmd.Flags().IntSliceVar(&pids, "pid", nil, "process to watch with its descendants (repeatable)")
+	cmd.Flags().StringSliceVar(&libs, "libraries", nil, "extra vendor library paths to probe [$XPU_TIMER_LIBRARIES]")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often hangs are checked")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if (len(pids) == 0) == (len(args) == 0) {
+			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch: give either --pid PID... or -- CMD ARGS...")
+			return launch.ExitStatus(2)
+		}
+		// XPU_TIMER_HANG_TIMEOUT and friends from the environment and the
+		// config file; the flags here win.
+		cfg, err := config.Bind(pflag.NewFlagSet("env", pflag.ContinueOnError)).Load()
+		if err != nil {
+			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch: configuration:", err)
+			return launch.ExitStatus(2)
+		}
+		if timeout > 0 {
+			cfg.HangTimeout = timeout
+		}
+		if len(libs) > 0 {
+			cfg.Libraries = libs
+		}
+		err = run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, interval, exitOnHang, pids, args)
+		var st launch.ExitStatus
+		if err != nil && !errors.As(err, &st) {
+			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch:", err)
+		}
+		return err
+	}
+	return cmd
+}
+
+// openTracer is swapped by tests.
+var openTracer = agent.OpenTracer
+
+func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval time.Duration, exitOnHang bool, pids []int, args []string) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	tr, err := openTracer(cfg.Libraries)
+	if err != nil {
+		if errors.Is(err, agent.ErrNotPermitted) {
+			return fmt.Errorf("watch needs eBPF: run as root, or grant CAP_BPF and CAP_PERFMON: %w", err)
+		}
+		return err
+	}
+	defer tr.Close()
+	var mu sync.Mutex
+	enc := json.NewEncoder(out)
+	hung := make(chan struct{}, 1)
+	emit := func(r agent.Report) {
+		mu.Lock()
+		_ = enc.Encode(r)
+		mu.Unlock()
+		if r.Event == "hang" {
+			select {
+			case hung <- struct{}{}:
+			default:
+			}
+		}
+	}
+	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
+	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log})
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	var child *launch.Child
+	childDone := make(chan int, 1)
+	if len(args) > 0 {
+		// The command's stdout goes to stderr: stdout carries JSON only.
+		if child, err = launch.Start(args, os.Stdin, errw, errw); err != nil {
+			return err
+		}
+		pids = []int{child.PID()}
+		go func() {
+			code, _ := child.Wait()
+			childDone <- code
+		}()
+	}
+	for _, pid := range pids {
+		if _, err := procfs.ReadStat(pid); err != nil {
+			return fmt.Errorf("watch %d: %w", pid, err)
+		}
+		if err := a.Follow(pid); err != nil {
+			return err
+		}
+	}
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	poll := time.NewTicker(250 * time.Millisecond)
+	defer poll.Stop()
+	code := 0
+	// The exit line is printed once the loop has stopped, so that it is
+	// the last line: reports of the exits it ends with may still be on
+	// their way when the command's status is known.
+	var last *agent.Report
+loop:
+	for {
+		select {
+		case <-hung:
+			if exitOnHang {
+				code = ExitHang
+				break loop
+			}
+		case code = <-childDone:
+			c := code
+			last = &agent.Report{Event: "exit", Time: time.Now(), PID: pids[0], ExitCode: &c}
+			break loop
+		case <-poll.C:
+			if child != nil {
+				continue
+			}
+			live := 0
+			for _, pid := range pids {
+				if st, err := procfs.ReadStat(pid); err == nil && st.State != 'Z' {
+					live++
+				}
+			}
+			if live == 0 {
+				last = &agent.Report{Event: "exit", Time: time.Now()}
+				break loop
+			}
+		case err := <-done:
+			if err != nil {
+				return err
+			}
+			break loop
+		case <-ctx.Done():
+			break loop
+		}
+	}
+	cancel()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	if last != nil {
+		emit(*last)
+	}
+	if child != nil && code == ExitHang {
+		endCommand(child, childDone, errw)
+	}
+	if code != 0 {
+		return launch.ExitStatus(code)
+	}
+	return nil
+}
+
+// endGrace is how long a started command may take to end after SIGTERM.
+var endGrace = 5 * time.Second
+
+// endCommand ends a command watch started and is leaving (--exit-on-hang):
+// SIGTERM, then, after endGrace, SIGKILL to it and its descendants.
+func endCommand(child *launch.Child, done <-chan int, errw io.Writer) {
+	_ = child.Cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+		return
+	case <-time.After(endGrace):
+	}
+	fmt.Fprintf(errw, "xpu-timer watch: command %d still running %v after SIGTERM; killing it\n", child.PID(), endGrace)
+	_ = agent.KillTree(child.PID())
+	<-done
+}
