@@ -108,8 +108,10 @@ type threadEnd struct {
 	tid    int
 	name   string
 	end    *flame.Node
+	tip    int // C library frames at the tip of the stack
 	py     bool
-	frames []stack.Frame // innermost first; only the first few are kept
+	coll   bool
+	frames []stack.Frame // innermost first, from the first frame past the tip; only the first few are kept
 }
 
 func newMerger(world int) *merger {
@@ -164,7 +166,9 @@ func (m *merger) add(l loaded) error {
 		}
 		var end *flame.Node
 		m.buf, end = m.mixed.AddFrames(rank, frames, m.buf)
-		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, end: end, py: len(t.Python) > 0, frames: slices.Clone(frames[:min(len(frames), 3)])})
+		tip := systemTip(frames)
+		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, end: end, tip: tip, py: len(t.Python) > 0,
+			coll: throughColl(frames), frames: slices.Clone(frames[tip:min(len(frames), tip+3)])})
 	}
 	m.ranks[rank] = info
 	return nil
@@ -183,14 +187,14 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 			continue
 		}
 		for _, t := range info.threads {
-			sig := significant(t.end)
+			sig := significant(t.end, t.tip)
 			id, ok := ids[sig]
 			if !ok {
 				id = len(ids) + 1
 				ids[sig] = id
 			}
 			info.rank.Threads = append(info.rank.Threads, culprit.Thread{
-				TID: t.tid, Name: t.name, Stack: id, Where: where(t.frames), Coll: throughColl(t.end), Py: t.py,
+				TID: t.tid, Name: t.name, Stack: id, Where: where(t.frames), Coll: t.coll, Py: t.py,
 				Frames: func() []string { return path(sig) }})
 		}
 		ranks = append(ranks, info.rank)
@@ -198,14 +202,35 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 	return &Views{Cpp: m.cpp, Py: m.py, Mixed: m.mixed}, ranks
 }
 
-// significant drops the C library frames at the tip of a stack: which
-// system call a waiting thread was caught in (futex, sched_yield,
-// nanosleep) says little, and differs between moments of the same wait.
-func significant(n *flame.Node) *flame.Node {
-	for n.Depth > 1 && isSystem(n.Key.File) {
+// significant drops the tip C library frames of a stack (counted by
+// systemTip): which system call a waiting thread was caught in (futex,
+// sched_yield, nanosleep) says little, and differs between moments of the
+// same wait.
+func significant(n *flame.Node, tip int) *flame.Node {
+	for ; tip > 0 && n.Depth > 1; tip-- {
 		n = n.Parent
 	}
 	return n
+}
+
+// systemTip counts the C library frames at the tip of frames (innermost
+// first), leaving at least one frame. A frame's library is its module; a
+// frame keyed by a source line still has one.
+func systemTip(frames []stack.Frame) int {
+	n := 0
+	for n < len(frames)-1 && isSystem(frameObject(&frames[n])) {
+		n++
+	}
+	return n
+}
+
+// frameObject is the file a frame's code lives in: its module, else (old
+// dumps without one) the file of its key.
+func frameObject(f *stack.Frame) string {
+	if f.Module != "" {
+		return f.Module
+	}
+	return flame.FrameKey(f).File
 }
 
 func isSystem(module string) bool {
@@ -219,9 +244,9 @@ func isSystem(module string) bool {
 }
 
 // throughColl says whether a stack runs through a collective library.
-func throughColl(n *flame.Node) bool {
-	for ; n != nil && n.Depth > 0; n = n.Parent {
-		base := filepath.Base(n.Key.File)
+func throughColl(frames []stack.Frame) bool {
+	for i := range frames {
+		base := filepath.Base(frameObject(&frames[i]))
 		if strings.HasPrefix(base, "libnccl") || strings.HasPrefix(base, "libmccl") || strings.HasPrefix(base, "librccl") {
 			return true
 		}

@@ -1,6 +1,7 @@
 package culprit
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -91,6 +92,14 @@ func TestAnalyse(t *testing.T) {
 				r.Comms[0].Issued = 10
 			}
 		}), []int{2}, []string{"comm world (ids disagree between ranks: aaaa1111…, cccc2222…, eeee3333…)", "rank 2 never issued AllReduce #11"}},
+		{"communicators whose init was not seen stay apart", 4, job(4, func(i int, r *Rank) {
+			// Their sequence numbers count from whenever the probes began
+			// seeing the rank: rank 1's lower count says nothing.
+			r.Comms = []timer.CommState{{ID: fmt.Sprintf("local:55%d0", i), Issued: 12, Completed: 9, LastOp: "AllReduce"}}
+			if i == 1 {
+				r.Comms[0].Issued, r.Comms[0].Completed = 9, 6
+			}
+		}), nil, []string{"comm local:5510: 0 ranks, 1 dumped", "Likely culprit: none found"}},
 		{"native thread outlier beats Python noise", 4, job(4, func(i int, r *Rank) {
 			r.Threads = append(r.Threads, Thread{TID: 4, Name: "gpu-stream1", Stack: 4, Where: "wait_event"})
 			r.Threads[0].Py, r.Threads[2].Py = true, true
