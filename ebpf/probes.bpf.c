@@ -203,6 +203,30 @@ struct {
 } lost SEC(".maps");
 
 
+/*
+ * A uretprobe works by replacing the return address of the probed call on
+ * the thread's stack with the kernel's return trampoline ([uprobes], at
+ * the top of the address space). A thread blocked in a probed call, the
+ * very thread a hang dump is about, then shows the trampoline where its
+ * caller should be, and no unwinder can go on. Every entry program whose
+ * call has a return probe saves here, by thread and stack slot, the
+ * return address it found (the kernel replaces it after the entry
+ * programs ran); the return program drops it. Go's unwinder asks for it
+ * (Tracer.ReturnAddress) when it meets the trampoline.
+ */
+struct ret_key {
+	__u32 tid;
+	__u32 pad;
+	__u64 slot; /* stack address of the return address */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ret_key);
+	__type(value, __u64);
+} returns SEC(".maps");
+
 /* Keeps struct event in the BTF, for bpf2go -type event. */
 const struct event *unused_event __attribute__((unused));
 
@@ -280,6 +304,22 @@ static __always_inline __u64 stash_key(__u64 pid_tgid, __u8 kind)
 	return ((__u64)kind << 32) | (__u32)pid_tgid;
 }
 
+/* At the entry of a call with a return probe: *sp is its return address. */
+static __always_inline void save_return(struct pt_regs *ctx, __u64 pid_tgid)
+{
+	struct ret_key k = {.tid = (__u32)pid_tgid, .slot = ctx->sp};
+	__u64 ra = 0;
+	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)ctx->sp) == 0)
+		bpf_map_update_elem(&returns, &k, &ra, BPF_ANY);
+}
+
+/* At its return: the stack pointer is one slot above the return address. */
+static __always_inline void drop_return(struct pt_regs *ctx, __u64 pid_tgid)
+{
+	struct ret_key k = {.tid = (__u32)pid_tgid, .slot = ctx->sp - 8};
+	bpf_map_delete_elem(&returns, &k);
+}
+
 /* ---- kernel launches ------------------------------------------------ */
 
 SEC("uprobe")
@@ -351,6 +391,7 @@ int get_function_enter(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	save_return(ctx, pid_tgid);
 	struct stash s = {};
 	s.a0 = ARG1(ctx); /* CUfunction * or CUkernel * */
 	s.a1 = ARG3(ctx); /* const char *name */
@@ -365,6 +406,7 @@ int get_function_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	drop_return(ctx, pid_tgid);
 	__u64 key = stash_key(pid_tgid, STASH_GET_FUNCTION);
 	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
 	if (!s)
@@ -411,6 +453,7 @@ SEC("uprobe")
 int memcpy_enter(struct pt_regs *ctx)
 {
 	BEGIN(K_MEMCPY, PHASE_ENTER);
+	save_return(ctx, pid_tgid);
 	struct stash s = {};
 	s.a0 = ARG3(ctx);
 	s.a1 = ARG4(ctx);
@@ -450,6 +493,7 @@ static __always_inline int stash_args(struct pt_regs *ctx, __u8 kind)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	save_return(ctx, pid_tgid);
 	struct stash s = {};
 	s.a0 = ARG1(ctx);
 	s.a1 = ARG2(ctx);
@@ -472,6 +516,7 @@ int elapsed_enter(struct pt_regs *ctx) { return stash_args(ctx, K_EVENT_ELAPSED)
 static __always_inline int blocking_enter(struct pt_regs *ctx, __u8 kind)
 {
 	BEGIN(kind, PHASE_ENTER);
+	save_return(ctx, pid_tgid);
 	struct stash s = {};
 	s.a0 = ARG1(ctx);
 	__u64 key = stash_key(pid_tgid, kind);
@@ -503,6 +548,7 @@ int call_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	drop_return(ctx, pid_tgid);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = cookie >> 8;
 	__u64 key = stash_key(pid_tgid, kind);
@@ -549,6 +595,7 @@ int comm_init_enter(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	save_return(ctx, pid_tgid);
 	__u64 id[ID_WORDS] = {};
 	bpf_probe_read_user(id, sizeof(id), (void *)(ctx->sp + 8));
 	__u64 h1 = 0xcbf29ce484222325ULL, h2 = 0x84222325cbf29ce4ULL;
@@ -575,6 +622,7 @@ int comm_init_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	drop_return(ctx, pid_tgid);
 	__u64 key = stash_key(pid_tgid, K_COMM_INIT);
 	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
 	if (!s)
@@ -602,6 +650,7 @@ int comm_split_enter(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	save_return(ctx, pid_tgid);
 	struct stash s = {};
 	s.a0 = ARG1(ctx); /* parent comm */
 	s.a1 = ARG4(ctx); /* ncclComm_t *newcomm */
@@ -618,6 +667,7 @@ int comm_split_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
+	drop_return(ctx, pid_tgid);
 	__u64 key = stash_key(pid_tgid, STASH_SPLIT);
 	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
 	if (!s)

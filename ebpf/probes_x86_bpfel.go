@@ -58,6 +58,13 @@ type probesFuncName struct {
 	Name [128]int8
 }
 
+type probesRetKey struct {
+	_    structs.HostLayout
+	Tid  uint32
+	Pad  uint32
+	Slot uint64
+}
+
 type probesStash struct {
 	_      structs.HostLayout
 	A0     uint64
@@ -76,6 +83,7 @@ const (
 	probesMapFollowed          = "followed"
 	probesMapFuncNames         = "func_names"
 	probesMapLost              = "lost"
+	probesMapReturns           = "returns"
 	probesMapStashes           = "stashes"
 	probesProgCallExit         = "call_exit"
 	probesProgCollAllGather    = "coll_all_gather"
@@ -200,6 +208,7 @@ type probesMapSpecs struct {
 	Followed  *ebpf.MapSpec `ebpf:"followed"`
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
+	Returns   *ebpf.MapSpec `ebpf:"returns"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
 }
 
@@ -234,6 +243,7 @@ type probesMaps struct {
 	Followed  *ebpf.Map `ebpf:"followed"`
 	FuncNames *ebpf.Map `ebpf:"func_names"`
 	Lost      *ebpf.Map `ebpf:"lost"`
+	Returns   *ebpf.Map `ebpf:"returns"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
 }
 
@@ -243,6 +253,7 @@ func (m *probesMaps) Close() error {
 		m.Followed,
 		m.FuncNames,
 		m.Lost,
+		m.Returns,
 		m.Stashes,
 	)
 }

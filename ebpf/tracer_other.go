@@ -22,5 +22,6 @@ func (*Tracer) Follow(int) error { return errors.ErrUnsupported }
 func (*Tracer) Run(context.Context, func(timer.Event), func(Notice)) error {
 	return errors.ErrUnsupported
 }
-func (*Tracer) Stats() Stats { return Stats{} }
-func (*Tracer) Close() error { return nil }
+func (*Tracer) Stats() Stats                             { return Stats{} }
+func (*Tracer) Close() error                             { return nil }
+func (*Tracer) ReturnAddress(int, uint64) (uint64, bool) { return 0, false }

@@ -33,6 +33,10 @@ type Options struct {
 	// Unwinder is reused across dumps (its symbol cache); the package's
 	// shared one when nil.
 	Unwinder *native.Unwinder
+	// ReturnAddress restores return addresses our uretprobes replaced
+	// (ebpf.Tracer.ReturnAddress), so that a thread blocked in a probed
+	// call unwinds past it.
+	ReturnAddress native.ReturnAddressFunc
 }
 
 // Process is one captured process.
@@ -100,7 +104,7 @@ func Capture(pid int, o Options) (*Process, error) {
 	} else if o.NoNative || st.State == 'D' {
 		readPython()
 	} else {
-		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython})
+		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress})
 		p.StoppedFor = res.StoppedFor
 		if err != nil {
 			if errors.Is(err, native.ErrNotPermitted) || errors.Is(err, native.ErrNoProcess) || errors.Is(err, native.ErrExited) {

@@ -32,7 +32,15 @@ type Options struct {
 	MaxStop      time.Duration // bound on how long threads stay stopped; DefaultMaxStop when 0
 	MaxStack     int           // bytes of stack copied per thread; DefaultMaxStack when 0
 	WhileStopped func() error  // runs while every thread is stopped (the Python read)
+	// ReturnAddress gives the return address a uretprobe replaced with the
+	// kernel's trampoline at stack address slot of thread tid (see
+	// ebpf.Tracer.ReturnAddress). Without it a stack ends at the trampoline.
+	ReturnAddress ReturnAddressFunc
 }
+
+// ReturnAddressFunc looks up the return address that a uretprobe moved out
+// of stack address slot of thread tid.
+type ReturnAddressFunc func(tid int, slot uint64) (uint64, bool)
 
 // Result is the native capture of one process.
 type Result struct {

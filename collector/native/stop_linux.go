@@ -116,14 +116,14 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 			break
 		}
 	}
-	res.Threads = name(proc, s.threads)
+	res.Threads = name(proc, s.threads, o.ReturnAddress)
 	return res, nil
 }
 
 // name unwinds and names the stacks of the copied threads: it walks them,
 // reads the debug information of the modules on them meanwhile, and
 // names the frames, each step on every CPU.
-func name(proc *symbols.Process, snaps []*snapshot) []stack.Thread {
+func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stack.Thread {
 	var first []uint64
 	for _, t := range snaps {
 		if t.err == nil {
@@ -144,7 +144,7 @@ func name(proc *symbols.Process, snaps []*snapshot) []stack.Thread {
 		}
 		// Through the thread's own id: a zombie main thread has no memory.
 		live := func(b []byte, addr uint64) (int, error) { return readMem(t.tid, b, addr) }
-		steps[i], errs[i] = walk(proc, t, live)
+		steps[i], errs[i] = walk(proc, t, live, ra)
 	})
 	<-prefetched
 	var all []uint64

@@ -74,15 +74,16 @@ type step struct {
 
 // unwind walks one thread's stack from its copied registers and names its
 // frames.
-func unwind(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error)) ([]stack.Frame, error) {
-	steps, err := walk(proc, t, live)
+func unwind(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error), ra ReturnAddressFunc) ([]stack.Frame, error) {
+	steps, err := walk(proc, t, live, ra)
 	return frames(proc, steps), err
 }
 
 // walk follows one thread's stack from its copied registers: call frame
 // information, else the frame pointer, and the registers saved by the
-// kernel across a signal trampoline.
-func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error)) ([]step, error) {
+// kernel across a signal trampoline. A return address that a uretprobe
+// replaced with the kernel's trampoline is looked up with ra.
+func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error), ra ReturnAddressFunc) ([]step, error) {
 	mem := &memory{lo: t.stackLo, b: t.stack, live: live}
 	var r regs
 	g := &t.regs
@@ -130,10 +131,27 @@ func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, er
 		if r.v[regnum.AMD64_Rsp] <= sp {
 			return steps, fmt.Errorf("unwind at %#x: stack pointer did not advance", pc)
 		}
+		if caller := r.v[regnum.AMD64_Rip]; uprobeTrampoline(proc, caller) {
+			real, ok := uint64(0), false
+			if ra != nil {
+				real, ok = ra(t.tid, r.v[regnum.AMD64_Rsp]-8)
+			}
+			if !ok {
+				return steps, fmt.Errorf("unwind at %#x: the return address was replaced by a uretprobe (the kernel's trampoline at %#x) and the tracer that placed it was not asked", pc, caller)
+			}
+			r.set(regnum.AMD64_Rip, real)
+		}
 		steps[len(steps)-1].cfi = cfi
 		exact = false
 	}
 	return steps, fmt.Errorf("stack deeper than %d frames: cut", MaxFrames)
+}
+
+// uprobeTrampoline reports whether pc is in the kernel's [uprobes] area,
+// where a uretprobe sends the probed call's return.
+func uprobeTrampoline(proc *symbols.Process, pc uint64) bool {
+	mod, ok := proc.Module(pc)
+	return ok && mod.Path == "[uprobes]"
 }
 
 // frames names the steps of a walk: inlined calls from the debug

@@ -50,7 +50,7 @@ func OpenMonitor(cfg config.Config, mo MonitorOptions) (*Monitor, error) {
 	if err != nil {
 		return nil, err
 	}
-	capt := NewCapturer()
+	capt := NewCapturer(tr)
 	if ok, why := PtraceAllowed(); !ok {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")

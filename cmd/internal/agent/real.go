@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/collector/native"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -42,11 +43,17 @@ func (e ebpfTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice
 // NewCapturer returns the stack capture of collector/dump: every thread's
 // native stack and, for CPython, its Python stack read while the threads
 // are stopped, merged. One unwinder (one symbol cache) serves every dump,
-// so the ranks of a job, which map the same libraries, share it.
-func NewCapturer() Capturer {
+// so the ranks of a job, which map the same libraries, share it. With tr
+// from OpenTracer, a thread blocked in a call with a return probe (a
+// synchronize, a copy) unwinds past the probe's trampoline.
+func NewCapturer(tr Tracer) Capturer {
 	u := dump.Shared()
+	var ra native.ReturnAddressFunc
+	if et, ok := tr.(ebpfTracer); ok {
+		ra = et.t.ReturnAddress
+	}
 	return CaptureFunc(func(pid int) (*Capture, error) {
-		p, err := dump.Capture(pid, dump.Options{Unwinder: u})
+		p, err := dump.Capture(pid, dump.Options{Unwinder: u, ReturnAddress: ra})
 		if err != nil {
 			return nil, err
 		}

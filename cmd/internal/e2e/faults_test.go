@@ -288,7 +288,34 @@ func checkDump(t *testing.T, dir string, r int) *dumpfile.File {
 	if main == nil || main.native == 0 || main.python == 0 {
 		t.Errorf("rank %d: main thread stacks %+v, want native and Python frames; errors %v", r, main, f.Errors)
 	}
+	checkUnwoundPastProbes(t, r, f)
 	return f
+}
+
+// checkUnwoundPastProbes checks that every thread blocked in a call we
+// put a return probe on (a synchronize, a copy) unwinds past the kernel's
+// uretprobe trampoline to the interpreter's main (_start), through
+// libffi, where it would otherwise stop.
+func checkUnwoundPastProbes(t *testing.T, r int, f *dumpfile.File) {
+	t.Helper()
+	probed := regexp.MustCompile(`^(cuda|mc)(Memcpy|StreamSynchronize|EventSynchronize|DeviceSynchronize)$`)
+	for _, th := range f.Threads {
+		in := ""
+		for _, fr := range th.Native {
+			if probed.MatchString(fr.Func) {
+				in = fr.Func
+				break
+			}
+		}
+		if in == "" {
+			continue
+		}
+		last := th.Native[len(th.Native)-1]
+		if strings.Contains(th.Error, "uretprobe") || (th.TID == f.PID && last.Func != "_start") {
+			t.Errorf("rank %d thread %d blocked in %s: native stack ends at %s (%s), error %q, want it unwound past the return probe to _start",
+				r, th.TID, in, last.Func, last.Module, th.Error)
+		}
+	}
 }
 
 // checkTrace checks the flight recorder trace of rank r: valid Chrome trace
