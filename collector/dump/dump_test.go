@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/native"
 	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
@@ -195,6 +196,31 @@ func TestCaptureNative(t *testing.T) {
 	if th.Name != "sleep" || th.State != "S" || len(th.Native) < 3 || !strings.Contains(th.Native[0].Func, "nanosleep") ||
 		len(th.Python) > 0 || len(th.Merged) > 0 {
 		t.Errorf("thread %d %q (%s): native %q, %d python, %d merged", th.TID, th.Name, th.State, funcs(th.Native), len(th.Python), len(th.Merged))
+	}
+}
+
+// A dump after Cache.Warm shows exactly what a dump with a cold cache
+// shows: frames, files and lines.
+func TestWarmSameDump(t *testing.T) {
+	privileged.Root(t)
+	pid := run(t, "sh", "-c", `echo ready $$; exec sleep 1000`)
+	cold, err := Capture(pid, Options{Unwinder: native.NewUnwinder(nil), NoPython: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := native.NewUnwinder(nil)
+	if err := u.Cache().Warm(pid); err != nil {
+		t.Fatal(err)
+	}
+	warm, err := Capture(pid, Options{Unwinder: u, NoPython: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cold.Threads) != 1 || len(warm.Threads) != 1 || !slices.Equal(cold.Threads[0].Native, warm.Threads[0].Native) {
+		t.Fatalf("cold dump %+v\nwarm dump %+v", cold.Threads, warm.Threads)
+	}
+	if err := u.Cache().Warm(4194999); err == nil {
+		t.Error("Warm of a missing process: no error")
 	}
 }
 

@@ -34,8 +34,9 @@ const readChunk = 256 << 10
 
 // section is one DWARF section, read as far as needed.
 type section struct {
-	b    []byte    // the whole section; b[:n] read
+	b    []byte    // the section, then zero bytes; b[:n] read
 	n    int       // bytes read
+	size int       // bytes of the section itself
 	rest io.Reader // the rest; nil once read whole
 }
 
@@ -48,29 +49,33 @@ func openSection(s *elf.Section, extra int) (*section, error) {
 			return nil, err
 		}
 		b = append(b[:len(b):len(b)], make([]byte, extra)...)
-		return &section{b: b, n: len(b) - extra}, nil
+		return &section{b: b, n: len(b) - extra, size: len(b) - extra}, nil
 	}
-	return &section{b: make([]byte, int(s.Size)+extra), rest: s.Open()}, nil
+	return &section{b: make([]byte, int(s.Size)+extra), size: int(s.Size), rest: s.Open()}, nil
 }
 
-// read reads the section on to at least to bytes (but its end).
+// read reads the section on to at least to bytes of b (the zero bytes
+// after the section need no reading).
 func (s *section) read(to int) error {
+	if to > len(s.b) {
+		return io.ErrUnexpectedEOF
+	}
+	to = min(to, s.size)
 	if to <= s.n {
 		return nil
 	}
 	if s.rest == nil {
 		return io.ErrUnexpectedEOF
 	}
-	size := len(s.b)
-	want := min(max(to, s.n+readChunk), size)
+	want := min(max(to, s.n+readChunk), s.size)
 	k, err := io.ReadFull(s.rest, s.b[s.n:want])
 	s.n += k
+	if s.n == s.size {
+		s.rest = nil
+	}
 	if err != nil {
 		s.rest = nil
 		return err
-	}
-	if s.n < to {
-		return io.ErrUnexpectedEOF
 	}
 	return nil
 }
@@ -254,6 +259,9 @@ func (di *debugInfo) readAbbrev(off uint64) error {
 	for {
 		if _, ok := abbrevEnd(di.abbrev.b[:di.abbrev.n], int(off)); ok {
 			return nil
+		}
+		if di.abbrev.n >= di.abbrev.size {
+			return fmt.Errorf("read .debug_abbrev at %#x: table not terminated: %w", off, io.ErrUnexpectedEOF)
 		}
 		if err := di.read(di.abbrev, di.abbrev.n+1); err != nil {
 			return fmt.Errorf("read .debug_abbrev at %#x: %w", off, err)

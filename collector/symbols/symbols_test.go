@@ -226,3 +226,42 @@ func FuzzParseCFI(f *testing.F) {
 		}
 	})
 }
+
+// Warm inflates a compressed separate debug file whole, and lookups after
+// it still name the right lines.
+func TestWarmInflates(t *testing.T) {
+	privileged.Root(t)
+	bin, debugRoot := buildProg(t)
+	debugs, _ := filepath.Glob(filepath.Join(debugRoot, ".build-id", "*", "*.debug"))
+	if len(debugs) != 1 {
+		t.Fatalf("debug files %v", debugs)
+	}
+	run(t, debugRoot, "objcopy", "--compress-debug-sections=zlib", debugs[0])
+	old := DebugRoot
+	DebugRoot = debugRoot
+	t.Cleanup(func() { DebugRoot = old })
+	cmd, addrs := startProg(t, bin)
+
+	c := NewCache()
+	if err := c.Warm(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Process(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, ok := p.Module(addrs["lib_stripped"])
+	if !ok || mod.Object == nil {
+		t.Fatalf("no module for lib_stripped: %+v", mod)
+	}
+	lt := mod.Object.lineTable()
+	if lt == nil || lt.di.info.rest == nil && lt.di.info.n == 0 {
+		t.Fatal("libs.so: no debug information read")
+	}
+	if !lt.di.done() || len(lt.di.units) == 0 {
+		t.Errorf("after Warm: sections read whole %v, %d units indexed", lt.di.done(), len(lt.di.units))
+	}
+	if s, ok := p.Lookup(addrs["lib_stripped"] + 1); !ok || s.Name != "lib_stripped" || filepath.Base(s.File) != "libs.cc" || s.Line == 0 {
+		t.Errorf("Lookup after Warm = %+v, %v", s, ok)
+	}
+}

@@ -260,6 +260,7 @@ func (a *Agent) see(pid int, gpu, reread bool) {
 		return
 	}
 	fresh := p == nil || reread
+	firstGPU := gpu && (p == nil || !p.gpu)
 	if p == nil {
 		p = &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}}
 		a.procs[pid] = p
@@ -269,6 +270,9 @@ func (a *Agent) see(pid int, gpu, reread bool) {
 	}
 	p.gpu = p.gpu || gpu
 	a.mu.Unlock()
+	if w, ok := a.o.Capturer.(Warmer); ok && firstGPU {
+		go w.Warm(pid)
+	}
 	if fresh {
 		a.resolve(pid, false)
 	} else {

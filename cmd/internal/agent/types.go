@@ -49,6 +49,13 @@ type Capturer interface {
 	Capture(pid int) (*Capture, error)
 }
 
+// Warmer is a Capturer that can read ahead what a dump of a process will
+// need; the agent asks it once per rank, when the rank makes its first GPU
+// call (its libraries are loaded by then), off the hang path.
+type Warmer interface {
+	Warm(pid int)
+}
+
 // Capture is what a stack capture returns (collector/dump.Process).
 type Capture struct {
 	PID              int
