@@ -518,9 +518,16 @@ func TestKillGroup(t *testing.T) {
 	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("wait: %v", err)
 	}
-	// The group is gone: signalling it fails.
-	if err := syscall.Kill(-cmd.Process.Pid, 0); !errors.Is(err, syscall.ESRCH) {
-		t.Fatalf("group still there: %v", err)
+	// The group is gone: signalling it fails, once init has reaped the
+	// background sleep (a zombie can still be signalled).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		err := syscall.Kill(-cmd.Process.Pid, 0)
+		if errors.Is(err, syscall.ESRCH) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group still there 10 s after SIGKILL: %v", err)
+		}
 	}
 }
 
