@@ -85,7 +85,7 @@ enum {
 	EV_FORK = 100, /* a followed process forked: pid is the child, handle the parent */
 	EV_EXEC = 101, /* a followed process called exec */
 	EV_EXIT = 102, /* a followed process (thread group) exited */
-	EV_MMAP = 103, /* a followed process mapped a file executable */
+	EV_MMAP = 103, /* a followed process (un)loaded libraries (ld.so told us) */
 };
 
 /* timer.Kind values. */

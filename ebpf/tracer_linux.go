@@ -383,8 +383,9 @@ func (t *Tracer) processEvent(raw *probesEvent, onEvent func(timer.Event)) {
 		t.notice(Notice{Kind: "exit", PID: pid})
 		ev.Kind = timer.KindProcessExit
 	case evMmap:
-		// The mapping is in place: probe it before the process calls it,
-		// as soon as the records before this one are handled.
+		// ld.so changed the process's libraries (a dlopen): probe what it
+		// mapped before the process calls it, as soon as the records
+		// before this one are handled.
 		if due, ok := t.dirty[pid]; t.procs[pid] != nil && (!ok || due.After(time.Now())) {
 			t.dirty[pid] = time.Now()
 		}
