@@ -137,7 +137,7 @@ func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, er
 				real, ok = ra(t.tid, r.v[regnum.AMD64_Rsp]-8)
 			}
 			if !ok {
-				return steps, fmt.Errorf("unwind at %#x: the return address was replaced by a uretprobe (the kernel's trampoline at %#x) and the tracer that placed it was not asked", pc, caller)
+				return steps, fmt.Errorf("unwind at %#x: a uretprobe replaced the return address with the kernel's trampoline at %#x; only the tracer that placed it (the launcher or agent probing this process) can restore it", pc, caller)
 			}
 			r.set(regnum.AMD64_Rip, real)
 		}
