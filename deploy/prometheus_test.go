@@ -2,11 +2,8 @@ package deploy
 
 import (
 	"encoding/json"
-	"fmt"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -15,17 +12,8 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // TestPrometheusScrapesExporter runs Debian's Prometheus on loopback against
 // our exporter serving a job whose rank 1 is hung, with alerts.yml loaded,
@@ -46,42 +34,18 @@ func TestPrometheusScrapesExporter(t *testing.T) {
 	target := httptest.NewServer(x.Handler())
 	defer target.Close()
 
-	dir := t.TempDir()
 	rules, err := filepath.Abs("prometheus/alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-  - job_name: xpu-timer
-    static_configs:
-      - targets: [%q]
-`, rules, strings.TrimPrefix(target.URL, "http://"))
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	addr := freeAddr(t)
-	cmd := exec.Command(bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+addr)
-	var out strings.Builder
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
+	deadline := time.Now().Add(60 * time.Second)
+	addr := testutil.Prometheus(t, bin, t.TempDir(), rules, strings.TrimPrefix(target.URL, "http://"))
 
 	type alert struct {
 		Labels map[string]string
 		State  string
 	}
 	var alerts []alert
-	deadline := time.Now().Add(60 * time.Second)
 	for {
 		alerts = nil
 		resp, err := http.Get("http://" + addr + "/api/v1/alerts")
@@ -114,7 +78,7 @@ scrape_configs:
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("alerts not active within 60s: %+v\nprometheus output:\n%s", alerts, out.String())
+			t.Fatalf("alerts not active within 60s: %+v", alerts) // the output is logged on failure
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

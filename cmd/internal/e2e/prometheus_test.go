@@ -3,8 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,9 +39,9 @@ func TestPrometheusAndPushgateway(t *testing.T) {
 	b := testbed.Build(t)
 	tmp := t.TempDir()
 
-	gwAddr := freeAddr(t)
-	service(t, gwBin, "--web.listen-address="+gwAddr, "--persistence.file=")
-	ready(t, "http://"+gwAddr+"/-/ready")
+	gwAddr := testutil.FreeAddr(t)
+	testutil.Service(t, gwBin, "--web.listen-address="+gwAddr, "--persistence.file=")
+	testutil.Ready(t, "http://"+gwAddr+"/-/ready")
 
 	const jobName = "e2e-prom"
 	c := job{fault: testbed.FaultNCCLStall, rank: 1}
@@ -51,23 +49,7 @@ func TestPrometheusAndPushgateway(t *testing.T) {
 		"XPU_TIMER_PUSHGATEWAY=http://"+gwAddr, "XPU_TIMER_JOB_NAME="+jobName, "XPU_TIMER_PUSH_INTERVAL=1")
 	target := strings.TrimSuffix(strings.TrimPrefix(p.metricsURL(30*time.Second), "http://"), "/metrics")
 
-	rules := shortRules(t, tmp)
-	cfg := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files: [%q]
-scrape_configs:
-  - job_name: xpu-timer
-    static_configs:
-      - targets: [%q]
-`, rules, target)
-	if err := os.WriteFile(filepath.Join(tmp, "prometheus.yml"), []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	promAddr := freeAddr(t)
-	service(t, promBin, "--config.file="+filepath.Join(tmp, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(tmp, "data"), "--web.listen-address="+promAddr)
-	ready(t, "http://"+promAddr+"/-/ready")
+	promAddr := testutil.Prometheus(t, promBin, tmp, shortRules(t, tmp), target)
 
 	// The alert fires for the faulty rank.
 	hungAt := p.waitRe(hangRe, 60*time.Second).at
@@ -231,50 +213,4 @@ func gatewayGroups(t *testing.T, addr, job string) []string {
 		}
 	}
 	return out
-}
-
-// service starts a server for the test's duration.
-func service(t *testing.T, bin string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	var out testutil.LockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", bin, err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("%s output:\n%s", filepath.Base(bin), out.String())
-		}
-	})
-}
-
-// ready waits for a server's readiness endpoint.
-func ready(t *testing.T, url string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after 30s", url)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
