@@ -112,28 +112,20 @@ func (p *proc) signal() {
 // fails the test after timeout or when the command exited without one.
 func (p *proc) wait(what string, timeout time.Duration, match func(line) bool) line {
 	p.t.Helper()
-	deadline := time.After(timeout)
+	var found line
 	seen := 0
-	for {
+	p.until(what, timeout, func() bool {
 		p.mu.Lock()
+		defer p.mu.Unlock()
 		for ; seen < len(p.lines); seen++ {
 			if match(p.lines[seen]) {
-				l := p.lines[seen]
-				p.mu.Unlock()
-				return l
+				found = p.lines[seen]
+				return true
 			}
 		}
-		done, wake := p.done, p.wake
-		p.mu.Unlock()
-		if done {
-			p.t.Fatalf("waiting for %s: the command exited with %d\n%s", what, p.code, p.output())
-		}
-		select {
-		case <-wake:
-		case <-deadline:
-			p.t.Fatalf("waiting for %s: nothing after %v\n%s", what, timeout, p.output())
-		}
-	}
+		return false
+	})
+	return found
 }
 
 // until waits until cond (called without the lock, after every new line)
