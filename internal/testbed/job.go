@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
 )
 
 // ErrTimeout is returned when a job does not reach a state in time.
@@ -303,13 +305,10 @@ func (j *Job) segments() []string {
 	return []string{ShmPrefix + "cu-" + id, ShmPrefix + "mc-" + id}
 }
 
+// alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	i := bytes.LastIndexByte(b, ')')
-	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z'
 }
 
 // RemoveSegments removes the named segments from /dev/shm, ignoring missing ones.

@@ -1,12 +1,11 @@
 package testbed
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
-	"strings"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
 )
 
 // Thread is one thread of a process as /proc shows it.
@@ -17,31 +16,20 @@ type Thread struct {
 	WChan string // kernel function it sleeps in, "0" when running
 }
 
-// Threads lists the threads of pid from /proc.
+// Threads lists the threads of pid from /proc, by thread id.
 func Threads(pid int) ([]Thread, error) {
-	dir := fmt.Sprintf("/proc/%d/task", pid)
-	ents, err := os.ReadDir(dir)
+	tids, err := procfs.Tasks(pid)
 	if err != nil {
-		return nil, fmt.Errorf("list threads of %d: %w", pid, err)
+		return nil, err
 	}
 	var ts []Thread
-	for _, e := range ents {
-		tid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat"))
+	for _, tid := range tids {
+		st, err := procfs.ReadTaskStat(pid, tid)
 		if err != nil {
 			continue // exited meanwhile
 		}
-		s := string(stat)
-		open, close := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-		if open < 0 || close < open || close+2 >= len(s) {
-			continue
-		}
-		wchan, _ := os.ReadFile(filepath.Join(dir, e.Name(), "wchan"))
-		ts = append(ts, Thread{TID: tid, Name: s[open+1 : close], State: s[close+2 : close+3], WChan: string(wchan)})
+		wchan, _ := os.ReadFile(filepath.Join(procfs.Root, strconv.Itoa(pid), "task", strconv.Itoa(tid), "wchan"))
+		ts = append(ts, Thread{TID: tid, Name: st.Comm, State: string(st.State), WChan: string(wchan)})
 	}
-	sort.Slice(ts, func(i, j int) bool { return ts[i].TID < ts[j].TID })
 	return ts, nil
 }
