@@ -90,8 +90,7 @@ func running(pid int, d time.Duration) bool {
 		}
 		free := 0
 		for _, tid := range tids {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
-			if err == nil && !strings.Contains(string(b), "\nState:\tt") && strings.Contains(string(b), "\nTracerPid:\t0\n") {
+			if tracer, stopped, ok := traceState(pid, tid); ok && !stopped && tracer == "0" {
 				free++
 			}
 		}

@@ -154,19 +154,36 @@ func released(t testing.TB, pid int) {
 		t.Fatal(err)
 	}
 	for _, tid := range tids {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
-		if err != nil {
+		tracer, stopped, ok := traceState(pid, tid)
+		if !ok {
 			continue // exited
 		}
-		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "TracerPid:"); ok && strings.TrimSpace(v) != "0" {
-				t.Errorf("thread %d still traced by %s", tid, strings.TrimSpace(v))
-			}
-			if v, ok := strings.CutPrefix(line, "State:"); ok && strings.HasPrefix(strings.TrimSpace(v), "t") {
-				t.Errorf("thread %d still in a tracing stop", tid)
-			}
+		if tracer != "0" {
+			t.Errorf("thread %d still traced by %s", tid, tracer)
+		}
+		if stopped {
+			t.Errorf("thread %d still in a tracing stop", tid)
 		}
 	}
+}
+
+// traceState reads from /proc/PID/task/TID/status the thread's tracer
+// ("0" for none) and whether it is in a tracing stop; ok is false when the
+// thread is gone.
+func traceState(pid, tid int) (tracer string, stopped, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid))
+	if err != nil {
+		return "", false, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "TracerPid:"); ok {
+			tracer = strings.TrimSpace(v)
+		}
+		if v, ok := strings.CutPrefix(line, "State:"); ok {
+			stopped = strings.HasPrefix(strings.TrimSpace(v), "t")
+		}
+	}
+	return tracer, stopped, true
 }
 
 // progress asks the target for its progress counter.

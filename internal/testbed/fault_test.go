@@ -2,7 +2,6 @@ package testbed
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,11 +10,6 @@ import (
 // hold is how long a hung job must show no progress; at 5 ms steps a healthy
 // job would finish dozens of steps meanwhile.
 const hold = 1500 * time.Millisecond
-
-func readStat(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	return string(b), err
-}
 
 // TestFaultsHang starts every fault kind for both vendors and checks that the
 // job hangs after the fault step with every thread asleep (a real hang, not a

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
 )
 
 var vendors = []string{"cuda", "maca"}
@@ -142,13 +144,11 @@ func TestHealthyJob(t *testing.T) {
 
 func parentPID(t *testing.T, pid int) int {
 	t.Helper()
-	var ppid int
-	b, err := readStat(pid)
+	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		t.Fatalf("read stat of %d: %v", pid, err)
 	}
-	fmt.Sscanf(b[strings.LastIndexByte(b, ')')+4:], "%d", &ppid)
-	return ppid
+	return st.PPID
 }
 
 func assertClean(t *testing.T, j *Job, pids map[int]int) {
