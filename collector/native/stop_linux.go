@@ -111,7 +111,7 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 	}
 
 	for _, t := range s.threads {
-		if _, ok := proc.Module(t.regs.Rip); t.err == nil && !ok {
+		if t.err == nil && !proc.Mapped(t.regs.Rip) {
 			proc.Refresh() // a library loaded since the maps were read, or JIT code
 			break
 		}
@@ -146,14 +146,16 @@ func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stac
 		live := func(b []byte, addr uint64) (int, error) { return readMem(t.tid, b, addr) }
 		steps[i], errs[i] = walk(proc, t, live, ra)
 	})
-	<-prefetched
 	var all []uint64
 	for _, ss := range steps {
 		for _, s := range ss {
 			all = append(all, s.lookup)
 		}
 	}
+	// The rest of the modules while the first prefetch may still be
+	// reading libc: a module's reads wait on one another, not on others'.
 	proc.Prefetch(all)
+	<-prefetched
 	out := make([]stack.Thread, len(snaps))
 	parallel(len(snaps), func(i int) {
 		t := snaps[i]

@@ -83,14 +83,13 @@ func (c *Cache) object(dir string, m procfs.Mapping) (*Object, error) {
 		if ferr != nil {
 			return nil, ferr
 		}
-		o, err = openObject(m.Path, fileOpener(p))
+		o, err = openObject(m.Path, st.Size, fileOpener(p))
 		if err != nil {
 			c.mu.Lock()
 			c.failed[key] = err
 			c.mu.Unlock()
 			return nil, err
 		}
-		o.size = st.Size
 		return c.add(key, o), nil
 	}
 	return nil, fmt.Errorf("open %s: %w", m.Path, lastErr)
@@ -139,11 +138,10 @@ func (c *Cache) vdso(dir string, m procfs.Mapping) (*Object, error) {
 	if _, err := f.ReadAt(img, int64(m.Start)); err != nil {
 		return nil, fmt.Errorf("read vdso: %w", err)
 	}
-	o, err := openObject("[vdso]", bytesOpener(img))
+	o, err := openObject("[vdso]", int64(len(img)), bytesOpener(img))
 	if err != nil {
 		return nil, err
 	}
-	o.size = int64(len(img))
 	if o.BuildID == "" {
 		return o, nil // not shared: no key
 	}

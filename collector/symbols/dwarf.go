@@ -9,6 +9,8 @@ import (
 	"io"
 	"sort"
 	"sync"
+
+	"github.com/xpu-timer/xpu-timer/internal/inflate"
 )
 
 // A large object (libc's debug file, a framework library) holds thousands
@@ -17,7 +19,9 @@ import (
 //
 //   - compressed .debug_info, .debug_abbrev and .debug_line are read
 //     (decompressed) only as far as the units needed so far, which are
-//     found by address through .debug_aranges;
+//     found by address through .debug_aranges; zlib, the usual kind, is
+//     inflated in memory by internal/inflate, at twice compress/zlib's
+//     speed (inflating libc's was most of a first dump);
 //   - debug/dwarf parses the abbreviation table of every unit it is given,
 //     so each unit not needed yet points at an empty table in our copy of
 //     .debug_info; a unit gets its own back when first needed.
@@ -26,7 +30,7 @@ import (
 // parts of .debug_abbrev and .debug_line not read yet are zeros: an empty
 // table, an empty line program; a unit's are read before it is used.
 
-// wholeSections are the small sections read whole, concurrently.
+// wholeSections are the small sections read whole.
 var wholeSections = []string{"str", "line_str", "ranges", "rnglists", "addr", "str_offsets", "aranges"}
 
 // readChunk is the least read from a compressed section at a time.
@@ -34,24 +38,93 @@ const readChunk = 256 << 10
 
 // section is one DWARF section, read as far as needed.
 type section struct {
-	b    []byte    // the section, then zero bytes; b[:n] read
-	n    int       // bytes read
-	size int       // bytes of the section itself
-	rest io.Reader // the rest; nil once read whole
+	b    []byte                    // the section, then zero bytes; b[:n] read
+	n    int                       // bytes read
+	size int                       // bytes of the section itself
+	fill func(to int) (int, error) // reads on to at least to bytes, returns how far; nil once read whole
+	file bool                      // fill reads from the file (else from memory)
 }
 
-// openSection reads s whole when it is not compressed, else prepares to
-// read it as needed. extra zero bytes follow the section in b.
-func openSection(s *elf.Section, extra int) (*section, error) {
+// file is an ELF file's contents and what closes it.
+type file interface {
+	io.ReaderAt
+	io.Closer
+}
+
+// readAt pairs a file's contents with its closer.
+type readAt struct {
+	io.ReaderAt
+	io.Closer
+}
+
+// openSection reads s, a section of f whose contents r holds, whole when
+// it is not compressed, else prepares to read it as needed: a zlib
+// section (the common kind) is read raw and inflated in memory, another
+// kind streamed. extra zero bytes follow the section in b.
+func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int) (*section, error) {
 	if s.Flags&elf.SHF_COMPRESSED == 0 {
-		b, err := s.Data()
+		b, err := sectionBytes(s)
 		if err != nil {
 			return nil, err
 		}
 		b = append(b[:len(b):len(b)], make([]byte, extra)...)
 		return &section{b: b, n: len(b) - extra, size: len(b) - extra}, nil
 	}
-	return &section{b: make([]byte, int(s.Size)+extra), size: int(s.Size), rest: s.Open()}, nil
+	size := int(s.Size)
+	sec := &section{b: populated(size + extra), size: size}
+	raw, err := zlibContents(f, s, r)
+	switch {
+	case err != nil:
+		return nil, err
+	case raw != nil:
+		d, err := inflate.NewZlib(raw, sec.b[:size])
+		if err != nil {
+			return nil, err
+		}
+		sec.fill = d.Fill
+	default:
+		rest := s.Open()
+		sec.file = true
+		sec.fill = func(to int) (int, error) {
+			want := min(max(to, sec.n+readChunk), size)
+			k, err := io.ReadFull(rest, sec.b[sec.n:want])
+			return sec.n + k, err
+		}
+	}
+	return sec, nil
+}
+
+// zlibContents returns the zlib stream of s, a compressed section of f
+// whose contents r holds, read raw; nil when s is compressed another way.
+func zlibContents(f *elf.File, s *elf.Section, r io.ReaderAt) ([]byte, error) {
+	hdr := 24 // Elf64_Chdr: type, reserved, size, alignment
+	if f.Class == elf.ELFCLASS32 {
+		hdr = 12 // Elf32_Chdr: type, size, alignment
+	}
+	if s.FileSize < uint64(hdr) || s.FileSize > 1<<31 {
+		return nil, fmt.Errorf("compressed section %s of %d bytes", s.Name, s.FileSize)
+	}
+	raw := populated(int(s.FileSize))
+	if _, err := r.ReadAt(raw, int64(s.Offset)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.Name, err)
+	}
+	if elf.CompressionType(f.ByteOrder.Uint32(raw)) != elf.COMPRESS_ZLIB {
+		return nil, nil
+	}
+	return raw[hdr:], nil
+}
+
+// sectionData returns the contents of s, a section of f whose contents r
+// holds, inflated when compressed.
+func sectionData(f *elf.File, s *elf.Section, r io.ReaderAt) ([]byte, error) {
+	sec, err := openSection(f, s, r, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := sec.read(sec.size); err != nil {
+		return nil, err
+	}
+	return sec.b, nil
 }
 
 // read reads the section on to at least to bytes of b (the zero bytes
@@ -64,18 +137,19 @@ func (s *section) read(to int) error {
 	if to <= s.n {
 		return nil
 	}
-	if s.rest == nil {
+	if s.fill == nil {
 		return io.ErrUnexpectedEOF
 	}
-	want := min(max(to, s.n+readChunk), s.size)
-	k, err := io.ReadFull(s.rest, s.b[s.n:want])
-	s.n += k
-	if s.n == s.size {
-		s.rest = nil
+	n, err := s.fill(max(to, s.n+readChunk))
+	s.n = n
+	if n == s.size || err != nil {
+		s.fill = nil
 	}
 	if err != nil {
-		s.rest = nil
-		return err
+		return fmt.Errorf("read at %d of %d bytes: %w", n, s.size, err)
+	}
+	if n < to {
+		return io.ErrUnexpectedEOF
 	}
 	return nil
 }
@@ -88,7 +162,7 @@ type debugInfo struct {
 	info   *section          // stubs edited in
 	abbrev *section          // with the empty table (a 0) after it
 	line   *section
-	file   io.Closer    // what the sections read from, closed once read whole
+	file   io.Closer    // what the sections read from, closed once none is left to read from it
 	units  []unitHeader // the units read whole, by offset
 	next   int          // where the next unit starts
 	stub   uint64       // offset of the empty abbreviation table
@@ -107,12 +181,13 @@ type unitHeader struct {
 }
 
 // openDebugInfo opens the DWARF of f, reading its small sections whole:
-// file, f's file, stays open while a compressed section is read as needed
-// (else it is closed now). It fails when the sections are compressed the
-// legacy (.zdebug) way or there is no .debug_info.
-func openDebugInfo(f *elf.File, file io.Closer) (di *debugInfo, err error) {
+// file, f's contents, stays open while a section compressed other than
+// with zlib is read from it as needed (else it is closed now). It fails
+// when the sections are compressed the legacy (.zdebug) way or there is
+// no .debug_info.
+func openDebugInfo(f *elf.File, file file) (di *debugInfo, err error) {
 	defer func() {
-		if di == nil || di.done() {
+		if di == nil || !di.reading() {
 			file.Close()
 		}
 	}()
@@ -132,11 +207,13 @@ func openDebugInfo(f *elf.File, file io.Closer) (di *debugInfo, err error) {
 		if name == "abbrev" {
 			extra = 1
 		}
-		if *p, err = openSection(s, extra); err != nil {
+		if *p, err = openSection(f, s, file, extra); err != nil {
 			return nil, fmt.Errorf("read .debug_%s: %w", name, err)
 		}
 	}
 	di.stub = uint64(len(di.abbrev.b) - 1)
+	// Compressed ones are inflated concurrently; the rest are small reads,
+	// cheaper done in turn.
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var firstErr error
@@ -145,17 +222,20 @@ func openDebugInfo(f *elf.File, file io.Closer) (di *debugInfo, err error) {
 		if s == nil {
 			continue
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			b, err := s.Data()
+		read := func() {
+			b, err := sectionData(f, s, file)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
 				firstErr = fmt.Errorf("read .debug_%s: %w", name, err)
 			}
 			di.sec[name] = b
-		}()
+		}
+		if s.Flags&elf.SHF_COMPRESSED == 0 {
+			read()
+			continue
+		}
+		wg.Go(read)
 	}
 	wg.Wait()
 	if firstErr != nil {
@@ -167,15 +247,25 @@ func openDebugInfo(f *elf.File, file io.Closer) (di *debugInfo, err error) {
 
 // done reports whether every section is read whole.
 func (di *debugInfo) done() bool {
-	return di.info.rest == nil && di.abbrev.rest == nil && (di.line == nil || di.line.rest == nil)
+	return di.info.fill == nil && di.abbrev.fill == nil && (di.line == nil || di.line.fill == nil)
 }
 
-// read reads s on to at least to bytes, closing the file when every
-// section is read whole.
+// reading reports whether a section is still to be read from the file.
+func (di *debugInfo) reading() bool {
+	for _, s := range []*section{di.info, di.abbrev, di.line} {
+		if s != nil && s.fill != nil && s.file {
+			return true
+		}
+	}
+	return false
+}
+
+// read reads s on to at least to bytes, closing the file when no section
+// is left to read from it.
 func (di *debugInfo) read(s *section, to int) error {
-	open := !di.done()
+	open := di.reading()
 	err := s.read(to)
-	if open && di.done() {
+	if open && !di.reading() {
 		di.file.Close()
 	}
 	return err

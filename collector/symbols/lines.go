@@ -4,7 +4,6 @@ import (
 	"debug/dwarf"
 	"debug/elf"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -33,7 +32,7 @@ func (o *Object) debugFile(f *elf.File) *debugFileHandle {
 		cands = append(cands, filepath.Join(DebugRoot, ".build-id", o.BuildID[:2], o.BuildID[2:]+".debug"))
 	}
 	if s := f.Section(".gnu_debuglink"); s != nil && o.Path != "" && o.Path[0] == '/' {
-		if b, err := s.Data(); err == nil {
+		if b, err := sectionBytes(s); err == nil {
 			name := cstring(b, 0)
 			if name != "" && !strings.Contains(name, "/") {
 				dir := filepath.Dir(o.Path)
@@ -133,11 +132,6 @@ func (o *Object) lineTable() *lineTable {
 }
 
 func (o *Object) loadLines() {
-	defer func() {
-		if r := recover(); r != nil {
-			o.lines = nil
-		}
-	}()
 	r, c, err := o.open()
 	if err != nil {
 		return
@@ -147,16 +141,28 @@ func (o *Object) loadLines() {
 		c.Close()
 		return
 	}
-	src, closer := f, io.Closer(c)
+	o.linesFrom(f, readAt{r, c})
+}
+
+// linesFrom reads the DWARF of f, o's file whose contents are contents,
+// or of its separate debug file. It closes contents, or hands it on to
+// read compressed sections from as needed. Called once, from lineOnce.
+func (o *Object) linesFrom(f *elf.File, contents file) {
+	defer func() {
+		if r := recover(); r != nil {
+			o.lines = nil
+		}
+	}()
+	src := f
 	if f.Section(".debug_line") == nil || f.Section(".debug_info") == nil {
-		c.Close()
+		contents.Close()
 		df := o.debugFile(f)
 		if df == nil {
 			return
 		}
-		src, closer = df.File, df
+		src, contents = df.File, readAt{df.f, df}
 	}
-	di, err := openDebugInfo(src, closer)
+	di, err := openDebugInfo(src, contents)
 	if err != nil {
 		return
 	}

@@ -59,25 +59,40 @@ type sym struct {
 	plt        bool // a PLT entry, named "func@plt"
 }
 
-// openObject reads an ELF file's headers. open must return the same contents
-// each time it is called.
-func openObject(path string, open func() (io.ReaderAt, io.Closer, error)) (*Object, error) {
+// eagerFile is the size up to which a file's symbols, call frame
+// information and debug information are read when its headers are: every
+// object a dump resolves lies on a stack and needs all three, and for a
+// small file opening and parsing it again costs more than reading them.
+// A larger file is read a part at a time, as needed.
+const eagerFile = 4 << 20
+
+// openObject reads an ELF file's headers, and the rest of a file of up to
+// eagerFile bytes (size). open must return the same contents each time it
+// is called.
+func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, error)) (*Object, error) {
 	r, c, err := open()
 	if err != nil {
 		return nil, err
 	}
-	defer c.Close()
 	f, err := elf.NewFile(r)
 	if err != nil {
+		c.Close()
 		return nil, fmt.Errorf("parse elf %s: %w", path, err)
 	}
-	o := &Object{Path: path, open: open}
+	o := &Object{Path: path, open: open, size: size}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			o.loads = append(o.loads, segment{p.Vaddr, p.Off, p.Filesz, p.Memsz})
 		}
 	}
 	o.BuildID = buildID(f)
+	if size > eagerFile {
+		c.Close()
+		return o, nil
+	}
+	o.symOnce.Do(func() { o.symbolsFrom(f) })
+	o.cfiOnce.Do(func() { o.cfiFrom(f) })
+	o.lineOnce.Do(func() { o.linesFrom(f, readAt{r, c}) }) // closes c
 	return o, nil
 }
 
@@ -103,7 +118,7 @@ func buildID(f *elf.File) string {
 		if s.Type != elf.SHT_NOTE {
 			continue
 		}
-		b, err := s.Data()
+		b, err := sectionBytes(s)
 		if err != nil {
 			continue
 		}
@@ -190,11 +205,11 @@ func (o *Object) addSymbols(f *elf.File) {
 		if s == nil || s.Link >= uint32(len(f.Sections)) || f.Class != elf.ELFCLASS64 {
 			continue
 		}
-		data, err := s.Data()
+		data, err := sectionBytes(s)
 		if err != nil {
 			continue
 		}
-		strs, err := f.Sections[s.Link].Data()
+		strs, err := sectionBytes(f.Sections[s.Link])
 		if err != nil || len(o.strtab) >= 255 {
 			continue
 		}
@@ -234,7 +249,7 @@ func (o *Object) addPLT(f *elf.File) {
 		if s == nil || s.Type != elf.SHT_RELA {
 			continue
 		}
-		data, err := s.Data()
+		data, err := sectionBytes(s)
 		if err != nil {
 			continue
 		}
@@ -256,7 +271,7 @@ func (o *Object) addPLT(f *elf.File) {
 		if s == nil || s.Type != elf.SHT_PROGBITS {
 			continue
 		}
-		data, err := s.Data()
+		data, err := sectionBytes(s)
 		if err != nil {
 			continue
 		}
@@ -394,9 +409,15 @@ func (o *Object) loadCFI() {
 	}
 	// The unwinder names what it unwinds: read the symbols on the way.
 	o.symOnce.Do(func() { o.symbolsFrom(f) })
+	o.cfiFrom(f)
+}
+
+// cfiFrom reads the call frame information of f, o's file. Called once,
+// from cfiOnce.
+func (o *Object) cfiFrom(f *elf.File) {
 	var all frame.FrameDescriptionEntries
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
-		if data, err := s.Data(); err == nil {
+		if data, err := sectionBytes(s); err == nil {
 			fdes, err := ParseCFI(data, f.ByteOrder, s.Addr)
 			if err != nil {
 				o.cfiErr = fmt.Errorf("parse .eh_frame of %s: %w", o.Path, err)
@@ -405,7 +426,7 @@ func (o *Object) loadCFI() {
 		}
 	}
 	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {
-		if data, err := s.Data(); err == nil {
+		if data, err := sectionBytes(s); err == nil {
 			fdes, err := ParseCFI(data, f.ByteOrder, 0)
 			if err != nil && o.cfiErr == nil {
 				o.cfiErr = fmt.Errorf("parse .debug_frame of %s: %w", o.Path, err)

@@ -153,6 +153,10 @@ func (p *Process) find(addr uint64) *mapping {
 	return nil
 }
 
+// Mapped reports whether addr lies in an executable mapping, as last
+// read, without reading the file behind it.
+func (p *Process) Mapped(addr uint64) bool { return p.find(addr) != nil }
+
 // Module returns the executable mapping holding addr, parsing its file's
 // headers on first use. The second result is false when addr is in no
 // executable mapping.

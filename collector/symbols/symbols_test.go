@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"debug/elf"
 	"encoding/binary"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,9 +228,9 @@ func FuzzParseCFI(f *testing.F) {
 	})
 }
 
-// Warm inflates a compressed separate debug file whole, and lookups after
-// it still name the right lines.
-func TestWarmInflates(t *testing.T) {
+// Lookups in a separate debug file compressed with zlib name the right
+// lines, read lazily and after Warm inflated it whole.
+func TestCompressedDebugFile(t *testing.T) {
 	privileged.Root(t)
 	bin, debugRoot := buildProg(t)
 	debugs, _ := filepath.Glob(filepath.Join(debugRoot, ".build-id", "*", "*.debug"))
@@ -242,26 +243,85 @@ func TestWarmInflates(t *testing.T) {
 	t.Cleanup(func() { DebugRoot = old })
 	cmd, addrs := startProg(t, bin)
 
-	c := NewCache()
-	if err := c.Warm(cmd.Process.Pid); err != nil {
-		t.Fatal(err)
+	for _, warm := range []bool{false, true} {
+		c := NewCache()
+		if warm {
+			if err := c.Warm(cmd.Process.Pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p, err := c.Process(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, ok := p.Lookup(addrs["lib_stripped"] + 1); !ok || s.Name != "lib_stripped" || filepath.Base(s.File) != "libs.cc" || s.Line == 0 {
+			t.Errorf("warm %v: Lookup = %+v, %v", warm, s, ok)
+		}
+		mod, ok := p.Module(addrs["lib_stripped"])
+		if !ok || mod.Object == nil {
+			t.Fatalf("no module for lib_stripped: %+v", mod)
+		}
+		lt := mod.Object.lineTable()
+		if lt == nil || lt.di.info.n == 0 || len(lt.di.units) == 0 {
+			t.Fatal("libs.so: no debug information read")
+		}
+		if warm && !lt.di.done() {
+			t.Errorf("after Warm: sections not read whole")
+		}
 	}
-	p, err := c.Process(cmd.Process.Pid)
+}
+
+// A small file is opened and parsed once: its symbols, call frame
+// information and lines come with its headers. A large one is read a part
+// at a time, each opening it again.
+func TestSmallFileOpenedOnce(t *testing.T) {
+	bin, _ := buildProg(t)
+	path := filepath.Join(filepath.Dir(bin), "libv.so")
+	f, err := elf.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mod, ok := p.Module(addrs["lib_stripped"])
-	if !ok || mod.Object == nil {
-		t.Fatalf("no module for lib_stripped: %+v", mod)
+	var fn uint64
+	syms, _ := f.DynamicSymbols()
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			fn = s.Value
+			break
+		}
 	}
-	lt := mod.Object.lineTable()
-	if lt == nil || lt.di.info.rest == nil && lt.di.info.n == 0 {
-		t.Fatal("libs.so: no debug information read")
+	f.Close()
+	if fn == 0 {
+		t.Fatal("libv.so: no function symbol")
 	}
-	if !lt.di.done() || len(lt.di.units) == 0 {
-		t.Errorf("after Warm: sections read whole %v, %d units indexed", lt.di.done(), len(lt.di.units))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if s, ok := p.Lookup(addrs["lib_stripped"] + 1); !ok || s.Name != "lib_stripped" || filepath.Base(s.File) != "libs.cc" || s.Line == 0 {
-		t.Errorf("Lookup after Warm = %+v, %v", s, ok)
+	for _, size := range []int64{fi.Size(), eagerFile + 1} {
+		opens := 0
+		open := fileOpener(path)
+		o, err := openObject(path, size, func() (io.ReaderAt, io.Closer, error) {
+			opens++
+			return open()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.FDE(fn); err != nil {
+			t.Errorf("size %d: FDE: %v", size, err)
+		}
+		if name, _, ok := o.symbolAt(fn); !ok || name == "" {
+			t.Errorf("size %d: no symbol at %#x", size, fn)
+		}
+		if file, line := o.line(fn); file == "" || line == 0 {
+			t.Errorf("size %d: no line at %#x", size, fn)
+		}
+		want := 1
+		if size > eagerFile {
+			want = 3 // headers, then symbols and call frames, then lines
+		}
+		if opens != want {
+			t.Errorf("size %d: opened %d times, want %d", size, opens, want)
+		}
 	}
 }

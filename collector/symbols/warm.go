@@ -43,7 +43,7 @@ func (lt *lineTable) inflate() {
 	defer lt.mu.Unlock()
 	di := lt.di
 	for _, s := range []*section{di.info, di.abbrev, di.line} {
-		if s != nil && s.rest != nil && s.size <= maxWarmSection {
+		if s != nil && s.fill != nil && s.size <= maxWarmSection {
 			if di.read(s, s.size) != nil {
 				return
 			}
