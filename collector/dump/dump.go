@@ -156,7 +156,9 @@ func Capture(pid int, o Options) (*Process, error) {
 		if name, err := procfs.ThreadName(pid, tid); err == nil && th.Name == "" {
 			th.Name = name
 		}
-		if ts, err := procfs.ReadTaskStat(pid, tid); err == nil {
+		// The state before the stop where the native dump read it: read
+		// now, a thread just let go may show R on its way back to sleep.
+		if ts, err := procfs.ReadTaskStat(pid, tid); err == nil && th.State == "" {
 			th.State = string(ts.State)
 		}
 		if len(th.Python) > 0 && len(th.Native) > 0 {

@@ -159,7 +159,10 @@ func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stac
 	out := make([]stack.Thread, len(snaps))
 	parallel(len(snaps), func(i int) {
 		t := snaps[i]
-		out[i] = stack.Thread{TID: t.tid, State: string(t.state)}
+		out[i] = stack.Thread{TID: t.tid}
+		if t.state != 0 {
+			out[i].State = string(t.state) // as the thread was before the stop
+		}
 		switch {
 		case t.err != nil:
 			out[i].Error = t.err.Error()
