@@ -86,8 +86,7 @@ func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int) (*sectio
 		rest := s.Open()
 		sec.file = true
 		sec.fill = func(to int) (int, error) {
-			want := min(max(to, sec.n+readChunk), size)
-			k, err := io.ReadFull(rest, sec.b[sec.n:want])
+			k, err := io.ReadFull(rest, sec.b[sec.n:min(to, size)])
 			return sec.n + k, err
 		}
 	}
@@ -104,14 +103,18 @@ func zlibContents(f *elf.File, s *elf.Section, r io.ReaderAt) ([]byte, error) {
 	if s.FileSize < uint64(hdr) || s.FileSize > 1<<31 {
 		return nil, fmt.Errorf("compressed section %s of %d bytes", s.Name, s.FileSize)
 	}
-	raw := populated(int(s.FileSize))
-	if _, err := r.ReadAt(raw, int64(s.Offset)); err != nil {
+	var typ [4]byte
+	if _, err := r.ReadAt(typ[:], int64(s.Offset)); err != nil {
 		return nil, fmt.Errorf("read %s: %w", s.Name, err)
 	}
-	if elf.CompressionType(f.ByteOrder.Uint32(raw)) != elf.COMPRESS_ZLIB {
+	if elf.CompressionType(f.ByteOrder.Uint32(typ[:])) != elf.COMPRESS_ZLIB {
 		return nil, nil
 	}
-	return raw[hdr:], nil
+	raw := populated(int(s.FileSize) - hdr)
+	if _, err := r.ReadAt(raw, int64(s.Offset)+int64(hdr)); err != nil {
+		return nil, fmt.Errorf("read %s: %w", s.Name, err)
+	}
+	return raw, nil
 }
 
 // sectionData returns the contents of s, a section of f whose contents r

@@ -1,15 +1,10 @@
 package symbols
 
-import (
-	"debug/elf"
-	"unsafe"
-)
+import "debug/elf"
 
 // populateMin is the least size of a buffer that populated maps at once:
 // below it a buffer may share its pages with other objects.
 const populateMin = 64 << 10
-
-func uintptrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 // sectionBytes returns the contents of s, an uncompressed section read into a
 // buffer of populated memory (see populated), else as debug/elf reads it.

@@ -2,6 +2,7 @@ package symbols
 
 import (
 	"os"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,7 +19,8 @@ func populated(n int) []byte {
 		return b
 	}
 	page := os.Getpagesize()
-	lo := int(-uintptrOf(b) & uintptr(page-1)) // to the first page boundary
+	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	lo := int(-start & uintptr(page-1)) // to the first page boundary
 	if hi := lo + (n-lo)&^(page-1); hi > lo {
 		unix.Madvise(b[lo:hi], unix.MADV_POPULATE_WRITE)
 	}

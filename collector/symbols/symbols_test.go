@@ -237,27 +237,65 @@ func TestCompressedDebugFile(t *testing.T) {
 	if len(debugs) != 1 {
 		t.Fatalf("debug files %v", debugs)
 	}
-	run(t, debugRoot, "objcopy", "--compress-debug-sections=zlib", debugs[0])
 	old := DebugRoot
 	DebugRoot = debugRoot
 	t.Cleanup(func() { DebugRoot = old })
 	cmd, addrs := startProg(t, bin)
 
+	// zlib is inflated in memory; zstd is streamed through debug/elf.
+	for _, method := range []string{"zlib", "zstd"} {
+		run(t, debugRoot, "objcopy", "--compress-debug-sections="+method, debugs[0])
+		if typ := compression(t, debugs[0], ".debug_info"); typ != method {
+			t.Fatalf("%s: .debug_info compressed with %q", method, typ)
+		}
+		t.Run(method, func(t *testing.T) { lookupCompressed(t, cmd.Process.Pid, addrs["lib_stripped"]) })
+	}
+}
+
+// compression names how section name of the ELF file at path is
+// compressed: "zlib", "zstd", or "" when it is not.
+func compression(t *testing.T, path, name string) string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	s := f.Section(name)
+	if s == nil || s.Flags&elf.SHF_COMPRESSED == 0 {
+		return ""
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch elf.CompressionType(f.ByteOrder.Uint32(b[s.Offset:])) {
+	case elf.COMPRESS_ZLIB:
+		return "zlib"
+	case elf.COMPRESS_ZSTD:
+		return "zstd"
+	}
+	return "other"
+}
+
+// lookupCompressed checks lookups of lib_stripped (at addr in pid), whose
+// debug file is compressed, read lazily and after Warm.
+func lookupCompressed(t *testing.T, pid int, addr uint64) {
 	for _, warm := range []bool{false, true} {
 		c := NewCache()
 		if warm {
-			if err := c.Warm(cmd.Process.Pid); err != nil {
+			if err := c.Warm(pid); err != nil {
 				t.Fatal(err)
 			}
 		}
-		p, err := c.Process(cmd.Process.Pid)
+		p, err := c.Process(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if s, ok := p.Lookup(addrs["lib_stripped"] + 1); !ok || s.Name != "lib_stripped" || filepath.Base(s.File) != "libs.cc" || s.Line == 0 {
+		if s, ok := p.Lookup(addr + 1); !ok || s.Name != "lib_stripped" || filepath.Base(s.File) != "libs.cc" || s.Line == 0 {
 			t.Errorf("warm %v: Lookup = %+v, %v", warm, s, ok)
 		}
-		mod, ok := p.Module(addrs["lib_stripped"])
+		mod, ok := p.Module(addr)
 		if !ok || mod.Object == nil {
 			t.Fatalf("no module for lib_stripped: %+v", mod)
 		}
