@@ -247,9 +247,12 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 			s.whileErr = fmt.Errorf("panic while stopped: %v", r)
 		}
 		release()
+		// Copies: settle goes on polling the threads not let go yet,
+		// and records what becomes of them in its own.
 		s.threads = s.threads[:0]
 		for _, t := range ts {
-			s.threads = append(s.threads, t.snapshot)
+			c := *t.snapshot
+			s.threads = append(s.threads, &c)
 		}
 		sort.Slice(s.threads, func(i, j int) bool { return s.threads[i].tid < s.threads[j].tid })
 	}()
