@@ -167,6 +167,7 @@ func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stac
 		case t.err != nil:
 			out[i].Error = t.err.Error()
 		default:
+			steps[i], errs[i] = atMain(proc, steps[i], errs[i])
 			out[i].Native = frames(proc, steps[i])
 			if errs[i] != nil {
 				out[i].Error = errs[i].Error()

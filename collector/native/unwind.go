@@ -76,7 +76,26 @@ type step struct {
 // frames.
 func unwind(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error), ra ReturnAddressFunc) ([]stack.Frame, error) {
 	steps, err := walk(proc, t, live, ra)
+	steps, err = atMain(proc, steps, err)
 	return frames(proc, steps), err
+}
+
+// atMain ends a walk's steps at the frame of main, as gdb does; an error
+// past it goes too. walk goes on past main: naming a frame needs the
+// symbol tables of its module, which for libc may lie in megabytes of a
+// separate debug file, read meanwhile on another goroutine.
+func atMain(proc *symbols.Process, steps []step, err error) ([]step, error) {
+	for i, s := range steps {
+		if s.signal {
+			continue
+		}
+		if name, ok := proc.Function(s.lookup); ok && name == "main" {
+			if i+1 < len(steps) || err == nil {
+				return steps[:i+1], nil
+			}
+		}
+	}
+	return steps, err
 }
 
 // walk follows one thread's stack from its copied registers: call frame
@@ -117,9 +136,6 @@ func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, er
 			continue
 		}
 		steps = append(steps, step{pc: pc, lookup: lookup})
-		if name, ok := proc.Function(lookup); ok && name == "main" {
-			return steps, nil // gdb stops at main too
-		}
 		sp := r.v[regnum.AMD64_Rsp]
 		end, cfi, err := next(mod, fde, mem, &r, lookup)
 		if err != nil {

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
 
@@ -20,8 +22,10 @@ import (
 //   - compressed .debug_info, .debug_abbrev and .debug_line are read
 //     (decompressed) only as far as the units needed so far, which are
 //     found by address through .debug_aranges; zlib, the usual kind, is
-//     inflated in memory by internal/inflate, at twice compress/zlib's
-//     speed (inflating libc's was most of a first dump);
+//     inflated by internal/inflate, at twice compress/zlib's speed
+//     (inflating libc's is most of a first dump), from the file's pages
+//     mapped, not copied; .debug_abbrev and .debug_line of up to maxAhead
+//     are inflated on another goroutine meanwhile (see readAhead);
 //   - debug/dwarf parses the abbreviation table of every unit it is given,
 //     so each unit not needed yet points at an empty table in our copy of
 //     .debug_info; a unit gets its own back when first needed.
@@ -38,11 +42,69 @@ const readChunk = 256 << 10
 
 // section is one DWARF section, read as far as needed.
 type section struct {
-	b    []byte                    // the section, then zero bytes; b[:n] read
-	n    int                       // bytes read
-	size int                       // bytes of the section itself
-	fill func(to int) (int, error) // reads on to at least to bytes, returns how far; nil once read whole
-	file bool                      // fill reads from the file (else from memory)
+	b     []byte                    // the section, then zero bytes; b[:n] read
+	n     int                       // bytes read
+	size  int                       // bytes of the section itself
+	fill  func(to int) (int, error) // reads on to at least to bytes, returns how far; nil once read whole
+	file  bool                      // fill reads from the file (else from memory)
+	ahead *ahead                    // the section being read on another goroutine, until read whole
+	unmap func()                    // unmaps the stream fill reads (see mapFile); nil when it is in memory
+}
+
+// ahead is a section being read on another goroutine (see readAhead).
+type ahead struct {
+	mu   sync.Mutex
+	cond sync.Cond // signalled as n grows
+	n    int       // bytes read so far
+	err  error
+	done bool // read whole, or failed
+}
+
+// maxAhead bounds the sections readAhead reads whole: a larger one is read
+// as far as needed.
+const maxAhead = 8 << 20
+
+// readAhead starts reading the section whole on another goroutine, when it
+// is inflated from memory and no larger than maxAhead; read waits for it
+// as far as asked. It is used for .debug_abbrev and .debug_line: a first
+// dump needs 2 MB of libc's, inflated meanwhile instead of after each
+// unit of .debug_info that points into them. .debug_info itself is
+// inflated as far as needed by whoever needs it: reading all of libc's
+// ahead (6 MB, a third more than the benchmark's stacks need) cost 4 ms
+// more CPU and gained nothing on 2 CPUs.
+func (s *section) readAhead() {
+	if s.fill == nil || s.file || s.size > maxAhead {
+		return
+	}
+	a, fill, size := &ahead{}, s.fill, s.size
+	a.cond.L = &a.mu
+	s.ahead = a
+	go func() {
+		for n := 0; ; {
+			k, err := fill(min(n+readChunk, size))
+			n = k
+			a.mu.Lock()
+			a.n, a.err, a.done = k, err, k >= size || err != nil
+			done := a.done
+			a.cond.Broadcast()
+			a.mu.Unlock()
+			if done {
+				break
+			}
+		}
+		runtime.KeepAlive(s) // and what it maps, while fill reads it
+	}()
+}
+
+// wait waits until at least to bytes are read, or no more will be, and
+// returns how many are.
+func (a *ahead) wait(to int) (n int, done bool, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for a.n < to && !a.done {
+		a.cond.Wait()
+	}
+	return a.n, a.done, a.err
 }
 
 // file is an ELF file's contents and what closes it.
@@ -72,16 +134,26 @@ func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int) (*sectio
 	}
 	size := int(s.Size)
 	sec := &section{b: populated(size + extra), size: size}
-	raw, err := zlibContents(f, s, r)
+	raw, unmap, err := zlibContents(f, s, r)
 	switch {
 	case err != nil:
 		return nil, err
 	case raw != nil:
 		d, err := inflate.NewZlib(raw, sec.b[:size])
 		if err != nil {
+			if unmap != nil {
+				unmap()
+			}
 			return nil, err
 		}
 		sec.fill = d.Fill
+		if unmap != nil {
+			// Unmapped once read whole, or once the section is dropped
+			// before that: the stream is the decoder's alone.
+			sec.unmap = sync.OnceFunc(unmap)
+			runtime.AddCleanup(sec, func(unmap func()) { unmap() }, sec.unmap)
+			sec.fill = faultSafe(d)
+		}
 	default:
 		rest := s.Open()
 		sec.file = true
@@ -94,27 +166,48 @@ func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int) (*sectio
 }
 
 // zlibContents returns the zlib stream of s, a compressed section of f
-// whose contents r holds, read raw; nil when s is compressed another way.
-func zlibContents(f *elf.File, s *elf.Section, r io.ReaderAt) ([]byte, error) {
+// whose contents r holds, mapped from the file (with what unmaps it) or
+// else read into memory; nil when s is compressed another way.
+func zlibContents(f *elf.File, s *elf.Section, r io.ReaderAt) (raw []byte, unmap func(), err error) {
 	hdr := 24 // Elf64_Chdr: type, reserved, size, alignment
 	if f.Class == elf.ELFCLASS32 {
 		hdr = 12 // Elf32_Chdr: type, size, alignment
 	}
 	if s.FileSize < uint64(hdr) || s.FileSize > 1<<31 {
-		return nil, fmt.Errorf("compressed section %s of %d bytes", s.Name, s.FileSize)
+		return nil, nil, fmt.Errorf("compressed section %s of %d bytes", s.Name, s.FileSize)
 	}
 	var typ [4]byte
 	if _, err := r.ReadAt(typ[:], int64(s.Offset)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", s.Name, err)
+		return nil, nil, fmt.Errorf("read %s: %w", s.Name, err)
 	}
 	if elf.CompressionType(f.ByteOrder.Uint32(typ[:])) != elf.COMPRESS_ZLIB {
-		return nil, nil
+		return nil, nil, nil
 	}
-	raw := populated(int(s.FileSize) - hdr)
-	if _, err := r.ReadAt(raw, int64(s.Offset)+int64(hdr)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", s.Name, err)
+	off, n := int64(s.Offset)+int64(hdr), int(s.FileSize)-hdr
+	if n >= populateMin {
+		if raw, unmap := mapFile(r, off, n); raw != nil {
+			return raw, unmap, nil
+		}
 	}
-	return raw, nil
+	raw = populated(n)
+	if _, err := r.ReadAt(raw, off); err != nil {
+		return nil, nil, fmt.Errorf("read %s: %w", s.Name, err)
+	}
+	return raw, nil, nil
+}
+
+// faultSafe returns d's Fill with a fault reading its stream, a mapped
+// file truncated meanwhile, turned into an error.
+func faultSafe(d *inflate.Decoder) func(to int) (int, error) {
+	return func(to int) (n int, err error) {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if r := recover(); r != nil {
+				n, err = d.Filled(), fmt.Errorf("read the mapped file: %v", r)
+			}
+		}()
+		return d.Fill(to)
+	}
 }
 
 // sectionData returns the contents of s, a section of f whose contents r
@@ -143,10 +236,23 @@ func (s *section) read(to int) error {
 	if s.fill == nil {
 		return io.ErrUnexpectedEOF
 	}
-	n, err := s.fill(max(to, s.n+readChunk))
+	var n int
+	var err error
+	if a := s.ahead; a != nil {
+		var done bool
+		n, done, err = a.wait(to)
+		if done {
+			s.ahead = nil
+		}
+	} else {
+		n, err = s.fill(max(to, s.n+readChunk))
+	}
 	s.n = n
-	if n == s.size || err != nil {
+	if s.ahead == nil && (n == s.size || err != nil) {
 		s.fill = nil
+		if s.unmap != nil {
+			s.unmap()
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("read at %d of %d bytes: %w", n, s.size, err)
@@ -245,6 +351,10 @@ func openDebugInfo(f *elf.File, file file) (di *debugInfo, err error) {
 		return nil, firstErr
 	}
 	di.index()
+	di.abbrev.readAhead()
+	if di.line != nil {
+		di.line.readAhead()
+	}
 	return di, nil
 }
 

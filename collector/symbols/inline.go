@@ -1,7 +1,9 @@
 package symbols
 
 import (
+	"cmp"
 	"debug/dwarf"
+	"slices"
 	"sort"
 )
 
@@ -133,7 +135,7 @@ func (lt *lineTable) unitInfo(off dwarf.Offset) *unitInfo {
 			}
 		}
 	}()
-	sort.Slice(u.scopes, func(i, j int) bool { return u.scopes[i].lo < u.scopes[j].lo })
+	slices.SortFunc(u.scopes, func(a, b scope) int { return cmp.Compare(a.lo, b.lo) })
 	lt.infos[off] = u
 	return u
 }

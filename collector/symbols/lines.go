@@ -1,11 +1,13 @@
 package symbols
 
 import (
+	"cmp"
 	"debug/dwarf"
 	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -27,20 +29,7 @@ func (d *debugFileHandle) Close() error { return d.f.Close() }
 // /usr/lib/debug/.build-id/xx/rest.debug, then the .gnu_debuglink name next
 // to the file, in its .debug directory, and under /usr/lib/debug.
 func (o *Object) debugFile(f *elf.File) *debugFileHandle {
-	var cands []string
-	if len(o.BuildID) > 2 {
-		cands = append(cands, filepath.Join(DebugRoot, ".build-id", o.BuildID[:2], o.BuildID[2:]+".debug"))
-	}
-	if s := f.Section(".gnu_debuglink"); s != nil && o.Path != "" && o.Path[0] == '/' {
-		if b, err := sectionBytes(s); err == nil {
-			name := cstring(b, 0)
-			if name != "" && !strings.Contains(name, "/") {
-				dir := filepath.Dir(o.Path)
-				cands = append(cands, filepath.Join(dir, name), filepath.Join(dir, ".debug", name), filepath.Join(DebugRoot, dir, name))
-			}
-		}
-	}
-	for _, c := range cands {
+	for _, c := range o.debugFiles(f) {
 		fh, err := os.Open(c)
 		if err != nil {
 			continue
@@ -59,6 +48,36 @@ func (o *Object) debugFile(f *elf.File) *debugFileHandle {
 		return &debugFileHandle{File: ef, f: fh}
 	}
 	return nil
+}
+
+// mayHaveDebugFile reports whether a file is where debugFile looks for the
+// separate debug file of an object, without opening it.
+func (o *Object) mayHaveDebugFile(f *elf.File) bool {
+	for _, c := range o.debugFiles(f) {
+		if _, err := os.Stat(c); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// debugFiles lists where the separate debug file of an object may be, in
+// the order debugFile tries them.
+func (o *Object) debugFiles(f *elf.File) []string {
+	var cands []string
+	if len(o.BuildID) > 2 {
+		cands = append(cands, filepath.Join(DebugRoot, ".build-id", o.BuildID[:2], o.BuildID[2:]+".debug"))
+	}
+	if s := f.Section(".gnu_debuglink"); s != nil && o.Path != "" && o.Path[0] == '/' {
+		if b, err := sectionBytes(s); err == nil {
+			name := cstring(b, 0)
+			if name != "" && !strings.Contains(name, "/") {
+				dir := filepath.Dir(o.Path)
+				cands = append(cands, filepath.Join(dir, name), filepath.Join(dir, ".debug", name), filepath.Join(DebugRoot, dir, name))
+			}
+		}
+	}
+	return cands
 }
 
 // lineTable answers file:line, inlined calls and call sites for addresses
@@ -197,7 +216,7 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 			rd.SkipChildren()
 		}
 	}
-	sort.Slice(lt.units, func(i, j int) bool { return lt.units[i].lo < lt.units[j].lo })
+	slices.SortFunc(lt.units, func(a, b unitRange) int { return cmp.Compare(a.lo, b.lo) })
 	o.lines = lt
 }
 
@@ -266,11 +285,11 @@ func (lt *lineTable) unitRows(off dwarf.Offset) (rows []lineRow, err error) {
 		}
 		rows = append(rows, lineRow{addr: le.Address, file: file, line: le.Line, end: le.EndSequence})
 	}
-	sort.SliceStable(rows, func(i, j int) bool {
-		if rows[i].addr != rows[j].addr {
-			return rows[i].addr < rows[j].addr
+	slices.SortStableFunc(rows, func(a, b lineRow) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
 		}
-		return rows[i].end && !rows[j].end // an end of sequence gives way to a new row at the same address
+		return cmp.Compare(b2i(b.end), b2i(a.end)) // an end of sequence gives way to a new row at the same address
 	})
 	lt.rows[off] = rows
 	return rows, nil

@@ -2,12 +2,14 @@ package symbols
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -63,8 +65,13 @@ type sym struct {
 // information and debug information are read when its headers are: every
 // object a dump resolves lies on a stack and needs all three, and for a
 // small file opening and parsing it again costs more than reading them.
-// A larger file is read a part at a time, as needed.
+// A larger file is read a part at a time, as needed, and so is what a
+// small one keeps in a separate debug file.
 const eagerFile = 4 << 20
+
+// smallFile is the size up to which a file is read whole, at once, to be
+// parsed: a read per section costs more.
+const smallFile = 256 << 10
 
 // openObject reads an ELF file's headers, and the rest of a file of up to
 // eagerFile bytes (size). open must return the same contents each time it
@@ -73,6 +80,16 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 	r, c, err := open()
 	if err != nil {
 		return nil, err
+	}
+	if size <= smallFile {
+		// One read instead of one per section and header.
+		b := make([]byte, size)
+		_, err := r.ReadAt(b, 0)
+		c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", path, err)
+		}
+		r, c = bytes.NewReader(b), io.NopCloser(nil)
 	}
 	f, err := elf.NewFile(r)
 	if err != nil {
@@ -90,9 +107,21 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 		c.Close()
 		return o, nil
 	}
-	o.symOnce.Do(func() { o.symbolsFrom(f) })
 	o.cfiOnce.Do(func() { o.cfiFrom(f) })
-	o.lineOnce.Do(func() { o.linesFrom(f, readAt{r, c}) }) // closes c
+	// What lies in a separate debug file (libc's symbols and DWARF, say:
+	// megabytes, compressed) is left for later, so that the unwinder,
+	// which needs only the call frame information, is not kept waiting.
+	ownSyms := f.Section(".symtab") != nil
+	ownLines := f.Section(".debug_info") != nil && f.Section(".debug_line") != nil
+	separate := !(ownSyms && ownLines) && o.mayHaveDebugFile(f)
+	if !separate || ownSyms {
+		o.symOnce.Do(func() { o.symbolsFrom(f) })
+	}
+	if !separate || ownLines {
+		o.lineOnce.Do(func() { o.linesFrom(f, readAt{r, c}) }) // closes c
+	} else {
+		c.Close()
+	}
 	return o, nil
 }
 
@@ -189,12 +218,11 @@ func (o *Object) symbolsFrom(f *elf.File) {
 			df.Close()
 		}
 	}
-	sort.Slice(o.syms, func(i, j int) bool {
-		a, b := o.syms[i], o.syms[j]
-		if a.addr != b.addr {
-			return a.addr < b.addr
+	slices.SortFunc(o.syms, func(a, b sym) int {
+		if c := cmp.Compare(a.addr, b.addr); c != 0 {
+			return c
 		}
-		return a.global && !b.global // global names first at one address
+		return cmp.Compare(b2i(b.global), b2i(a.global)) // global names first at one address
 	})
 }
 
@@ -342,6 +370,13 @@ func (o *Object) symbolAt(vaddr uint64) (name string, start uint64, ok bool) {
 	return Demangle(cstring(o.strtab[s.tab], s.name)), s.addr, true
 }
 
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 func cstring(b []byte, off uint32) string {
 	if int(off) >= len(b) {
 		return ""
@@ -458,6 +493,6 @@ func ParseCFI(data []byte, order binary.ByteOrder, ehFrameAddr uint64) (fdes fra
 	if err != nil {
 		return nil, err
 	}
-	sort.SliceStable(fdes, func(i, j int) bool { return fdes[i].Begin() < fdes[j].Begin() })
+	slices.SortStableFunc(fdes, func(a, b *frame.FrameDescriptionEntry) int { return cmp.Compare(a.Begin(), b.Begin()) })
 	return fdes, nil
 }

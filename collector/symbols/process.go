@@ -211,7 +211,9 @@ func (p *Process) Function(addr uint64) (string, bool) {
 // Prefetch reads the symbol tables of the modules holding addrs and the
 // debug information about addrs (their compile units, inlined calls, line
 // tables and call sites), several modules at a time and the largest first,
-// so that naming frames afterwards waits on none of it.
+// so that naming frames afterwards waits on none of it. A module's symbols
+// and its debug information are read apart: both may come from a
+// separate debug file (libc's), each costing milliseconds.
 func (p *Process) Prefetch(addrs []uint64) {
 	type work struct {
 		o      *Object
@@ -233,22 +235,26 @@ func (p *Process) Prefetch(addrs []uint64) {
 		w.vaddrs = append(w.vaddrs, mod.Vaddr(a))
 	}
 	sort.Slice(objs, func(i, j int) bool { return objs[i].o.size > objs[j].o.size })
-	queue := make(chan *work)
+	type task struct {
+		w     *work
+		lines bool
+	}
+	queue := make(chan task)
 	var wg sync.WaitGroup
-	for range min(runtime.NumCPU(), len(objs)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for w := range queue {
-				w.o.loadSymbols()
-				if lt := w.o.lineTable(); lt != nil {
-					lt.warm(w.vaddrs)
+	for range min(runtime.NumCPU(), 2*len(objs)) {
+		wg.Go(func() {
+			for t := range queue {
+				if !t.lines {
+					t.w.o.loadSymbols()
+				} else if lt := t.w.o.lineTable(); lt != nil {
+					lt.warm(t.w.vaddrs)
 				}
 			}
-		}()
+		})
 	}
 	for _, w := range objs {
-		queue <- w
+		queue <- task{w, true}
+		queue <- task{w, false}
 	}
 	close(queue)
 	wg.Wait()

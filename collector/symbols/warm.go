@@ -28,7 +28,8 @@ func (c *Cache) Warm(pid int) error {
 		}
 		o := mod.Object
 		seen[o] = true
-		o.FDE(0) // call frame information, and the symbols on the way
+		o.FDE(0) // call frame information
+		o.loadSymbols()
 		if lt := o.lineTable(); lt != nil {
 			lt.inflate()
 		}
