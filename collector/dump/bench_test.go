@@ -179,22 +179,8 @@ func startBenchTarget(b *testing.B, bin string) int {
 		b.Fatalf("target said %q: %v", line, err)
 	}
 	// All threads asleep: every worker waits on the condition variable.
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		tids, _ := procfs.Tasks(pid)
-		asleep := 0
-		for _, tid := range tids {
-			if st, err := procfs.ReadTaskStat(pid, tid); err == nil && st.State == 'S' {
-				asleep++
-			}
-		}
-		if len(tids) == benchThreads && asleep == benchThreads {
-			return pid
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("target: %d of %d threads asleep", asleep, len(tids))
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitAsleep(b, "target", pid, benchThreads)
+	return pid
 }
 
 // benchRuns is how many times each dump is timed.

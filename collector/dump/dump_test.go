@@ -60,6 +60,14 @@ func run(t *testing.T, name string, args ...string) int {
 		t.Fatalf("%s said %q: %v", name, line, err)
 	}
 	pid := cmd.Process.Pid
+	waitAsleep(t, name, pid, 0)
+	return pid
+}
+
+// waitAsleep waits up to 10 s until every thread of pid sleeps (state S),
+// and there are want of them (any number but none when want is 0).
+func waitAsleep(t testing.TB, name string, pid, want int) {
+	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; {
 		tids, _ := procfs.Tasks(pid)
 		asleep := 0
@@ -68,8 +76,8 @@ func run(t *testing.T, name string, args ...string) int {
 				asleep++
 			}
 		}
-		if len(tids) > 0 && asleep == len(tids) {
-			return pid
+		if len(tids) > 0 && asleep == len(tids) && (want == 0 || len(tids) == want) {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: %d of %d threads asleep", name, asleep, len(tids))

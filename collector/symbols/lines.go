@@ -151,16 +151,9 @@ func (o *Object) lineTable() *lineTable {
 }
 
 func (o *Object) loadLines() {
-	r, c, err := o.open()
-	if err != nil {
-		return
+	if f, c, err := o.parse(); err == nil {
+		o.linesFrom(f, c)
 	}
-	f, err := elf.NewFile(r)
-	if err != nil {
-		c.Close()
-		return
-	}
-	o.linesFrom(f, readAt{r, c})
 }
 
 // linesFrom reads the DWARF of f, o's file whose contents are contents,

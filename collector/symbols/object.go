@@ -183,19 +183,28 @@ func (o *Object) vaddrDelta(off uint64) (uint64, bool) {
 	return 0, false
 }
 
+// parse opens o's file again and parses its headers; contents holds the
+// file's contents and closes them.
+func (o *Object) parse() (f *elf.File, contents file, err error) {
+	r, c, err := o.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	if f, err = elf.NewFile(r); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("parse elf %s: %w", o.Path, err)
+	}
+	return f, readAt{r, c}, nil
+}
+
 func (o *Object) loadSymbols() error {
 	o.symOnce.Do(func() {
-		r, c, err := o.open()
+		f, c, err := o.parse()
 		if err != nil {
 			o.symErr = err
 			return
 		}
 		defer c.Close()
-		f, err := elf.NewFile(r)
-		if err != nil {
-			o.symErr = fmt.Errorf("parse elf %s: %w", o.Path, err)
-			return
-		}
 		o.symbolsFrom(f)
 	})
 	return o.symErr
@@ -431,19 +440,17 @@ func (o *Object) FDE(vaddr uint64) (*frame.FrameDescriptionEntry, error) {
 }
 
 func (o *Object) loadCFI() {
-	r, c, err := o.open()
+	f, c, err := o.parse()
 	if err != nil {
 		o.cfiErr = err
 		return
 	}
 	defer c.Close()
-	f, err := elf.NewFile(r)
-	if err != nil {
-		o.cfiErr = fmt.Errorf("parse elf %s: %w", o.Path, err)
-		return
+	// Its frames are named later: read the file's own symbols on the way,
+	// but not those of a separate debug file (as openObject).
+	if f.Section(".symtab") != nil || !o.mayHaveDebugFile(f) {
+		o.symOnce.Do(func() { o.symbolsFrom(f) })
 	}
-	// The unwinder names what it unwinds: read the symbols on the way.
-	o.symOnce.Do(func() { o.symbolsFrom(f) })
 	o.cfiFrom(f)
 }
 
