@@ -13,6 +13,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // ErrNoProcess reports that the process (or thread) does not exist (any more).
@@ -26,7 +28,7 @@ func path(pid int, elem ...string) string {
 }
 
 func read(p string) ([]byte, error) {
-	b, err := os.ReadFile(p)
+	b, err := rawfile.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, errESRCH) {
 		return nil, fmt.Errorf("read %s: %w", p, ErrNoProcess)
 	}
@@ -249,7 +251,7 @@ func Children(pid int) ([]int, error) {
 	seen := map[int]bool{}
 	var out []int
 	for _, tid := range tids {
-		b, err := os.ReadFile(path(pid, "task", strconv.Itoa(tid), "children"))
+		b, err := rawfile.ReadFile(path(pid, "task", strconv.Itoa(tid), "children"))
 		if err != nil {
 			continue // thread exited
 		}

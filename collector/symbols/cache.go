@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // Cache holds parsed ELF files. It is safe for concurrent use.
@@ -130,7 +131,7 @@ func (c *Cache) add(key string, o *Object) *Object {
 // (dir is its /proc directory).
 func (c *Cache) vdso(dir string, m procfs.Mapping) (*Object, error) {
 	img := make([]byte, m.End-m.Start)
-	f, err := os.Open(dir + "/mem")
+	f, err := rawfile.Open(dir + "/mem")
 	if err != nil {
 		return nil, fmt.Errorf("read vdso: %w", err)
 	}

@@ -122,8 +122,10 @@ type readAt struct {
 // openSection reads s, a section of f whose contents r holds, whole when
 // it is not compressed, else prepares to read it as needed: a zlib
 // section (the common kind) is read raw and inflated in memory, another
-// kind streamed. extra zero bytes follow the section in b.
-func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int) (*section, error) {
+// kind streamed. extra zero bytes follow the section in b. A large
+// compressed section is inflated outside the Go heap (see offHeap) when
+// own says that nothing keeps b past the section itself.
+func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int, own bool) (*section, error) {
 	if s.Flags&elf.SHF_COMPRESSED == 0 {
 		b, err := sectionBytes(s)
 		if err != nil {
@@ -133,7 +135,16 @@ func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int) (*sectio
 		return &section{b: b, n: len(b) - extra, size: len(b) - extra}, nil
 	}
 	size := int(s.Size)
-	sec := &section{b: populated(size + extra), size: size}
+	var sec *section
+	if own {
+		if b, unmap := offHeap(size + extra); b != nil {
+			sec = &section{b: b, size: size}
+			runtime.AddCleanup(sec, func(unmap func()) { unmap() }, unmap)
+		}
+	}
+	if sec == nil {
+		sec = &section{b: populated(size + extra), size: size}
+	}
 	raw, unmap, err := zlibContents(f, s, r)
 	switch {
 	case err != nil:
@@ -213,7 +224,7 @@ func faultSafe(d *inflate.Decoder) func(to int) (int, error) {
 // sectionData returns the contents of s, a section of f whose contents r
 // holds, inflated when compressed.
 func sectionData(f *elf.File, s *elf.Section, r io.ReaderAt) ([]byte, error) {
-	sec, err := openSection(f, s, r, 0)
+	sec, err := openSection(f, s, r, 0, false)
 	if err != nil {
 		return nil, err
 	}
@@ -316,7 +327,8 @@ func openDebugInfo(f *elf.File, file file) (di *debugInfo, err error) {
 		if name == "abbrev" {
 			extra = 1
 		}
-		if *p, err = openSection(f, s, file, extra); err != nil {
+		// Kept by di alone, and by what di.dwarf parses from them.
+		if *p, err = openSection(f, s, file, extra, true); err != nil {
 			return nil, fmt.Errorf("read .debug_%s: %w", name, err)
 		}
 	}

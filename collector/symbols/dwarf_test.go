@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/internal/inflate"
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // zlibOf compresses b.
@@ -98,7 +99,7 @@ func TestMappedStreamTruncated(t *testing.T) {
 	if err := os.WriteFile(path, append(make([]byte, off), z...), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(path)
+	f, err := rawfile.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -142,11 +142,8 @@ func (lt *lineTable) unitInfo(off dwarf.Offset) *unitInfo {
 
 // unitAt returns the unit holding vaddr. Called with lt.mu held.
 func (lt *lineTable) unitAt(vaddr uint64) *unitInfo {
-	i := sort.Search(len(lt.units), func(i int) bool { return lt.units[i].lo > vaddr }) - 1
-	for ; i >= 0; i-- {
-		if u := lt.units[i]; vaddr < u.hi {
-			return lt.unitInfo(u.off)
-		}
+	if u, ok := lt.unitOf(vaddr); ok {
+		return lt.unitInfo(u.off)
 	}
 	return nil
 }

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // DebugRoot is where separate debug files are looked up (by build-id under
@@ -20,7 +22,7 @@ var DebugRoot = "/usr/lib/debug"
 // debugFileHandle is an opened separate debug file.
 type debugFileHandle struct {
 	*elf.File
-	f *os.File
+	f *rawfile.File
 }
 
 func (d *debugFileHandle) Close() error { return d.f.Close() }
@@ -30,7 +32,7 @@ func (d *debugFileHandle) Close() error { return d.f.Close() }
 // to the file, in its .debug directory, and under /usr/lib/debug.
 func (o *Object) debugFile(f *elf.File) *debugFileHandle {
 	for _, c := range o.debugFiles(f) {
-		fh, err := os.Open(c)
+		fh, err := rawfile.Open(c)
 		if err != nil {
 			continue
 		}
@@ -213,10 +215,22 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 	o.lines = lt
 }
 
-// warm reads what the lookups of vaddrs need.
+// warm reads what the lookups of vaddrs need. Their units are made ready
+// at once: each time units are added, debug/dwarf reads the headers of
+// all the units before them again (for libc, a thousand).
 func (lt *lineTable) warm(vaddrs []uint64) {
 	lt.mu.Lock()
 	defer lt.mu.Unlock()
+	var offs []dwarf.Offset
+	for _, v := range vaddrs {
+		if u, ok := lt.unitOf(v); ok {
+			offs = append(offs, u.off)
+		}
+	}
+	func() {
+		defer func() { recover() }() // a unit that cannot be read: each lookup finds out
+		lt.data(offs...)
+	}()
 	for _, v := range vaddrs {
 		lt.unitAt(v)
 		lt.lookupLocked(v)
@@ -229,22 +243,29 @@ func (lt *lineTable) lookup(vaddr uint64) (string, int) {
 	return lt.lookupLocked(vaddr)
 }
 
-func (lt *lineTable) lookupLocked(vaddr uint64) (string, int) {
+// unitOf returns the address range of the unit holding vaddr.
+func (lt *lineTable) unitOf(vaddr uint64) (unitRange, bool) {
 	i := sort.Search(len(lt.units), func(i int) bool { return lt.units[i].lo > vaddr }) - 1
 	for ; i >= 0; i-- {
-		u := lt.units[i]
-		if vaddr >= u.hi {
-			continue
+		if u := lt.units[i]; vaddr < u.hi {
+			return u, true
 		}
-		rows, err := lt.unitRows(u.off)
-		if err != nil {
-			return "", 0
-		}
-		j := sort.Search(len(rows), func(j int) bool { return rows[j].addr > vaddr }) - 1
-		if j >= 0 && !rows[j].end {
-			return rows[j].file, rows[j].line
-		}
+	}
+	return unitRange{}, false
+}
+
+func (lt *lineTable) lookupLocked(vaddr uint64) (string, int) {
+	u, ok := lt.unitOf(vaddr)
+	if !ok {
 		return "", 0
+	}
+	rows, err := lt.unitRows(u.off)
+	if err != nil {
+		return "", 0
+	}
+	j := sort.Search(len(rows), func(j int) bool { return rows[j].addr > vaddr }) - 1
+	if j >= 0 && !rows[j].end {
+		return rows[j].file, rows[j].line
 	}
 	return "", 0
 }

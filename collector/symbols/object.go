@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -16,6 +15,8 @@ import (
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 	"github.com/ianlancetaylor/demangle"
+
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // ErrNoFDE reports that an object has no call frame information for an address.
@@ -127,7 +128,7 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 
 func fileOpener(path string) func() (io.ReaderAt, io.Closer, error) {
 	return func() (io.ReaderAt, io.Closer, error) {
-		f, err := os.Open(path)
+		f, err := rawfile.Open(path)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -1,11 +1,15 @@
 package symbols
 
 import (
+	"bytes"
 	"io"
 	"os"
+	"sync"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // populated returns a zeroed buffer of n bytes with every page of it mapped
@@ -28,25 +32,67 @@ func populated(n int) []byte {
 	return b
 }
 
+// hugePage is the size of a transparent huge page on x86-64.
+const hugePage = 2 << 20
+
+// hugeMin is the least size of a buffer that offHeap makes.
+const hugeMin = 512 << 10
+
+// hugePages reports whether the kernel hands out transparent huge pages
+// to a mapping that asks for them.
+var hugePages = sync.OnceValue(func() bool {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	return err == nil && !bytes.Contains(b, []byte("[never]"))
+})
+
+// offHeap returns a zeroed buffer of n bytes outside the Go heap, in
+// transparent huge pages mapped at once, and what unmaps it; nil when n is
+// below hugeMin, the kernel has huge pages off, or mmap fails. A first
+// dump inflates megabytes of libc's DWARF: on the Go heap those are a
+// thousand 4 KiB pages, each faulted in (or populated) and cleared, which
+// on a VM cost more than the inflating itself; a 2 MiB page is one fault.
+// The buffer must not be used once unmapped: its owner unmaps it when it
+// is itself unreachable (see openSection).
+func offHeap(n int) ([]byte, func()) {
+	if n < hugeMin || !hugePages() {
+		return nil, nil
+	}
+	size := (n + hugePage - 1) &^ (hugePage - 1)
+	// Mapped a huge page larger, then cut to the first huge page boundary.
+	p, err := unix.MmapPtr(-1, 0, nil, uintptr(size+hugePage), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, nil
+	}
+	head := int(-uintptr(p) & (hugePage - 1))
+	start := unsafe.Add(p, head)
+	if head > 0 {
+		unix.MunmapPtr(p, uintptr(head))
+	}
+	if tail := hugePage - head; tail > 0 {
+		unix.MunmapPtr(unsafe.Add(start, size), uintptr(tail))
+	}
+	b := unsafe.Slice((*byte)(start), size)
+	unix.Madvise(b, unix.MADV_HUGEPAGE)
+	unix.Madvise(b, unix.MADV_POPULATE_WRITE) // else faulted in as written
+	return b[:n:n], func() { unix.MunmapPtr(start, uintptr(size)) }
+}
+
 // mapFile maps n bytes of r's file from off, read-only and outside the Go
 // heap, and returns them and what unmaps them; nil when r is no file or
 // mmap fails. The pages are the page cache's own: nothing is copied, and
 // no fresh memory is faulted in (10 µs a page on a VM). Reading them after
 // the file is truncated faults (SIGBUS): see faultSafe.
 func mapFile(r io.ReaderAt, off int64, n int) ([]byte, func()) {
-	f := osFile(r)
+	f := fileOf(r)
 	if f == nil || n <= 0 || off < 0 {
-		return nil, nil
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
 		return nil, nil
 	}
 	page := int64(os.Getpagesize())
 	start := off &^ (page - 1)
 	var m []byte
-	cerr := rc.Control(func(fd uintptr) {
-		m, err = unix.Mmap(int(fd), start, int(off-start)+n, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
+	var err error
+	cerr := f.Control(func(fd int) {
+		m, err = unix.Mmap(fd, start, int(off-start)+n, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
 	})
 	if cerr != nil || err != nil {
 		return nil, nil
@@ -54,13 +100,13 @@ func mapFile(r io.ReaderAt, off int64, n int) ([]byte, func()) {
 	return m[off-start:], func() { unix.Munmap(m) }
 }
 
-// osFile returns the file whose contents r is, or nil.
-func osFile(r io.ReaderAt) *os.File {
+// fileOf returns the open file whose contents r is, or nil.
+func fileOf(r io.ReaderAt) *rawfile.File {
 	switch r := r.(type) {
-	case *os.File:
+	case *rawfile.File:
 		return r
 	case readAt:
-		return osFile(r.ReaderAt)
+		return fileOf(r.ReaderAt)
 	}
 	return nil
 }

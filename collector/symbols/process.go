@@ -2,12 +2,12 @@ package symbols
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sort"
 	"sync"
 
 	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // Symbol is what an address resolves to.
@@ -119,7 +119,7 @@ func taskMaps(pid int) ([]procfs.Mapping, string, bool) {
 	}
 	for _, tid := range tids {
 		dir := fmt.Sprintf("%s/%d/task/%d", procfs.Root, pid, tid)
-		b, err := os.ReadFile(dir + "/maps")
+		b, err := rawfile.ReadFile(dir + "/maps")
 		if err != nil {
 			continue
 		}

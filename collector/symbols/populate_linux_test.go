@@ -1,0 +1,121 @@
+package symbols
+
+import (
+	"bytes"
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
+)
+
+// mappedAt reports whether an address of ours is mapped.
+func mappedAt(t *testing.T, addr uintptr) bool {
+	t.Helper()
+	maps, err := procfs.Maps(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range maps {
+		if m.Contains(uint64(addr)) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestOffHeap(t *testing.T) {
+	if b, unmap := offHeap(hugeMin - 1); b != nil || unmap != nil {
+		t.Errorf("offHeap below hugeMin made a buffer")
+	}
+	n := 3<<20 + 5
+	b, unmap := offHeap(n)
+	if !hugePages() {
+		if b != nil {
+			t.Errorf("offHeap made a buffer with huge pages off")
+		}
+		t.Skip("transparent huge pages are off here: offHeap leaves buffers to the Go heap")
+	}
+	if b == nil {
+		t.Fatal("no buffer")
+	}
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	if len(b) != n || cap(b) != n || p%hugePage != 0 {
+		t.Errorf("buffer of %d bytes, cap %d, at %#x", len(b), cap(b), p)
+	}
+	if i := bytes.IndexFunc(b, func(r rune) bool { return r != 0 }); i >= 0 {
+		t.Errorf("byte %d not zero", i)
+	}
+	for i := range b {
+		b[i] = byte(i)
+	}
+	if !mappedAt(t, p) || !mappedAt(t, p+uintptr(n-1)) {
+		t.Fatal("buffer not mapped")
+	}
+	unmap()
+	if mappedAt(t, p) {
+		t.Error("still mapped after unmap")
+	}
+}
+
+// A large compressed DWARF section is inflated off the Go heap, reads as
+// it should, and is unmapped once nothing holds it.
+func TestOffHeapSection(t *testing.T) {
+	if !hugePages() {
+		t.Skip("transparent huge pages are off here: sections stay on the Go heap")
+	}
+	dir := t.TempDir()
+	want := textLike(3 << 20)
+	if err := os.WriteFile(filepath.Join(dir, "info"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "main.c"), []byte("int main(void) { return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, dir, "gcc", "-o", "prog", "main.c")
+	run(t, dir, "objcopy", "--add-section", ".debug_info=info", "prog", "prog.info")
+	run(t, dir, "objcopy", "--compress-debug-sections=zlib", "prog.info", "prog.debug")
+	if typ := compression(t, filepath.Join(dir, "prog.debug"), ".debug_info"); typ != "zlib" {
+		t.Fatalf(".debug_info compressed with %q", typ)
+	}
+
+	var addr uintptr
+	func() {
+		f, err := elf.Open(filepath.Join(dir, "prog.debug"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		r, err := os.Open(filepath.Join(dir, "prog.debug"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		s, err := openSection(f, f.Section(".debug_info"), r, 1, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr = uintptr(unsafe.Pointer(unsafe.SliceData(s.b)))
+		if addr%hugePage != 0 || !mappedAt(t, addr) {
+			t.Fatalf("section at %#x: not off the heap", addr)
+		}
+		if err := s.read(s.size); err != nil {
+			t.Fatal(err)
+		}
+		if s.size != len(want) || !bytes.Equal(s.b[:s.size], want) || s.b[s.size] != 0 {
+			t.Fatalf("section of %d bytes read differs", s.size)
+		}
+	}()
+	// Cleanups run after a collection finds the section unreachable.
+	for deadline := time.Now().Add(10 * time.Second); mappedAt(t, addr); {
+		if time.Now().After(deadline) {
+			t.Fatal("the section's buffer is still mapped after it was dropped")
+		}
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+}
