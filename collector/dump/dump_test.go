@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -247,4 +248,40 @@ func ExampleCapture() {
 	}
 	fmt.Println(p.Python == "", len(p.Threads) > 0)
 	// Output: true true
+}
+
+// GOGC is raised while captures run and put back when the last one ends;
+// a setting above captureGC, or off, is left alone.
+func TestRelaxGC(t *testing.T) {
+	gcPercent := func() int {
+		v := debug.SetGCPercent(0)
+		debug.SetGCPercent(v)
+		return v
+	}
+	orig := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(orig)
+	first := relaxGC()
+	second := relaxGC()
+	if v := gcPercent(); v != captureGC {
+		t.Errorf("during two captures GOGC = %d, want %d", v, captureGC)
+	}
+	first()
+	if v := gcPercent(); v != captureGC {
+		t.Errorf("after the first of two ended GOGC = %d, want %d", v, captureGC)
+	}
+	second()
+	if v := gcPercent(); v != 100 {
+		t.Errorf("after both ended GOGC = %d, want 100", v)
+	}
+	for _, set := range []int{-1, captureGC * 2} {
+		debug.SetGCPercent(set)
+		restore := relaxGC()
+		if v := gcPercent(); v != set {
+			t.Errorf("set to %d: during a capture GOGC = %d", set, v)
+		}
+		restore()
+		if v := gcPercent(); v != set {
+			t.Errorf("set to %d: after a capture GOGC = %d", set, v)
+		}
+	}
 }

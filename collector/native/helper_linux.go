@@ -57,6 +57,7 @@ type helperResult struct {
 type wireThread struct {
 	TID     int
 	State   byte
+	Name    string
 	Regs    unix.PtraceRegs
 	StackLo uint64
 	Stack   []byte
@@ -109,7 +110,7 @@ func runHelper(in io.Reader, out io.Writer) int {
 	ts, s := stopAll(req.PID, o, req.Maps)
 	res := &helperResult{StoppedFor: s.stoppedFor, Partial: s.partial}
 	for _, t := range s.threads {
-		w := wireThread{TID: t.tid, State: t.state, Regs: t.regs, StackLo: t.stackLo, Stack: t.stack}
+		w := wireThread{TID: t.tid, State: t.state, Name: t.name, Regs: t.regs, StackLo: t.stackLo, Stack: t.stack}
 		if t.err != nil {
 			w.Err = t.err.Error()
 			errors.As(t.err, &w.Errno)
@@ -170,7 +171,7 @@ func stopByHelper(pid int, o Options, maps []procfs.Mapping) (stopped, error) {
 		}
 		s.stoppedFor, s.partial = m.Result.StoppedFor, m.Result.Partial
 		for _, w := range m.Result.Threads {
-			t := &snapshot{tid: w.TID, state: w.State, regs: w.Regs, stackLo: w.StackLo, stack: w.Stack}
+			t := &snapshot{tid: w.TID, state: w.State, name: w.Name, regs: w.Regs, stackLo: w.StackLo, stack: w.Stack}
 			if w.Err != "" {
 				t.err = &remoteError{msg: w.Err, errno: w.Errno}
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 )
@@ -105,6 +106,12 @@ func TestMatchesGDB(t *testing.T) {
 			gdb := gdbStacks(t, tg.pid)
 			for _, d := range compareGDB(res.Threads, gdb) {
 				t.Error(d)
+			}
+			for _, th := range res.Threads {
+				// The name comes with the state, read before the stop.
+				if comm, err := procfs.ThreadName(tg.pid, th.TID); err != nil || th.Name != comm {
+					t.Errorf("thread %d named %q, comm %q (%v)", th.TID, th.Name, comm, err)
+				}
 			}
 			for _, want := range tc.expect {
 				found := false

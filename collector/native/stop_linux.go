@@ -26,6 +26,7 @@ const releaseWait = 10 * time.Second
 type snapshot struct {
 	tid     int
 	state   byte
+	name    string // its comm, read with the state
 	regs    unix.PtraceRegs
 	stackLo uint64
 	stack   []byte
@@ -159,7 +160,7 @@ func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stac
 	out := make([]stack.Thread, len(snaps))
 	parallel(len(snaps), func(i int) {
 		t := snaps[i]
-		out[i] = stack.Thread{TID: t.tid}
+		out[i] = stack.Thread{TID: t.tid, Name: t.name}
 		if t.state != 0 {
 			out[i].State = string(t.state) // as the thread was before the stop
 		}
@@ -342,7 +343,7 @@ func seize(pid, tid int) *tracee {
 		t.err = errors.New("thread exited")
 		return t
 	}
-	t.state = st.State
+	t.state, t.name = st.State, st.Comm
 	switch st.State {
 	case 'Z', 'X':
 		t.err = errors.New("zombie thread")
