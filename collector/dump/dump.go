@@ -57,10 +57,11 @@ type Process struct {
 // runs several times over, on CPUs the capture was using. Not collecting
 // at all is worse: on a VM, the fresh pages a heap grows into cost more
 // than collecting and reusing them. At 200, the second to fifth first
-// dumps of a fresh process took 41-53 ms against 45-49 ms at 100 (median of
-// ten processes each, on 2 CPUs), and at 400 the second one was slower (66
-// ms: it paid the first's collection). GOMEMLIMIT still bounds the heap.
-var captureGC = 200
+// dumps of a fresh process took 37-53 ms, mostly 38-42, against 43-53,
+// mostly 44-47, at 100 (medians over ten processes, on 2 CPUs); at 400 the
+// second one was slower (66 ms: it paid the first's collection).
+// GOMEMLIMIT still bounds the heap.
+const captureGC = 200
 
 // gcRelaxed counts the captures running; the first one to start sets
 // captureGC, the last one to end puts back what was set before.

@@ -46,9 +46,6 @@ func open(name string) (int, error) {
 	}
 }
 
-// Name is the path the file was opened with.
-func (f *File) Name() string { return f.name }
-
 // ReadAt reads len(b) bytes at off, as io.ReaderAt does: fewer only at the
 // end of the file (io.EOF) or on an error.
 func (f *File) ReadAt(b []byte, off int64) (int, error) {
