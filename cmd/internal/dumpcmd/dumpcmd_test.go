@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 func runCmd(args ...string) (string, error) {

@@ -11,7 +11,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 )
 
@@ -92,11 +92,11 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		ctx = context.Background()
 	}
 	var root int
-	mon, err := agent.OpenMonitor(cfg, agent.MonitorOptions{
-		Logger: log,
-		// The job runs in the launcher's process group: end the job's tree.
-		Kill: func(int) error { return agent.KillTree(root) },
-	})
+	mo := cfg.Monitor()
+	mo.Logger = log
+	// The job runs in the launcher's process group: end the job's tree.
+	mo.Kill = func(int) error { return agent.KillTree(root) }
+	mon, err := agent.OpenMonitor(mo)
 	if err != nil {
 		if errors.Is(err, agent.ErrNotPermitted) {
 			fmt.Fprint(st.Err, Notice)

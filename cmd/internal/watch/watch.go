@@ -17,10 +17,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // ExitHang is the exit status of --exit-on-hang after a hang.

@@ -6,7 +6,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // ErrNotPermitted reports that loading eBPF programs is not permitted
@@ -45,8 +46,8 @@ func hasCap(bit uint) bool {
 // StateOnly is the capture used when ptrace is not permitted: the process
 // state only, with the reason in Errors.
 func StateOnly(reason string) Capturer {
-	return CaptureFunc(func(pid int) (*Capture, error) {
-		c := &Capture{PID: pid, Errors: []string{"stacks not captured: " + reason}}
+	return CaptureFunc(func(pid int) (*dump.Process, error) {
+		c := &dump.Process{PID: pid, Errors: []string{"stacks not captured: " + reason}}
 		if st, err := procfs.ReadStat(pid); err == nil {
 			c.State = procfs.StateName(st.State)
 		}

@@ -12,8 +12,9 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/ebpf"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/timer"
 	"golang.org/x/sys/unix"
 )
@@ -224,7 +225,7 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 }
 
 // HandleNotice consumes one tracer notice (the tracer's callback).
-func (a *Agent) HandleNotice(n Notice) {
+func (a *Agent) HandleNotice(n ebpf.Notice) {
 	r := Report{Event: n.Kind, PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing}
 	if n.Err != nil {
 		r.Error = n.Err.Error()

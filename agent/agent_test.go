@@ -17,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -29,7 +31,7 @@ const sec = int64(time.Second)
 type fakeTracer struct {
 	mu       sync.Mutex
 	followed []int
-	stats    TracerStats
+	stats    ebpf.Stats
 	events   []timer.Event // delivered by Run
 	ran      chan struct{}
 }
@@ -41,11 +43,11 @@ func (f *fakeTracer) Follow(pid int) error {
 	return nil
 }
 
-func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(Notice)) error {
+func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error {
 	for _, ev := range f.events {
 		onEvent(ev)
 	}
-	onNotice(Notice{Kind: "attach", PID: 100, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
+	onNotice(ebpf.Notice{Kind: "attach", PID: 100, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
 	if f.ran != nil {
 		close(f.ran)
 	}
@@ -53,7 +55,7 @@ func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotic
 	return ctx.Err()
 }
 
-func (f *fakeTracer) Stats() TracerStats {
+func (f *fakeTracer) Stats() ebpf.Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stats
@@ -84,14 +86,14 @@ func (f *fakeCapture) warmed() map[int]int {
 	return maps.Clone(f.warms)
 }
 
-func (f *fakeCapture) Capture(pid int) (*Capture, error) {
+func (f *fakeCapture) Capture(pid int) (*dump.Process, error) {
 	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = map[int]int{}
 	}
 	f.calls[pid]++
 	f.mu.Unlock()
-	return &Capture{PID: pid, State: "S (sleeping)", Threads: []stack.Thread{{TID: pid, Name: "python3",
+	return &dump.Process{PID: pid, State: "S (sleeping)", Threads: []stack.Thread{{TID: pid, Name: "python3",
 		Native: []stack.Frame{{Func: "cudaStreamSynchronize", Module: "libcudart.so.12"}, {Func: "main", Module: "python3"}}}}}, nil
 }
 
@@ -469,7 +471,7 @@ func TestNoRankNumberedByOrder(t *testing.T) {
 
 func TestLostEventsReported(t *testing.T) {
 	b := newBed(t, "node-a", t.TempDir(), nil, nil)
-	b.tracer.stats = TracerStats{Events: 10, Lost: 5, Processes: 1, Probes: 20}
+	b.tracer.stats = ebpf.Stats{Events: 10, Lost: 5, Processes: 1, Probes: 20}
 	b.Tick(context.Background())
 	b.Tick(context.Background())
 	b.tracer.stats.Lost = 7
