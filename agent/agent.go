@@ -36,6 +36,7 @@ type Options struct {
 	OnReport func(Report)    // every notable event, called from the loop's goroutines (serialise yourself)
 	Pusher   *metrics.Pusher // nil: no push
 	GPU      GPUSource       // nil: no GPU facts
+	Looker   Looker          // nil: no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 
 	// Injected for tests.
 	Monotonic func() int64     // CLOCK_MONOTONIC ns
@@ -218,6 +219,9 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 	case timer.KindProcessExit:
 		a.exited(ev.PID)
 	case timer.KindProcessExec:
+		if a.o.Looker != nil {
+			a.o.Looker.Forget(ev.PID)
+		}
 		a.see(ev.PID, false, true)
 	default:
 		a.see(ev.PID, true, false)
@@ -378,11 +382,29 @@ func (a *Agent) exited(pid int) {
 	id, rank := p.id, p.gpu || p.id.FromEnv
 	a.mu.Unlock()
 	a.rec.Forget(pid)
+	if a.o.Looker != nil {
+		a.o.Looker.Forget(pid)
+	}
 	if rank {
 		r := Report{Event: "exit", PID: pid}
 		r.setRank(id)
 		a.report(r)
 	}
+}
+
+// livePIDs lists the live rank processes (those with RANK or a GPU call)
+// as ranks does, without numbering any.
+func (a *Agent) livePIDs() []int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []int
+	for _, p := range a.procs {
+		if !p.exited && (p.gpu || p.id.FromEnv) {
+			out = append(out, p.pid)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // ranks lists the live rank processes (those with RANK or a GPU call), by

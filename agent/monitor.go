@@ -71,7 +71,7 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	o := Options{
 		Tracer: tr, Capturer: capt, HangTimeout: cfg.HangTimeout, TimelinePath: cfg.TimelinePath, HangKill: cfg.HangKill,
 		JobName: cfg.JobName, PodName: cfg.PodName, IP: cfg.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
-		Interval: mo.Interval,
+		Interval: mo.Interval, Looker: &ProcLooker{},
 	}
 	if nv, err := gpu.Open(); err != nil {
 		log.Info("GPU facts off: NVML unavailable", "err", err)

@@ -14,6 +14,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.lastTick = now
 	a.mu.Unlock()
 	a.settle()
+	a.lookAll(now)
 
 	hangs := a.engine.Check(now)
 	for _, pid := range a.engine.Recovered(now) {

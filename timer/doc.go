@@ -97,11 +97,14 @@
 // GPU work issued later than that moves the start forward.
 //
 // A process is "stalled" when its main thread has not progressed for
-// longer than the timeout, no thread of it waits on GPU work (that is the
-// "gpu" rule's), and no other looked-at process progresses: every peer is
-// decided already, asleep in place, or spinning. A rank that finished and
-// waits while its peers still train is therefore not stalled, and neither
-// is one in a wait shorter than the timeout. A spinning process is decided
+// longer than the timeout, no thread of it nor of an undecided peer waits
+// on GPU work (the "gpu" and "host" rules judge those, with sequence
+// numbers), and every other looked-at process is decided already or has
+// not progressed for longer than the timeout either (the ranks of a hung
+// job are decided together, when the last of them crosses the timeout).
+// A rank that finished and waits while its peers still train is not
+// stalled, nor one whose peers wait a moment in a collective, nor one in a
+// wait shorter than the timeout. A spinning process is decided
 // "host" (Hang.Stall.Spinning), and only while some peer is stuck rather
 // than spinning: ranks that all compute in one Python function for long
 // are busy, not hung. Either clears when the main thread progresses.

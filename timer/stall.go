@@ -92,10 +92,13 @@ func (p *proc) stillSince() int64 {
 
 // stalled applies the rules for silent ranks to v's process: its main
 // thread has not progressed for longer than the timeout, it issued no GPU
-// work meanwhile, no thread of it waits on the GPU (that is the "gpu"
-// rule's), and no other looked-at process progresses. A spinning process
-// also needs a peer that is stuck, not spinning: a job whose every rank
-// computes in one Python function for long is busy, not hung.
+// work meanwhile, no thread of it or of an undecided peer waits on the GPU
+// (the "gpu" and "host" rules judge those, with sequence numbers), and
+// every other looked-at process is decided already or has not progressed
+// for longer than the timeout either: a rank that finished while its peers
+// train, or one whose peers wait a moment in a collective, is not stalled.
+// A spinning process also needs a peer that is stuck, not spinning: a job
+// whose every rank computes in one Python function for long is busy.
 func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 	p := v.p
 	since := p.stillSince()
@@ -105,14 +108,15 @@ func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 	stuckPeer := false
 	for i := range views {
 		q := views[i].p
-		if q == p || q.still == nil {
-			continue
-		}
 		switch {
+		case q == p || q.still == nil && len(views[i].waiters) == 0:
+			// itself, or never looked at: not a rank
 		case q.hang != nil:
 			stuckPeer = true
-		case q.stillSince() == 0:
-			return nil, false // a peer progresses: p waits for it, or is done
+		case len(views[i].waiters) > 0:
+			return nil, false // a peer waits on the GPU: the "gpu" and "host" rules judge, with sequence numbers
+		case q.stillSince() == 0 || now-q.stillSince() <= e.timeout:
+			return nil, false // a peer progresses, or did within the timeout
 		case !q.still.spinning:
 			stuckPeer = true
 		}

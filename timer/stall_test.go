@@ -181,3 +181,38 @@ func TestStalledRespectsGPUWork(t *testing.T) {
 		}
 	}
 }
+
+// A silent rank whose peer waits on the GPU, not yet past the timeout, is
+// left to the "host" rule: decided "host" once the peer is stuck.
+func TestStalledYieldsToHostRule(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	comm := [16]byte{1}
+	for pid := 1; pid <= 2; pid++ {
+		l.e.Handle(Event{Kind: KindCommInit, PID: pid, TID: pid, Time: l.now, Handle: 0xc, CommID: comm, NRanks: 2, Rank: int32(pid - 1)})
+	}
+	slept := l.now // rank 1 stops before its collective; rank 2 issues it and waits
+	l.e.Handle(Event{Kind: KindCollective, PID: 2, TID: 2, Time: l.now + sec/2, Stream: 7, Handle: 0xc, Op: OpAllReduce, Count: 1, Dtype: 7})
+	l.e.Handle(Event{Kind: KindStreamSynchronize, PID: 2, TID: 2, Time: l.now + sec/2, Stream: 7})
+	var got map[int]string
+	for i := 0; i < 8 && got == nil; i++ {
+		if hs := l.tick(asleep(1, 5, "sleep", slept), asleep(2, 5, "ioctl", slept)); len(hs) > 0 {
+			got = kinds(hs)
+		}
+	}
+	if got[1] != "host" || got[2] != "gpu" {
+		t.Fatalf("decisions %v, want rank 1 host and rank 2 gpu", got)
+	}
+}
+
+// A finished rank waits for long while its peers, still training, are
+// caught asleep in a collective at every other look: not stalled.
+func TestNotStalledWhilePeersWaitBriefly(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	for i := 0; i < 20; i++ {
+		n := uint64(i / 2) // runs change every other look: two looks in one brief wait
+		hs := l.tick(asleep(1, 5, "barrier", 50*sec), asleep(2, 10+n, "allreduce", l.now-sec/2), asleep(3, 30+n, "allreduce", l.now-sec/2))
+		if len(hs) > 0 {
+			t.Fatalf("tick %d: %+v", i, hs)
+		}
+	}
+}

@@ -137,7 +137,7 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		}
 	}
 	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
-	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log})
+	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log, Looker: &agent.ProcLooker{}})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
