@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
@@ -62,9 +61,9 @@ type Agent struct {
 	rec    *trace.Recorder
 	start  time.Time
 
+	book *rankBook // the traced processes and their identities
+
 	mu        sync.Mutex
-	procs     map[int]*procInfo
-	order     int             // next number for a process without RANK
 	episode   map[int]*dumped // pids dumped since the last time nothing was hung
 	killed    map[int]bool
 	lost      uint64
@@ -75,19 +74,6 @@ type Agent struct {
 	lastTick  int64
 
 	pushCh chan struct{}
-}
-
-// procInfo is what the loop knows of one traced process.
-type procInfo struct {
-	pid       int
-	id        Identity
-	idTries   int
-	gpu       bool // made a GPU call: a rank
-	exited    bool
-	announced bool
-
-	dumpStarted bool
-	dumpSeconds float64
 }
 
 // dumped is one rank's dump of the current episode.
@@ -137,7 +123,7 @@ func New(o Options) *Agent {
 		engine:  timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout}),
 		rec:     trace.New(0),
 		start:   o.Now(),
-		procs:   make(map[int]*procInfo),
+		book:    newRankBook(),
 		episode: make(map[int]*dumped),
 		killed:  make(map[int]bool),
 		pushCh:  make(chan struct{}, 1),
@@ -253,196 +239,6 @@ func (a *Agent) HandleNotice(n ebpf.Notice) {
 		}
 	}
 	a.report(r)
-}
-
-// see records that pid is traced; gpu says it made a GPU call, reread that
-// its environment may have changed (exec).
-func (a *Agent) see(pid int, gpu, reread bool) {
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p != nil && !reread && (p.gpu || !gpu) {
-		a.mu.Unlock()
-		return
-	}
-	fresh := p == nil || reread
-	firstGPU := gpu && (p == nil || !p.gpu)
-	if p == nil {
-		p = &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}}
-		a.procs[pid] = p
-	}
-	if reread {
-		p.exited = false
-	}
-	p.gpu = p.gpu || gpu
-	a.mu.Unlock()
-	if w, ok := a.o.Capturer.(Warmer); ok && firstGPU {
-		go w.Warm(pid)
-	}
-	if fresh {
-		a.resolve(pid, false)
-	} else {
-		a.announce(pid)
-	}
-}
-
-// resolve reads pid's identity from its environment. A process without
-// RANK is looked at again on later ticks, then, when it is a rank (it made
-// GPU calls), numbered by order of appearance (final).
-func (a *Agent) resolve(pid int, final bool) {
-	env, err := a.o.Environ(pid)
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p == nil || p.exited {
-		a.mu.Unlock()
-		return
-	}
-	p.idTries++
-	if err == nil {
-		if id := IdentityOf(env); id.FromEnv {
-			p.id = id
-		}
-	}
-	if !p.id.FromEnv && p.gpu && p.id.Rank < 0 && (final || err != nil) {
-		a.assignOrder(p)
-	}
-	id := p.id
-	a.mu.Unlock()
-	if id.FromEnv {
-		a.engine.SetIdentity(pid, id.Rank, id.World)
-	}
-	a.announce(pid)
-}
-
-// assignOrder numbers a process without RANK; a.mu held.
-func (a *Agent) assignOrder(p *procInfo) {
-	p.id.Rank = a.order
-	a.order++
-}
-
-// announce reports a rank once its identity is settled.
-func (a *Agent) announce(pid int) {
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p == nil || p.announced || p.exited || !(p.id.FromEnv || (p.gpu && p.id.Rank >= 0)) {
-		a.mu.Unlock()
-		return
-	}
-	p.announced = true
-	id, gpu := p.id, p.gpu
-	a.mu.Unlock()
-	r := Report{Event: "rank", PID: pid}
-	r.setRank(id)
-	if id.FromEnv {
-		r.Identity = "environment"
-		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "gpu_calls", gpu)
-	} else {
-		r.Identity = "assumed: no RANK in its environment, numbered by order of appearance"
-		a.log.Warn("process has no RANK in its environment; numbering it by order of appearance", "pid", pid, "rank", id.Rank)
-	}
-	a.report(r)
-}
-
-// settle looks again at ranks whose identity is not settled (called every
-// tick): after three looks a process without RANK is numbered by order.
-func (a *Agent) settle() {
-	a.mu.Lock()
-	var todo []int
-	var final []bool
-	for pid, p := range a.procs {
-		if !p.exited && p.gpu && !p.id.FromEnv && p.id.Rank < 0 {
-			todo = append(todo, pid)
-			final = append(final, p.idTries >= 2)
-		}
-	}
-	a.mu.Unlock()
-	for i, pid := range todo {
-		a.resolve(pid, final[i])
-	}
-}
-
-// identity returns pid's identity once it is settled.
-func (a *Agent) identity(pid int) (Identity, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := a.procs[pid]
-	if p == nil || (!p.id.FromEnv && p.id.Rank < 0) {
-		return Identity{}, false
-	}
-	return p.id, true
-}
-
-func (a *Agent) exited(pid int) {
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p == nil || p.exited {
-		a.mu.Unlock()
-		return
-	}
-	p.exited = true
-	id, rank := p.id, p.gpu || p.id.FromEnv
-	a.mu.Unlock()
-	a.rec.Forget(pid)
-	if a.o.Looker != nil {
-		a.o.Looker.Forget(pid)
-	}
-	if rank {
-		r := Report{Event: "exit", PID: pid}
-		r.setRank(id)
-		a.report(r)
-	}
-}
-
-// livePIDs lists the live rank processes (those with RANK or a GPU call)
-// as ranks does, without numbering any.
-func (a *Agent) livePIDs() []int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []int
-	for _, p := range a.procs {
-		if !p.exited && (p.gpu || p.id.FromEnv) {
-			out = append(out, p.pid)
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-// ranks lists the live rank processes (those with RANK or a GPU call), by
-// rank then pid.
-func (a *Agent) ranks() []procInfo {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []procInfo
-	unknown := 0
-	for _, p := range a.procs {
-		if p.exited || !(p.gpu || p.id.FromEnv) {
-			continue
-		}
-		if !p.id.FromEnv {
-			unknown++
-		}
-		out = append(out, *p)
-	}
-	for i := range out {
-		if !out[i].id.FromEnv {
-			if out[i].id.Rank < 0 {
-				p := a.procs[out[i].pid]
-				a.assignOrder(p)
-				out[i].id.Rank = p.id.Rank
-			}
-			out[i].id.World = max(a.order, unknown)
-		}
-		if out[i].id.World <= out[i].id.Rank {
-			out[i].id.World = out[i].id.Rank + 1
-		}
-	}
-	slices.SortFunc(out, func(x, y procInfo) int {
-		if x.id.Rank != y.id.Rank {
-			return x.id.Rank - y.id.Rank
-		}
-		return x.pid - y.pid
-	})
-	return out
 }
 
 func (a *Agent) report(r Report) {

@@ -99,13 +99,11 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 		a.report(Report{Event: "dump_failed", Path: a.o.TimelinePath, Error: err.Error()})
 		return 0
 	}
-	a.mu.Lock()
-	for _, p := range ranks {
-		if q := a.procs[p.pid]; q != nil {
-			q.dumpStarted = true
-		}
+	pids := make([]int, len(ranks))
+	for i, p := range ranks {
+		pids[i] = p.pid
 	}
-	a.mu.Unlock()
+	a.book.setDumpStarted(true, pids...)
 	a.kick()
 	sem := make(chan struct{}, a.o.Parallel)
 	var wg sync.WaitGroup
@@ -172,10 +170,8 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	path, werr := a.writeDump(f)
 	a.writeTrace(p, f)
 	secs := time.Since(start).Seconds()
+	a.book.setDumpSeconds(p.pid, secs)
 	a.mu.Lock()
-	if q := a.procs[p.pid]; q != nil {
-		q.dumpSeconds = secs
-	}
 	if werr != nil {
 		a.failures++
 	} else {

@@ -69,7 +69,7 @@ func (a *Agent) lookAll(now int64) {
 	if a.o.Looker == nil {
 		return
 	}
-	for _, pid := range a.livePIDs() {
+	for _, pid := range a.book.live() {
 		if l, ok := a.o.Looker.Look(pid, now); ok {
 			a.engine.Observe(l)
 		}

@@ -55,11 +55,9 @@ func (a *Agent) recovered(pid int) {
 	id, known := a.identity(pid)
 	a.mu.Lock()
 	delete(a.episode, pid)
-	if p := a.procs[pid]; p != nil {
-		p.dumpStarted = false
-	}
-	exited := a.procs[pid] == nil || a.procs[pid].exited
 	a.mu.Unlock()
+	a.book.setDumpStarted(false, pid)
+	exited := a.book.gone(pid)
 	a.kick()
 	if exited {
 		return

@@ -94,6 +94,7 @@
 //     least half the time between the two looks: spinning, no progress
 //     since the first of those looks;
 //   - anything else is progress.
+//
 // GPU work issued later than that moves the start forward.
 //
 // A process is "stalled" when its main thread has not progressed for

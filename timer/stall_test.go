@@ -5,7 +5,6 @@ import (
 	"time"
 )
 
-
 // looker feeds looks of several ranks at one-second ticks.
 type looker struct {
 	e   *Engine

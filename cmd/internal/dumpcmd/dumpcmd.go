@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 )
@@ -21,18 +22,6 @@ const (
 	ExitNotPermitted = 4
 	ExitExited       = 5
 )
-
-// ExitError carries the exit status of a failed dump (cli.Execute honours
-// any error with an ExitCode method).
-type ExitError struct {
-	Code int
-	Msg  string
-}
-
-func (e *ExitError) Error() string { return e.Msg }
-
-// ExitCode is the process exit status.
-func (e *ExitError) ExitCode() int { return e.Code }
 
 // New returns the dump command.
 func New() *cobra.Command {
@@ -78,16 +67,16 @@ func New() *cobra.Command {
 }
 
 // exitError turns a failed capture into the exit status and message.
-func exitError(pid int, err error) *ExitError {
+func exitError(pid int, err error) error {
 	switch {
 	case errors.Is(err, dump.ErrNoProcess):
-		return &ExitError{Code: ExitNoProcess, Msg: fmt.Sprintf("process %d does not exist", pid)}
+		return process.Exit(ExitNoProcess, fmt.Errorf("process %d does not exist", pid))
 	case errors.Is(err, dump.ErrNotPermitted):
-		return &ExitError{Code: ExitNotPermitted, Msg: fmt.Sprintf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid)}
+		return process.Exit(ExitNotPermitted, fmt.Errorf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid))
 	case errors.Is(err, dump.ErrExited):
-		return &ExitError{Code: ExitExited, Msg: fmt.Sprintf("process %d exited during the dump", pid)}
+		return process.Exit(ExitExited, fmt.Errorf("process %d exited during the dump", pid))
 	}
-	return &ExitError{Code: 1, Msg: err.Error()}
+	return process.Exit(1, err)
 }
 
 // Text writes a process's stacks the way py-spy dump does.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
@@ -126,8 +127,9 @@ func TestExitStatus(t *testing.T) {
 		{errors.New("read maps: boom"), 1, "read maps: boom"},
 	} {
 		e := exitError(7, tc.err)
-		if e.ExitCode() != tc.code || !strings.HasPrefix(e.Error(), tc.msg) {
-			t.Errorf("%v: exit %d %q, want %d %q", tc.err, e.ExitCode(), e.Error(), tc.code, tc.msg)
+		var st process.ExitStatus
+		if !errors.As(e, &st) || int(st) != tc.code || !strings.HasPrefix(e.Error(), tc.msg) {
+			t.Errorf("%v: exit %d %q, want %d %q", tc.err, st, e.Error(), tc.code, tc.msg)
 		}
 	}
 }
@@ -135,8 +137,8 @@ func TestExitStatus(t *testing.T) {
 func TestDumpErrors(t *testing.T) {
 	// A pid that does not exist: pid_max is at most 4194304.
 	out, err := runCmd("--pid", "4194999")
-	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Code != ExitNoProcess || !strings.Contains(err.Error(), "does not exist") {
+	var st process.ExitStatus
+	if !errors.As(err, &st) || int(st) != ExitNoProcess || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing pid: %v\n%s", err, out)
 	}
 	if _, err := runCmd(); err == nil {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/agent"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 	"github.com/xpu-timer/xpu-timer/timer"
@@ -76,7 +76,7 @@ func TestWatchPIDExitOnHang(t *testing.T) {
 	cmd.SetErr(&errb)
 	cmd.SetArgs([]string{"--timeout", "2", "--interval", "50ms", "--exit-on-hang", "--pid", strconv.Itoa(p.Process.Pid)})
 	err := cmd.Execute()
-	var st launch.ExitStatus
+	var st process.ExitStatus
 	if !errors.As(err, &st) || st != ExitHang {
 		t.Fatalf("error %v, want exit status %d; stderr %s", err, ExitHang, errb.String())
 	}
@@ -104,7 +104,7 @@ func TestWatchCommandExitStatus(t *testing.T) {
 	cmd.SetErr(&errb)
 	cmd.SetArgs([]string{"--timeout", "100s", "--", "sh", "-c", "echo to-stderr; exit 5"})
 	err := cmd.Execute()
-	var st launch.ExitStatus
+	var st process.ExitStatus
 	if !errors.As(err, &st) || st != 5 {
 		t.Fatalf("error %v, want exit status 5", err)
 	}
@@ -157,7 +157,7 @@ func TestWatchEndsStartedCommandOnHang(t *testing.T) {
 			// set its trap.
 			cmd.SetArgs([]string{"--timeout", "1", "--interval", "300ms", "--exit-on-hang", "--", "sh", "-c", tc.script})
 			err := cmd.Execute()
-			var st launch.ExitStatus
+			var st process.ExitStatus
 			if !errors.As(err, &st) || st != ExitHang {
 				t.Fatalf("error %v, want exit status %d; stderr %s", err, ExitHang, errb.String())
 			}
