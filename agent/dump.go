@@ -179,14 +179,15 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 		a.episode[p.pid] = &dumped{file: f, path: path}
 	}
 	a.mu.Unlock()
-	r := Report{Event: "dump", PID: p.pid, Path: path, Reason: reason, Seconds: secs}
+	site := waitSite(p.pid, f.Threads)
+	r := Report{Event: "dump", PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
 	r.setRank(p.id)
 	r.WorldSize = p.id.World
 	if werr != nil {
 		r.Event, r.Error = "dump_failed", werr.Error()
 		a.log.Error("write dump", "rank", p.id.Rank, "pid", p.pid, "err", werr)
 	} else {
-		a.log.Info("dump", "rank", p.id.Rank, "pid", p.pid, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors))
+		a.log.Info("dump", "rank", p.id.Rank, "pid", p.pid, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors), "main_thread_at", site)
 	}
 	a.report(r)
 	return werr == nil

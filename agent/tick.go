@@ -35,8 +35,12 @@ func (a *Agent) Tick(ctx context.Context) {
 					}
 				}
 			}
-			a.log.Warn("hang", "pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
-				"age", float64(h.AgeNs)/1e9, "waiters", len(h.Waiters))
+			attrs := []any{"pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
+				"age", float64(h.AgeNs) / 1e9, "waiters", len(h.Waiters)}
+			if s := h.Stall; s != nil {
+				attrs = append(attrs, "state", s.State, "spinning", s.Spinning, "syscall", s.Site, "python", s.Python)
+			}
+			a.log.Warn("hang", attrs...)
 			a.report(r)
 		}
 		a.kick()
