@@ -72,6 +72,7 @@ type Agent struct {
 	writeErrs uint64
 	markers   markerState
 	lastTick  int64
+	watched   map[int]*watchState // detectors watching each rank (look.go)
 
 	pushCh chan struct{}
 }
@@ -126,6 +127,7 @@ func New(o Options) *Agent {
 		book:    newRankBook(),
 		episode: make(map[int]*dumped),
 		killed:  make(map[int]bool),
+		watched: make(map[int]*watchState),
 		pushCh:  make(chan struct{}, 1),
 	}
 }
@@ -205,9 +207,7 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 	case timer.KindProcessExit:
 		a.exited(ev.PID)
 	case timer.KindProcessExec:
-		if a.o.Looker != nil {
-			a.o.Looker.Forget(ev.PID)
-		}
+		a.forgetLooks(ev.PID)
 		a.see(ev.PID, false, true)
 	default:
 		a.see(ev.PID, true, false)

@@ -34,6 +34,7 @@ type fakeTracer struct {
 	stats    ebpf.Stats
 	events   []timer.Event // delivered by Run
 	ran      chan struct{}
+	unprobed bool // Probed says no for every process
 }
 
 func (f *fakeTracer) Follow(pid int) error {
@@ -54,6 +55,9 @@ func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotic
 	<-ctx.Done()
 	return ctx.Err()
 }
+
+// Probed says every process maps a probed library, unless unprobed.
+func (f *fakeTracer) Probed(int) bool { return !f.unprobed }
 
 func (f *fakeTracer) Stats() ebpf.Stats {
 	f.mu.Lock()

@@ -3,7 +3,9 @@ package agent
 import (
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/collector/python"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/timer"
@@ -64,16 +66,84 @@ func (lk *ProcLooker) Forget(pid int) {
 	lk.mu.Unlock()
 }
 
-// lookAll looks at every live rank and hands the looks to the engine.
+// blindGrace is how long a rank may map no probed library before the log
+// says so: frameworks load the CUDA libraries seconds after start.
+const blindGrace = 10 * time.Second
+
+// watchState is which detectors watch one rank (metrics.Rank.Detectors).
+type watchState struct {
+	since       int64 // first look, monotonic ns
+	gpu, stacks bool
+	told        bool // the log said the GPU probes do not watch it
+}
+
+// lookAll looks at every live rank, hands the looks to the engine, and
+// keeps which detectors watch each rank: the log says once of a rank that
+// no GPU probe watches.
 func (a *Agent) lookAll(now int64) {
-	if a.o.Looker == nil {
-		return
-	}
 	for _, pid := range a.book.live() {
-		if l, ok := a.o.Looker.Look(pid, now); ok {
-			a.engine.Observe(l)
+		stacks := false
+		if a.o.Looker != nil {
+			var l timer.Look
+			if l, stacks = a.o.Looker.Look(pid, now); stacks {
+				a.engine.Observe(l)
+			}
+		}
+		gpu := a.o.Tracer.Probed(pid)
+		a.mu.Lock()
+		w := a.watched[pid]
+		if w == nil {
+			w = &watchState{since: now}
+			a.watched[pid] = w
+		}
+		w.gpu, w.stacks = gpu, stacks
+		blind := !gpu && !w.told && now-w.since >= int64(min(blindGrace, a.o.HangTimeout))
+		seen := gpu && w.told
+		if blind {
+			w.told = true
+		}
+		if seen {
+			w.told = false
+		}
+		a.mu.Unlock()
+		switch {
+		case blind:
+			id, _ := a.identity(pid)
+			a.log.Warn("no GPU probe watches this rank: it maps no CUDA/NCCL (MACA/MCCL) library, or one linked statically; only a stall of its main thread is seen",
+				"pid", pid, "rank", id.Rank, "stack_watch", stacks)
+		case seen:
+			id, _ := a.identity(pid)
+			a.log.Info("GPU probes now watch this rank", "pid", pid, "rank", id.Rank)
 		}
 	}
+}
+
+// detectors lists what watches pid now (metrics.Rank.Detectors).
+func (a *Agent) detectors(pid int) []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	w := a.watched[pid]
+	if w == nil {
+		return nil
+	}
+	var out []string
+	if w.gpu {
+		out = append(out, metrics.DetectorGPU)
+	}
+	if w.stacks {
+		out = append(out, metrics.DetectorStacks)
+	}
+	return out
+}
+
+// forgetLooks drops what the looks knew of pid (it exited or exec'd).
+func (a *Agent) forgetLooks(pid int) {
+	if a.o.Looker != nil {
+		a.o.Looker.Forget(pid)
+	}
+	a.mu.Lock()
+	delete(a.watched, pid)
+	a.mu.Unlock()
 }
 
 // look reads the main thread of pid. clock converts the scheduler's clock

@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 
+	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -58,11 +60,30 @@ func TestSilentRanksStalled(t *testing.T) {
 			t.Errorf("report %+v stall %+v", h, h.Stall)
 		}
 	}
+	for _, r := range b.Snapshot().Ranks {
+		if !slices.Equal(r.Detectors, []string{metrics.DetectorGPU, metrics.DetectorStacks}) || r.HangKind != metrics.KindStalled {
+			t.Errorf("rank %d detectors %v kind %q", r.Rank, r.Detectors, r.HangKind)
+		}
+	}
 	if ds := b.events("dump"); len(ds) != 2 || ds[0].Site == "" {
 		t.Errorf("dumps %+v, want both ranks with the main thread's site", ds)
 	}
 	b.HandleEvent(timer.Event{Time: 6 * sec, PID: 101, TID: 101, Kind: timer.KindProcessExit})
 	if lk.forgot[len(lk.forgot)-1] != 101 {
 		t.Errorf("looker forgot %v", lk.forgot)
+	}
+}
+
+// A rank that maps no probed library is watched by looks only, and the
+// metrics say so.
+func TestBlindRankDetectors(t *testing.T) {
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 1)},
+		func(o *Options) { o.Looker = &fakeLooker{asleepAt: 100 * sec} })
+	b.tracer.unprobed = true
+	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
+	b.Tick(context.Background())
+	rs := b.Snapshot().Ranks
+	if len(rs) != 1 || !slices.Equal(rs[0].Detectors, []string{metrics.DetectorStacks}) {
+		t.Fatalf("ranks %+v", rs)
 	}
 }

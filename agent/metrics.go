@@ -16,7 +16,7 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 	var s metrics.Snapshot
 	for _, p := range a.ranks() {
 		r := metrics.Rank{Rank: p.id.Rank, LocalRank: p.id.LocalRank, PID: p.pid,
-			DumpStarted: p.dumpStarted, DumpSeconds: p.dumpSeconds}
+			DumpStarted: p.dumpStarted, DumpSeconds: p.dumpSeconds, Detectors: a.detectors(p.pid)}
 		if r.LocalRank < 0 {
 			r.LocalRank = p.id.Rank
 		}

@@ -290,9 +290,7 @@ func (a *Agent) exited(pid int) {
 		return
 	}
 	a.rec.Forget(pid)
-	if a.o.Looker != nil {
-		a.o.Looker.Forget(pid)
-	}
+	a.forgetLooks(pid)
 	if rank {
 		r := Report{Event: "exit", PID: pid}
 		r.setRank(id)

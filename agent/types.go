@@ -26,6 +26,8 @@ type Tracer interface {
 	// ctx is done or the tracer is closed.
 	Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error
 	Stats() ebpf.Stats
+	// Probed reports whether pid maps a library whose GPU calls are probed.
+	Probed(pid int) bool
 	Close() error
 }
 

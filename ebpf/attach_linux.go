@@ -35,7 +35,8 @@ type library struct {
 	refs   int
 	idle   time.Time // when refs fell to 0; zero while referenced
 	links  []link.Link
-	probes int // symbols probed, entry and return probes counted apart
+	probes int  // symbols probed, entry and return probes counted apart
+	gpu    bool // probes GPU calls (not only the loader's)
 }
 
 // closeLinks detaches links concurrently: a uprobe's detach waits for an
@@ -162,6 +163,9 @@ func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string
 	}
 	want, missing := plan(syms)
 	l := &library{}
+	for _, p := range want {
+		l.gpu = l.gpu || p.Group != loaderProbe.Group
+	}
 	var attached []string
 	if t.multi {
 		err = t.attachMulti(l, ex, want, syms)

@@ -449,6 +449,22 @@ func (t *Tracer) Stats() Stats {
 	return s
 }
 
+// Probed reports whether pid maps a library whose GPU calls are probed
+// (CUDA, NCCL, MACA or MCCL): false for a process only the loader probe
+// watches, whose hangs the probes cannot see.
+func (t *Tracer) Probed(pid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.procs[pid]; p != nil {
+		for k := range p.libs {
+			if l := t.libs[k]; l != nil && l.gpu {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // Close detaches everything and unloads the programs. Run returns.
 func (t *Tracer) Close() error {
 	t.mu.Lock()

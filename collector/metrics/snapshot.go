@@ -35,8 +35,15 @@ type Snapshot struct {
 
 // Hang kinds, as in timer.Hang.Kind.
 const (
-	KindGPU  = "gpu"  // GPU work outstanding past the timeout while the host waits
-	KindHost = "host" // the host issued nothing past the timeout while peers wait
+	KindGPU     = "gpu"     // GPU work outstanding past the timeout while the host waits
+	KindHost    = "host"    // the host issued nothing past the timeout while peers wait, or spins while they are stuck
+	KindStalled = "stalled" // the main thread waits in place past the timeout while no peer progresses (no GPU call needed)
+)
+
+// Detectors, as in Rank.Detectors.
+const (
+	DetectorGPU    = "gpu"    // eBPF probes on a CUDA/NCCL (MACA/MCCL) library the rank maps
+	DetectorStacks = "stacks" // looks at the rank's main thread (the silent-rank rule)
 )
 
 // Rank is one training process.
@@ -45,7 +52,12 @@ type Rank struct {
 	PID             int
 
 	Hung     bool
-	HangKind string // KindGPU or KindHost while Hung
+	HangKind string // KindGPU, KindHost or KindStalled while Hung
+
+	// Detectors that watch the rank now (DetectorGPU, DetectorStacks): a
+	// rank without DetectorGPU maps no probed library, and only a stall
+	// of its main thread is seen.
+	Detectors []string
 
 	DumpStarted bool    // a dump of this rank was started (XPU_TIMER_COMMON_START_DUMP)
 	DumpSeconds float64 // how long the last dump of this rank took, 0 if none (XPU_TIMER_COMMON_END_DUMP)

@@ -40,6 +40,7 @@ func (s *stuckTracer) Run(ctx context.Context, onEvent func(timer.Event), onNoti
 	}
 }
 func (s *stuckTracer) Stats() ebpf.Stats { return ebpf.Stats{} }
+func (s *stuckTracer) Probed(int) bool   { return true }
 func (s *stuckTracer) Close() error      { return nil }
 
 func useStuck(t *testing.T) {
