@@ -46,7 +46,13 @@ const spinShare = 0.5
 func (e *Engine) Observe(l Look) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := e.proc(l.PID, l.Time)
+	p := e.procs[l.PID]
+	if p == nil {
+		// Known from looks only: its GPU silence counts from its first
+		// event (Handle), not from this look.
+		p = e.proc(l.PID, l.Time)
+		p.lastWork, p.lastActivity = 0, 0
+	}
 	s := p.still
 	if s == nil {
 		s = &still{}

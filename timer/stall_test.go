@@ -215,3 +215,29 @@ func TestNotStalledWhilePeersWaitBriefly(t *testing.T) {
 		}
 	}
 }
+
+// A process first known from looks counts its GPU silence from its first
+// event: the "host" age is not inflated by the looks before it.
+func TestLookedFirstHostAge(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	for i := 0; i < 10; i++ { // startup: both looked at, running, frames changing
+		l.tick(running(1, uint64(i), 0, ""), running(2, uint64(i), 0, ""))
+	}
+	comm := [16]byte{1}
+	start := l.now
+	for pid := 1; pid <= 2; pid++ {
+		l.e.Handle(Event{Kind: KindCommInit, PID: pid, TID: pid, Time: start, Handle: 0xc, CommID: comm, NRanks: 2, Rank: int32(pid - 1)})
+	}
+	l.e.Handle(Event{Kind: KindCollective, PID: 2, TID: 2, Time: start, Stream: 7, Handle: 0xc, Op: OpAllReduce, Count: 1, Dtype: 7})
+	l.e.Handle(Event{Kind: KindStreamSynchronize, PID: 2, TID: 2, Time: start, Stream: 7})
+	for i := 0; i < 6; i++ {
+		for _, h := range l.tick(asleep(1, 50, "futex", start), asleep(2, 50, "ioctl", start)) {
+			if h.PID == 1 && (h.Kind != "host" || h.AgeNs > 5*sec) {
+				t.Fatalf("decision %+v: age counted from before the first event", h)
+			}
+		}
+	}
+	if _, ok := l.e.Hung(1); !ok {
+		t.Fatal("rank 1 never decided")
+	}
+}

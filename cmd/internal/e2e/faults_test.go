@@ -34,7 +34,16 @@ type job struct {
 	fault  string // "" is healthy
 	rank   int    // the faulty rank
 	steps  int
+	at     *int     // the fault's step; nil is faultStep
 	extra  []string // more run.py arguments
+}
+
+// step is the step at which the fault strikes.
+func (j job) step() int {
+	if j.at != nil {
+		return *j.at
+	}
+	return faultStep
 }
 
 // args is the job's command line.
@@ -43,7 +52,7 @@ func (j job) args(b *testbed.Bed) []string {
 	if steps == 0 {
 		steps = 30
 	}
-	o := testbed.JobOptions{NProc: nproc, Steps: steps, Vendor: j.vendor, Fault: j.fault, FaultRank: j.rank, FaultStep: faultStep, Args: j.extra}
+	o := testbed.JobOptions{NProc: nproc, Steps: steps, Vendor: j.vendor, Fault: j.fault, FaultRank: j.rank, FaultStep: j.step(), Args: j.extra}
 	return b.JobCommand(o).Args
 }
 
@@ -161,7 +170,7 @@ func TestFaults(t *testing.T) {
 
 func checkFault(t *testing.T, b *testbed.Bed, c faultCase) string {
 	dir := t.TempDir()
-	p := launch(t, b, c.job, dir, timeout, named(b, c.vendor))
+	p := launch(t, b, c.job, dir, timeout)
 	url := p.metricsURL(30 * time.Second)
 
 	// The decisions and the dumps.
