@@ -215,38 +215,10 @@ func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
 		return
 	}
 	path := filepath.Join(a.o.TimelinePath, trace.Name(p.id.Rank, p.id.World))
-	if err := WriteAtomic(path, buf.Bytes()); err != nil {
+	if err := dumpfile.WriteAtomic(path, buf.Bytes()); err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()
 		a.log.Error("write trace", "rank", p.id.Rank, "err", err)
 	}
-}
-
-// WriteAtomic writes data to path through a temporary file in the same
-// directory, synced and renamed into place.
-func WriteAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
-	}
-	name := tmp.Name()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(name, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(name, path)
-	}
-	if err != nil {
-		os.Remove(name)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

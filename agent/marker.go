@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -112,7 +113,7 @@ func (a *Agent) writeMarker(hangs []timer.Hang) {
 	a.markers.written = m.ID
 	a.markers.seen[m.ID] = true
 	a.mu.Unlock()
-	if err := WriteAtomic(a.markerPath(), append(b, '\n')); err != nil {
+	if err := dumpfile.WriteAtomic(a.markerPath(), append(b, '\n')); err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()

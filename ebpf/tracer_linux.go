@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -121,32 +120,6 @@ func loadError(err error) error {
 		return fmt.Errorf("load probes: %w (%s): %w", ErrNotPermitted, missingCaps(), err)
 	}
 	return fmt.Errorf("load probes: %w", err)
-}
-
-// missingCaps says which capabilities the process lacks for BPF tracing.
-func missingCaps() string {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return "run as root, or with CAP_BPF and CAP_PERFMON"
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	if has(unix.CAP_SYS_ADMIN) {
-		return "CAP_SYS_ADMIN is held, but the kernel refused: check kernel.unprivileged_bpf_disabled and lockdown"
-	}
-	var miss []string
-	for _, c := range []struct {
-		n    uint
-		name string
-	}{{unix.CAP_BPF, "CAP_BPF"}, {unix.CAP_PERFMON, "CAP_PERFMON"}} {
-		if !has(c.n) {
-			miss = append(miss, c.name)
-		}
-	}
-	if len(miss) == 0 {
-		return "run as root: this kernel may predate CAP_BPF (5.8) and need CAP_SYS_ADMIN"
-	}
-	return "missing " + strings.Join(miss, " and ") + "; run as root or grant them"
 }
 
 // startHooks attaches the process lifecycle hooks fork, exec and exit:
