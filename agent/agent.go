@@ -18,13 +18,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// DefaultTimelinePath is where dumps, traces and markers go by default
+// (xpu_timer's XPU_TIMER_TIMELINE_PATH default).
+const DefaultTimelinePath = "/root/timeline"
+
 // Options configure an Agent. Zero values take the defaults noted.
 type Options struct {
 	Tracer   Tracer   // required
 	Capturer Capturer // nil: detect and report only, never dump (watch)
 
-	HangTimeout  time.Duration // default 300 s
-	TimelinePath string        // where dumps and markers go; "" with a Capturer: "/root/timeline"
+	HangTimeout  time.Duration // default timer.DefaultHangTimeout
+	TimelinePath string        // where dumps and markers go; default DefaultTimelinePath
 	HangKill     bool          // end the hung process group after the dump
 	JobName      string        // marker name and dump labels
 	PodName, IP  string        // dump labels
@@ -87,7 +91,7 @@ func New(o Options) *Agent {
 		o.HangTimeout = timer.DefaultHangTimeout
 	}
 	if o.TimelinePath == "" {
-		o.TimelinePath = "/root/timeline"
+		o.TimelinePath = DefaultTimelinePath
 	}
 	if o.Interval <= 0 {
 		o.Interval = time.Second
