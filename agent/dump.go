@@ -16,13 +16,6 @@ import (
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
-// Dump reasons, as in dumpfile.File.Reason.
-const (
-	ReasonHang   = "hang"   // this rank hung
-	ReasonPeer   = "peer"   // another rank of the job on this node hung
-	ReasonMarker = "marker" // another node's agent reported a hang
-)
-
 // dumpHangs dumps, for new decisions, the hung ranks and every other rank
 // of their jobs on the node, each once per episode (a rank dumped as a peer
 // that hangs later gets its file rewritten with its decision, without a
@@ -54,7 +47,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 		}
 		if h, ok := hung[p.pid]; ok && d.file.Hang == nil {
 			hc := h
-			d.file.Hang, d.file.Reason = &hc, ReasonHang
+			d.file.Hang, d.file.Reason = &hc, dumpfile.ReasonHang
 			rewrite = append(rewrite, d)
 		}
 	}
@@ -67,12 +60,12 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 	start := time.Now()
 	n := a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
 		if h, ok := hung[pid]; ok {
-			return ReasonHang, &h
+			return dumpfile.ReasonHang, &h
 		}
 		if h, ok := a.engine.Hung(pid); ok {
-			return ReasonHang, &h
+			return dumpfile.ReasonHang, &h
 		}
-		return ReasonPeer, nil
+		return dumpfile.ReasonPeer, nil
 	})
 	if len(todo) > 0 {
 		a.log.Info("dumped ranks", "ranks", n, "of", len(todo), "seconds", time.Since(start).Seconds(), "path", a.o.TimelinePath)

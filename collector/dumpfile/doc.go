@@ -55,4 +55,12 @@
 // early: a copy cut short), ErrForeign (valid JSON that is not ours: no or
 // another schema) or ErrCorrupt (anything else, including a rank outside the
 // world size).
+//
+// # Markers
+//
+// Beside the dumps, an agent whose node has a hung rank writes
+// hang-<job>.marker (MarkerName), a small JSON object with schema
+// "xpu-timer.marker/1" (Marker): agents of the same job on other nodes that
+// share the directory dump their own ranks once, with reason "marker".
+// ParseMarker rejects anything else with ErrBadMarker.
 package dumpfile

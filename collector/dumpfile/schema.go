@@ -31,7 +31,7 @@ type File struct {
 	// meaning: "S (sleeping)", "D (disk sleep)", "R (running)".
 	State string `json:"state"`
 
-	Reason       string        `json:"reason"` // "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual"
+	Reason       string        `json:"reason"` // one of the Reason constants
 	DumpedAt     time.Time     `json:"dumped_at"`
 	DumpDuration time.Duration `json:"dump_duration_ns"`
 	StoppedFor   time.Duration `json:"stopped_for_ns"` // longest time any thread was stopped
