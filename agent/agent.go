@@ -9,13 +9,14 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/timer"
-	"golang.org/x/sys/unix"
 )
 
 // DefaultTimelinePath is where dumps, traces and markers go by default
@@ -47,13 +48,6 @@ type Options struct {
 	Alive     func(pid int) bool  // the process still exists
 	Kill      func(pid int) error // end the process group of pid (HangKill)
 	Hostname  string
-}
-
-// GPUSource supplies NVML facts of a rank's device; nil results mean
-// unknown.
-type GPUSource interface {
-	Dump(localRank int) *dumpfile.GPU
-	Metrics(localRank int) *metrics.GPU
 }
 
 // Agent is the node loop. Create with New, feed pids with Follow, run with Run.

@@ -156,7 +156,7 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 		f.Threads = []stack.Thread{}
 	}
 	if a.o.GPU != nil {
-		f.GPU = a.o.GPU.Dump(f.LocalRank)
+		f.GPU = a.o.GPU.GPU(f.LocalRank)
 	}
 	f.DumpedAt = a.o.Now()
 	f.DumpDuration = time.Since(start)
