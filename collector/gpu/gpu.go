@@ -29,7 +29,6 @@ const DefaultXidWindow = 15 * time.Minute
 // maxXids bounds the Xid events kept in the window.
 const maxXids = 256
 
-
 // Monitor is an initialised NVML library. Its methods are safe for
 // concurrent use.
 type Monitor struct {
