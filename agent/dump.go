@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
-	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -128,33 +126,10 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 // flight recorder trace.
 func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	start := time.Now()
-	f := &dumpfile.File{
-		Rank: p.id.Rank, WorldSize: p.id.World, LocalRank: max(p.id.LocalRank, 0), LocalWorldSize: p.id.LocalWorld,
-		Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName, PID: p.pid,
-		Reason: reason, Hang: h, Comms: a.engine.Comms(p.pid),
-	}
-	if p.id.LocalRank < 0 {
-		f.LocalRank = p.id.Rank
-	}
-	f.Cmdline, _ = procfs.Cmdline(p.pid)
+	comms := a.engine.Comms(p.pid)
 	c, err := a.o.Capturer.Capture(p.pid)
-	if c != nil {
-		f.State, f.Threads, f.StoppedFor = c.State, c.Threads, c.StoppedFor
-		f.Errors = append(f.Errors, c.Errors...)
-	}
-	if err != nil {
-		f.Errors = append(f.Errors, fmt.Sprintf("capture: %v", err))
-	}
-	if f.State == "" {
-		if st, err := procfs.ReadStat(p.pid); err == nil {
-			f.State = procfs.StateName(st.State)
-		} else {
-			f.State = "X (gone)"
-		}
-	}
-	if f.Threads == nil {
-		f.Threads = []stack.Thread{}
-	}
+	f := NewFile(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
+	f.Reason, f.Hang, f.Comms = reason, h, comms
 	if a.o.GPU != nil {
 		f.GPU = a.o.GPU.GPU(f.LocalRank)
 	}

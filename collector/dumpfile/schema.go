@@ -30,6 +30,8 @@ type File struct {
 	// State is the process state as /proc/PID/stat spells it, with its
 	// meaning: "S (sleeping)", "D (disk sleep)", "R (running)".
 	State string `json:"state"`
+	// Python is the CPython version, for a CPython process.
+	Python string `json:"python,omitempty"`
 
 	Reason       string        `json:"reason"` // one of the Reason constants
 	DumpedAt     time.Time     `json:"dumped_at"`
