@@ -424,11 +424,7 @@ func (t *Tracer) Close() error {
 // of thread tid, while the probed call is in flight: what an unwinder must
 // use instead of the trampoline to go on to the caller.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
-	key := struct {
-		TID  uint32
-		Pad  uint32
-		Slot uint64
-	}{TID: uint32(tid), Slot: slot}
+	key := probesRetKey{Tid: uint32(tid), Slot: slot}
 	var ra uint64
 	if err := t.objs.Returns.Lookup(&key, &ra); err != nil {
 		return 0, false
