@@ -9,22 +9,27 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/timer"
-	"golang.org/x/sys/unix"
 )
+
+// DefaultTimelinePath is where dumps, traces and markers go by default
+// (xpu_timer's XPU_TIMER_TIMELINE_PATH default).
+const DefaultTimelinePath = "/root/timeline"
 
 // Options configure an Agent. Zero values take the defaults noted.
 type Options struct {
 	Tracer   Tracer   // required
 	Capturer Capturer // nil: detect and report only, never dump (watch)
 
-	HangTimeout  time.Duration // default 300 s
-	TimelinePath string        // where dumps and markers go; "" with a Capturer: "/root/timeline"
+	HangTimeout  time.Duration // default timer.DefaultHangTimeout
+	TimelinePath string        // where dumps and markers go; default DefaultTimelinePath
 	HangKill     bool          // end the hung process group after the dump
 	JobName      string        // marker name and dump labels
 	PodName, IP  string        // dump labels
@@ -44,13 +49,6 @@ type Options struct {
 	Alive     func(pid int) bool  // the process still exists
 	Kill      func(pid int) error // end the process group of pid (HangKill)
 	Hostname  string
-}
-
-// GPUSource supplies NVML facts of a rank's device; nil results mean
-// unknown.
-type GPUSource interface {
-	Dump(localRank int) *dumpfile.GPU
-	Metrics(localRank int) *metrics.GPU
 }
 
 // Agent is the node loop. Create with New, feed pids with Follow, run with Run.
@@ -89,7 +87,7 @@ func New(o Options) *Agent {
 		o.HangTimeout = timer.DefaultHangTimeout
 	}
 	if o.TimelinePath == "" {
-		o.TimelinePath = "/root/timeline"
+		o.TimelinePath = DefaultTimelinePath
 	}
 	if o.Interval <= 0 {
 		o.Interval = time.Second

@@ -143,32 +143,6 @@ func loadError(err error) error {
 	return fmt.Errorf("load probes: %w", err)
 }
 
-// missingCaps says which capabilities the process lacks for BPF tracing.
-func missingCaps() string {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return "run as root, or with CAP_BPF and CAP_PERFMON"
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	if has(unix.CAP_SYS_ADMIN) {
-		return "CAP_SYS_ADMIN is held, but the kernel refused: check kernel.unprivileged_bpf_disabled and lockdown"
-	}
-	var miss []string
-	for _, c := range []struct {
-		n    uint
-		name string
-	}{{unix.CAP_BPF, "CAP_BPF"}, {unix.CAP_PERFMON, "CAP_PERFMON"}} {
-		if !has(c.n) {
-			miss = append(miss, c.name)
-		}
-	}
-	if len(miss) == 0 {
-		return "run as root: this kernel may predate CAP_BPF (5.8) and need CAP_SYS_ADMIN"
-	}
-	return "missing " + strings.Join(miss, " and ") + "; run as root or grant them"
-}
-
 // startHooks attaches the process lifecycle hooks fork, exec and exit:
 // BTF tracepoints, which need no tracefs. Libraries loaded later are seen
 // through the loader probe (loaderProbe in table.go).
@@ -507,11 +481,7 @@ func (t *Tracer) Close() error {
 // of thread tid, while the probed call is in flight: what an unwinder must
 // use instead of the trampoline to go on to the caller.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
-	key := struct {
-		TID  uint32
-		Pad  uint32
-		Slot uint64
-	}{TID: uint32(tid), Slot: slot}
+	key := probesRetKey{Tid: uint32(tid), Slot: slot}
 	var ra uint64
 	if err := t.objs.Returns.Lookup(&key, &ra); err != nil {
 		return 0, false

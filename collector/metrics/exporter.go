@@ -268,7 +268,7 @@ func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank) {
 
 	if g := r.GPU; g != nil {
 		gl := []string{strconv.Itoa(g.Index), g.UUID}
-		gauge(c.gpuUtil, g.Utilization, gl...)
+		gauge(c.gpuUtil, float64(g.Utilization)/100, gl...)
 		gauge(c.gpuMemUsed, float64(g.MemoryUsed), gl...)
 		gauge(c.gpuMemTotal, float64(g.MemoryTotal), gl...)
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 )
 
 var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker-1"}
@@ -19,7 +21,7 @@ var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker
 func hungSnapshot() Snapshot {
 	return Snapshot{
 		ProbeEvents: 1000, LostEvents: 3, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
-		Xids: []Xid{
+		Xids: []dumpfile.Xid{
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000000, 0)},
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000010, 0)},
 		},
@@ -35,7 +37,7 @@ func hungSnapshot() Snapshot {
 					{Operation: "AllReduce", DType: "fp16", Algorithm: "RING_LL", Transport: "IntraNode", Level: "1", Small: true, BusBandwidth: 1e9,
 						Durations: Durations{Count: 2, Sum: 0.0002, Min: 0.0001, Max: 0.0001, Avg: 0.0001, P99: 0.0001, Buckets: []Bucket{{0.001, 2}, {0.01, 2}}}},
 				},
-				GPU:       &GPU{Index: 0, UUID: "GPU-a", Name: "H100", Utilization: 0.97, MemoryUsed: 1 << 30, MemoryTotal: 80 << 30},
+				GPU:       &dumpfile.GPU{Index: 0, UUID: "GPU-a", Name: "H100", Utilization: 97, MemoryUsed: 1 << 30, MemoryTotal: 80 << 30},
 				Detectors: []string{DetectorGPU, DetectorStacks}},
 			{Rank: 1, LocalRank: 1, PID: 101, Hung: true, HangKind: KindGPU, DumpStarted: true, DumpSeconds: 0.5, PendingOps: 3, OldestAgeSeconds: 301,
 				Detectors: []string{DetectorStacks}},

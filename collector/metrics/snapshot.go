@@ -9,7 +9,7 @@
 // Prometheus conventions (xpu_timer_*, base units).
 package metrics
 
-import "time"
+import "github.com/xpu-timer/xpu-timer/collector/dumpfile"
 
 // NotSet is the label value xpu_timer uses for an unknown ip, job or pod.
 const NotSet = "NOT_SET"
@@ -30,7 +30,7 @@ type Snapshot struct {
 	Dumps             uint64 // stack dumps written since start
 	DumpFailures      uint64 // stack dumps that failed (capture or write) since start
 
-	Xids []Xid // GPU Xid events still inside their reporting window
+	Xids []dumpfile.Xid // GPU Xid events still inside their reporting window
 }
 
 // Hang kinds, as in timer.Hang.Kind.
@@ -68,7 +68,7 @@ type Rank struct {
 	Kernels     []Kernel
 	Collectives []Collective
 
-	GPU *GPU // nil when NVML is unavailable
+	GPU *dumpfile.GPU // NVML facts of the rank's device; nil when NVML is unavailable
 }
 
 // Durations summarises the completed durations of one kind of operation, in
@@ -146,21 +146,4 @@ type Collective struct {
 
 	Durations    Durations
 	BusBandwidth float64 // bytes per second, nccl-tests bus bandwidth convention
-}
-
-// GPU holds NVML facts of the rank's device.
-type GPU struct {
-	Index       int
-	UUID, Name  string
-	Utilization float64 // 0..1
-	MemoryUsed  uint64  // bytes
-	MemoryTotal uint64  // bytes
-}
-
-// Xid is one GPU Xid error event.
-type Xid struct {
-	Device int    // NVML device index
-	UUID   string // device UUID
-	Xid    uint64 // Xid code
-	Time   time.Time
 }
