@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,8 +48,9 @@ type Options struct {
 	Monotonic func() int64     // CLOCK_MONOTONIC ns
 	Now       func() time.Time // wall clock
 	Environ   func(pid int) (map[string]string, error)
-	Alive     func(pid int) bool  // the process still exists
-	Kill      func(pid int) error // end the process group of pid (HangKill)
+	Parent    func(pid int) (ppid int, python bool) // its parent process (0 unknown), whether it runs Python
+	Alive     func(pid int) bool                    // the process still exists
+	Kill      func(pid int) error                   // end the process group of pid (HangKill)
 	Hostname  string
 }
 
@@ -106,6 +109,9 @@ func New(o Options) *Agent {
 	}
 	if o.Environ == nil {
 		o.Environ = procfs.Environ
+	}
+	if o.Parent == nil {
+		o.Parent = parentOf
 	}
 	if o.Alive == nil {
 		o.Alive = alive
@@ -207,9 +213,23 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 	case timer.KindProcessExec:
 		a.forgetLooks(ev.PID)
 		a.see(ev.PID, false, true)
+	case timer.KindCommInit:
+		a.see(ev.PID, true, false)
+		a.commCreated(ev)
 	default:
 		a.see(ev.PID, true, false)
 	}
+}
+
+// parentOf reads pid's parent and whether its executable is a Python
+// interpreter (python3, python3.11, ...).
+func parentOf(pid int) (int, bool) {
+	st, err := procfs.ReadStat(pid)
+	if err != nil {
+		return 0, false
+	}
+	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	return st.PPID, strings.HasPrefix(filepath.Base(exe), "python")
 }
 
 // HandleNotice consumes one tracer notice (the tracer's callback).

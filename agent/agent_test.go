@@ -480,6 +480,10 @@ func TestRunStopsOnCancel(t *testing.T) {
 	if err := b.Follow(42); err != nil {
 		t.Fatal(err)
 	}
+	// Ranks are announced at the next check.
+	for deadline := time.Now().Add(5 * time.Second); len(b.events("rank")) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run: %v", err)
@@ -518,7 +522,7 @@ func TestKillGroup(t *testing.T) {
 
 func TestIdentityOf(t *testing.T) {
 	id := IdentityOf(map[string]string{"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r1"})
-	if id != (Identity{Rank: 3, LocalRank: 1, World: 8, LocalWorld: 2, FromEnv: true, Job: "r1"}) {
+	if id != (Identity{Rank: 3, LocalRank: 1, World: 8, LocalWorld: 2, FromEnv: true, Source: "torchrun", Job: "r1", Incarnation: -1}) {
 		t.Fatalf("%+v", id)
 	}
 	if id := IdentityOf(map[string]string{"RANK": "x"}); id.FromEnv || id.Rank != -1 {

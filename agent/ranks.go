@@ -3,13 +3,25 @@ package agent
 import (
 	"slices"
 	"sync"
+
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
-// rankBook is the agent's record of the processes it traces: which made GPU
-// calls (the ranks), where each stands in its job (from its environment,
-// else numbered by order of appearance), whether it was announced, exited,
-// or is being dumped. Its methods only keep the record; the Agent reads
-// environments, tells the engine and reports (ranks.go's Agent methods).
+// rankBook is the agent's record of the processes it traces: which are
+// ranks, where each stands in its job (from its environment, else from its
+// first communicator, else numbered by order of appearance), whether it was
+// announced, exited, or is being dumped. Its methods only keep the record;
+// the Agent reads environments, tells the engine and reports (ranks.go's
+// Agent methods).
+//
+// A rank is one process. Processes that share one identity (job, rank,
+// world size) are one rank and its company: the rank is the one that made
+// GPU calls or created a communicator, else the one running Python, else
+// any, the outermost of those in the process tree; those it forked (a
+// DataLoader's workers, pin-memory and compile workers: they inherit its
+// environment, RANK included) are its helpers, followed and dumped inside
+// its dump, never a rank of their own; the others (a shell that runs the
+// rank's python) are wrappers, neither ranks nor dumped.
 type rankBook struct {
 	mu    sync.Mutex
 	procs map[int]*procInfo
@@ -22,8 +34,15 @@ type procInfo struct {
 	id        Identity
 	idTries   int
 	gpu       bool // made a GPU call: a rank
+	comm      bool // created a communicator
 	exited    bool
 	announced bool
+
+	ppid     int  // parent process, 0 when unknown
+	python   bool // runs a Python interpreter
+	helperOf int  // the rank it helps (a process it forked), 0 when none
+	wrapper  bool // shares a rank's identity without being it or its helper
+	demoted  bool // was a helper or wrapper: never a rank again (until it execs)
 
 	dumpStarted bool
 	dumpSeconds float64
@@ -49,17 +68,18 @@ func (b *rankBook) see(pid int, gpu, reread bool) (changed, fresh, firstGPU bool
 		b.procs[pid] = p
 	}
 	if reread {
-		p.exited = false
+		p.exited, p.demoted = false, false
 	}
 	p.gpu = p.gpu || gpu
 	return true, fresh, firstGPU
 }
 
 // resolved records one look at pid's environment (env, or the error reading
-// it). A process without RANK that is a rank is numbered by order of
-// appearance when final or when its environment cannot be read. ok is false
-// for a process unknown or gone.
-func (b *rankBook) resolved(pid int, env map[string]string, err error, final bool) (id Identity, ok bool) {
+// it), its parent and whether it runs Python. A process without an
+// identity that is a rank is numbered by order of appearance when final or
+// when its environment cannot be read. ok is false for a process unknown
+// or gone.
+func (b *rankBook) resolved(pid int, env map[string]string, err error, final bool, ppid int, python bool) (id Identity, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
@@ -67,21 +87,132 @@ func (b *rankBook) resolved(pid int, env map[string]string, err error, final boo
 		return Identity{}, false
 	}
 	p.idTries++
+	p.ppid, p.python = ppid, python
 	if err == nil {
 		if id := IdentityOf(env); id.FromEnv {
 			p.id = id
+		} else if p.id.Job == "" {
+			p.id.Job, p.id.Incarnation = id.Job, id.Incarnation
 		}
 	}
 	if !p.id.FromEnv && p.gpu && p.id.Rank < 0 && (final || err != nil) {
 		b.assignOrder(p)
 	}
+	b.elect()
 	return p.id, true
 }
 
-// assignOrder numbers a process without RANK; b.mu held.
+// fromComm takes pid's identity from the first communicator it created
+// (ncclCommInitRank's rank and size) when its environment named none; it
+// says whether the identity changed.
+func (b *rankBook) fromComm(pid, rank, world int) (Identity, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.procs[pid]
+	if p == nil || p.exited {
+		return Identity{}, false
+	}
+	first := !p.comm
+	p.comm = true
+	if p.id.FromEnv || !first || rank < 0 || world <= rank {
+		b.elect()
+		return p.id, false
+	}
+	p.id.Rank, p.id.World, p.id.LocalRank, p.id.Source = rank, world, -1, "nccl"
+	p.announced = false // announced again, with its real rank
+	b.elect()
+	return p.id, true
+}
+
+// assignOrder numbers a process without an identity; b.mu held.
 func (b *rankBook) assignOrder(p *procInfo) {
 	p.id.Rank = b.order
+	p.id.Source = "order"
 	b.order++
+}
+
+// isRank says whether p is a live rank; b.mu held.
+func (p *procInfo) isRank() bool {
+	return !p.exited && (p.gpu || p.comm || p.id.FromEnv) && !p.demoted
+}
+
+// elect decides, among live processes that share an identity, which is the
+// rank, which are its helpers and which are wrappers (see rankBook); b.mu
+// held.
+func (b *rankBook) elect() {
+	type key struct {
+		job         string
+		rank, world int
+	}
+	groups := map[key][]*procInfo{}
+	for _, p := range b.procs {
+		if p.exited || !(p.id.FromEnv || p.id.Source == "nccl") {
+			continue
+		}
+		k := key{p.id.Job, p.id.Rank, p.id.World}
+		groups[k] = append(groups[k], p)
+	}
+	for _, g := range groups {
+		if len(g) < 2 {
+			continue
+		}
+		in := make(map[int]*procInfo, len(g))
+		for _, p := range g {
+			in[p.pid] = p
+		}
+		// under says whether p descends from q within the group.
+		under := func(p, q *procInfo) bool {
+			for seen := 0; p != nil && seen < len(g); seen++ {
+				if p = in[p.ppid]; p == q {
+					return true
+				}
+			}
+			return false
+		}
+		best := func(p *procInfo) int {
+			switch {
+			case p.gpu || p.comm:
+				return 2
+			case p.python:
+				return 1
+			}
+			return 0
+		}
+		var owner *procInfo
+		for _, p := range g {
+			switch {
+			case p.demoted:
+			case owner == nil, best(p) > best(owner), best(p) == best(owner) && under(owner, p):
+				owner = p
+			}
+		}
+		if owner == nil {
+			continue // the rank is gone; its helpers and wrappers stay what they were
+		}
+		for _, p := range g {
+			switch {
+			case p == owner:
+			case under(p, owner):
+				p.helperOf, p.demoted = owner.pid, true
+			case under(owner, p) || best(p) < best(owner):
+				p.wrapper, p.demoted = true, true
+			}
+		}
+	}
+}
+
+// helpers lists the live helpers of rank pid.
+func (b *rankBook) helpers(pid int) []int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []int
+	for _, p := range b.procs {
+		if !p.exited && p.helperOf == pid {
+			out = append(out, p.pid)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // announce marks pid announced once its identity is settled; ok says it is
@@ -90,7 +221,7 @@ func (b *rankBook) announce(pid int) (id Identity, gpu, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	if p == nil || p.announced || p.exited || !(p.id.FromEnv || (p.gpu && p.id.Rank >= 0)) {
+	if p == nil || p.announced || !p.isRank() || p.id.Rank < 0 {
 		return Identity{}, false, false
 	}
 	p.announced = true
@@ -104,7 +235,7 @@ func (b *rankBook) unsettled() (pids []int, final []bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for pid, p := range b.procs {
-		if !p.exited && p.gpu && !p.id.FromEnv && p.id.Rank < 0 {
+		if !p.exited && (p.gpu || p.comm) && !p.id.FromEnv && p.id.Rank < 0 {
 			pids = append(pids, pid)
 			final = append(final, p.idTries >= 2)
 		}
@@ -132,8 +263,10 @@ func (b *rankBook) exit(pid int) (id Identity, rank, ok bool) {
 	if p == nil || p.exited {
 		return Identity{}, false, false
 	}
+	rank = p.isRank()
 	p.exited = true
-	return p.id, p.gpu || p.id.FromEnv, true
+	b.elect()
+	return p.id, rank, true
 }
 
 // gone says whether pid is unknown or exited.
@@ -173,20 +306,21 @@ func (b *rankBook) ranks() []procInfo {
 	var out []procInfo
 	unknown := 0
 	for _, p := range b.procs {
-		if p.exited || !(p.gpu || p.id.FromEnv) {
+		if !p.isRank() {
 			continue
 		}
-		if !p.id.FromEnv {
+		if !p.id.FromEnv && p.id.Source != "nccl" {
 			unknown++
 		}
 		out = append(out, *p)
 	}
 	for i := range out {
-		if !out[i].id.FromEnv {
+		if !out[i].id.FromEnv && out[i].id.Source != "nccl" {
 			if out[i].id.Rank < 0 {
 				p := b.procs[out[i].pid]
 				b.assignOrder(p)
 				out[i].id.Rank = p.id.Rank
+				out[i].id.Source = p.id.Source
 			}
 			out[i].id.World = max(b.order, unknown)
 		}
@@ -210,7 +344,7 @@ func (b *rankBook) live() []int {
 	defer b.mu.Unlock()
 	var out []int
 	for _, p := range b.procs {
-		if !p.exited && (p.gpu || p.id.FromEnv) {
+		if p.isRank() {
 			out = append(out, p.pid)
 		}
 	}
@@ -230,8 +364,6 @@ func (a *Agent) see(pid int, gpu, reread bool) {
 	}
 	if fresh {
 		a.resolve(pid, false)
-	} else {
-		a.announce(pid)
 	}
 }
 
@@ -240,14 +372,23 @@ func (a *Agent) see(pid int, gpu, reread bool) {
 // GPU calls), numbered by order of appearance (final).
 func (a *Agent) resolve(pid int, final bool) {
 	env, err := a.o.Environ(pid)
-	id, ok := a.book.resolved(pid, env, err, final)
+	ppid, python := a.o.Parent(pid)
+	id, ok := a.book.resolved(pid, env, err, final, ppid, python)
 	if !ok {
 		return
 	}
 	if id.FromEnv {
 		a.engine.SetIdentity(pid, id.Rank, id.World)
 	}
-	a.announce(pid)
+}
+
+// commCreated takes the identity of a process that has none from its
+// first communicator (ncclCommInitRank's rank and size).
+func (a *Agent) commCreated(ev timer.Event) {
+	id, changed := a.book.fromComm(ev.PID, int(ev.Rank), int(ev.NRanks))
+	if changed {
+		a.engine.SetIdentity(ev.PID, id.Rank, id.World)
+	}
 }
 
 // announce reports a rank once its identity is settled.
@@ -258,10 +399,14 @@ func (a *Agent) announce(pid int) {
 	}
 	r := Report{Event: "rank", PID: pid}
 	r.setRank(id)
-	if id.FromEnv {
-		r.Identity = "environment"
-		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "gpu_calls", gpu)
-	} else {
+	switch {
+	case id.FromEnv:
+		r.Identity = "environment (" + id.Source + ")"
+		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "from", id.Source, "gpu_calls", gpu)
+	case id.Source == "nccl":
+		r.Identity = "communicator: no rank in its environment, the rank and size of its first communicator"
+		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "from", "nccl communicator", "gpu_calls", gpu)
+	default:
 		r.Identity = "assumed: no RANK in its environment, numbered by order of appearance"
 		a.log.Warn("process has no RANK in its environment; numbering it by order of appearance", "pid", pid, "rank", id.Rank)
 	}
@@ -270,10 +415,16 @@ func (a *Agent) announce(pid int) {
 
 // settle looks again at ranks whose identity is not settled (called every
 // tick): after three looks a process without RANK is numbered by order.
+// Then it announces the ranks not announced yet: at the tick, so that the
+// processes that share an identity and start together (a shell and the
+// python it runs, a rank and its DataLoader workers) are told apart first.
 func (a *Agent) settle() {
 	pids, final := a.book.unsettled()
 	for i, pid := range pids {
 		a.resolve(pid, final[i])
+	}
+	for _, pid := range a.book.live() {
+		a.announce(pid)
 	}
 }
 

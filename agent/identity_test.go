@@ -1,0 +1,101 @@
+package agent
+
+import (
+	"context"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Every launcher's variables, and the precedence when several are set.
+func TestIdentityLaunchers(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		env  map[string]string
+		want Identity
+	}{
+		{"torchrun", map[string]string{"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "4", "TORCHELASTIC_RUN_ID": "j", "TORCHELASTIC_RESTART_COUNT": "2"},
+			Identity{Rank: 5, World: 8, LocalRank: 1, LocalWorld: 4, FromEnv: true, Source: "torchrun", Job: "j", Incarnation: 2}},
+		{"openmpi", map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_RANK": "3", "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "PMIX_RANK": "3", "OMPI_MCA_ess_base_jobid": "1234"},
+			Identity{Rank: 3, World: 4, LocalRank: 3, LocalWorld: 4, FromEnv: true, Source: "openmpi", Job: "1234", Incarnation: -1}},
+		{"horovod over gloo", map[string]string{"HOROVOD_RANK": "2", "HOROVOD_SIZE": "16", "HOROVOD_LOCAL_RANK": "2", "HOROVOD_LOCAL_SIZE": "8"},
+			Identity{Rank: 2, World: 16, LocalRank: 2, LocalWorld: 8, FromEnv: true, Source: "horovod", Incarnation: -1}},
+		{"mpich", map[string]string{"PMI_RANK": "7", "PMI_SIZE": "8", "MPI_LOCALRANKID": "3", "MPI_LOCALNRANKS": "4"},
+			Identity{Rank: 7, World: 8, LocalRank: 3, LocalWorld: 4, FromEnv: true, Source: "pmi", Incarnation: -1}},
+		{"pmix", map[string]string{"PMIX_RANK": "1", "PMIX_NAMESPACE": "ns"},
+			Identity{Rank: 1, LocalRank: -1, FromEnv: true, Source: "pmix", Job: "ns", Incarnation: -1}},
+		{"slurm", map[string]string{"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "8(x2)", "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0"},
+			Identity{Rank: 9, World: 16, LocalRank: 1, LocalWorld: 8, FromEnv: true, Source: "slurm", Job: "77:0", Incarnation: -1}},
+		{"paddle", map[string]string{"PADDLE_TRAINER_ID": "4", "PADDLE_TRAINERS_NUM": "8", "PADDLE_LOCAL_RANK": "0"},
+			Identity{Rank: 4, World: 8, LocalRank: 0, FromEnv: true, Source: "paddle", Incarnation: -1}},
+		{"torchrun under srun", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1", "MASTER_ADDR": "h", "MASTER_PORT": "1"},
+			Identity{Rank: 1, World: 2, LocalRank: -1, FromEnv: true, Source: "torchrun", Job: "h:1", Incarnation: -1}},
+		{"none", map[string]string{"PATH": "/bin", "OMPI_COMM_WORLD_RANK": "x"},
+			Identity{Rank: -1, LocalRank: -1, Incarnation: -1}},
+	} {
+		if got := IdentityOf(c.env); got != c.want {
+			t.Errorf("%s: %+v, want %+v", c.name, got, c.want)
+		}
+	}
+}
+
+// A rank's forked DataLoader workers share its RANK: they are its helpers,
+// never ranks; a shell that runs the rank's python is a wrapper. Ranks,
+// looks and metrics see one process per rank.
+func TestHelpersAndWrappers(t *testing.T) {
+	envs := map[int]map[string]string{
+		10: env(0, 2), // sh -c python (wrapper)
+		11: env(0, 2), // the rank: python
+		12: env(0, 2), // its DataLoader worker
+		13: env(0, 2), // another worker
+		20: env(1, 2), // rank 1, no wrapper
+		21: env(1, 2), // its worker
+	}
+	parents := map[int]struct {
+		ppid   int
+		python bool
+	}{10: {1, false}, 11: {10, true}, 12: {11, true}, 13: {11, true}, 20: {1, true}, 21: {20, true}}
+	b := newBed(t, "node-a", t.TempDir(), envs, func(o *Options) {
+		o.Parent = func(pid int) (int, bool) { return parents[pid].ppid, parents[pid].python }
+	})
+	for _, pid := range []int{10, 11, 12, 13, 20, 21} {
+		b.HandleEvent(timer.Event{Time: sec, PID: pid, TID: pid, Kind: timer.KindProcessExec})
+	}
+	b.Tick(context.Background())
+	var got []int
+	for _, r := range b.Snapshot().Ranks {
+		got = append(got, r.PID)
+	}
+	if len(got) != 2 || got[0] != 11 || got[1] != 20 {
+		t.Fatalf("ranks %v, want [11 20]", got)
+	}
+	if h := b.book.helpers(11); len(h) != 2 || h[0] != 12 || h[1] != 13 {
+		t.Errorf("helpers of rank 0: %v", h)
+	}
+	if len(b.events("rank")) != 2 {
+		t.Errorf("rank reports %+v", b.events("rank"))
+	}
+	// The rank exits (its workers linger a moment): no rank 0 is left, and a
+	// worker never becomes one.
+	b.HandleEvent(timer.Event{Time: 2 * sec, PID: 11, TID: 11, Kind: timer.KindProcessExit})
+	for _, r := range b.Snapshot().Ranks {
+		if r.Rank == 0 && r.PID != 11 {
+			t.Errorf("process %d became rank 0 after the rank exited", r.PID)
+		}
+	}
+}
+
+// A process whose environment names no rank (an MPI launcher's variables
+// unknown to us) takes the rank and size of its first communicator.
+func TestIdentityFromCommunicator(t *testing.T) {
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: {"PATH": "/bin"}}, nil)
+	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindCommInit, Rank: 3, NRanks: 4, CommID: [16]byte{1}})
+	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindCommInit, Rank: 0, NRanks: 2, CommID: [16]byte{2}})
+	rs := b.Snapshot().Ranks
+	if len(rs) != 1 || rs[0].Rank != 3 {
+		t.Fatalf("ranks %+v, want rank 3 from the first communicator", rs)
+	}
+	if id, _ := b.identity(100); id.World != 4 || id.Source != "nccl" {
+		t.Errorf("identity %+v", id)
+	}
+}
