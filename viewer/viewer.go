@@ -107,9 +107,15 @@ type rankInfo struct {
 type threadEnd struct {
 	tid    int
 	name   string
+	state  string
+	role   culprit.Role
+	helper string
+	main   bool
 	end    *flame.Node
-	tip    int // C library frames at the tip of the stack
-	py     bool
+	pyEnd  *flame.Node // where its Python stack ends in the Python tree; nil without one
+	tip    int         // C library frames at the tip of the stack
+	py     string      // innermost Python frame
+	wait   string      // native wait site
 	coll   bool
 	frames []stack.Frame // innermost first, from the first frame past the tip; only the first few are kept
 }
@@ -149,13 +155,15 @@ func (m *merger) add(l loaded) error {
 	info := &rankInfo{rank: culprit.Rank{
 		Rank: rank, File: filepath.Base(l.path), State: f.State, Reason: f.Reason, Hang: f.Hang, Comms: f.Comms,
 	}}
+	driver := driverOf(f.Threads, f.PID)
 	for i := range f.Threads {
 		t := &f.Threads[i]
 		if len(t.Native) > 0 {
 			m.buf, _ = m.cpp.AddFrames(rank, t.Native, m.buf)
 		}
+		var pyEnd *flame.Node
 		if len(t.Python) > 0 {
-			m.buf, _ = m.py.AddFrames(rank, t.Python, m.buf)
+			m.buf, pyEnd = m.py.AddFrames(rank, t.Python, m.buf)
 		}
 		frames := t.Merged
 		if len(frames) == 0 {
@@ -167,7 +175,9 @@ func (m *merger) add(l loaded) error {
 		var end *flame.Node
 		m.buf, end = m.mixed.AddFrames(rank, frames, m.buf)
 		tip := systemTip(frames)
-		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, end: end, tip: tip, py: len(t.Python) > 0,
+		role, helper := roleOf(t, frames, i == driver)
+		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, state: t.State, role: role, helper: helper,
+			main: t.TID == f.PID, end: end, pyEnd: pyEnd, tip: tip, py: pyFrame(t), wait: waitSite(frames),
 			coll: throughColl(frames), frames: slices.Clone(frames[tip:min(len(frames), tip+3)])})
 	}
 	m.ranks[rank] = info
@@ -180,6 +190,7 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 	m.py.Finish(w)
 	m.mixed.Finish(w)
 	ids := map[*flame.Node]int{}
+	pyIDs := map[*flame.Node]int{}
 	ranks := make([]culprit.Rank, 0, len(m.ranks))
 	for r := range m.world {
 		info := m.ranks[r]
@@ -193,8 +204,16 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 				id = len(ids) + 1
 				ids[sig] = id
 			}
+			pyID := 0
+			if t.pyEnd != nil {
+				if pyID = pyIDs[t.pyEnd]; pyID == 0 {
+					pyID = len(pyIDs) + 1
+					pyIDs[t.pyEnd] = pyID
+				}
+			}
 			info.rank.Threads = append(info.rank.Threads, culprit.Thread{
-				TID: t.tid, Name: t.name, Stack: id, Where: where(t.frames), Coll: t.coll, Py: t.py,
+				TID: t.tid, Name: t.name, State: t.state, Role: t.role, Helper: t.helper, Main: t.main,
+				Stack: id, PyStack: pyID, Where: where(t.frames), Py: t.py, Wait: t.wait, Coll: t.coll,
 				Frames: func() []string { return path(sig) }})
 		}
 		ranks = append(ranks, info.rank)
