@@ -1,7 +1,6 @@
 package viewer
 
 import (
-	"bufio"
 	"cmp"
 	"fmt"
 	"io"
@@ -10,7 +9,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/pprof"
 	"github.com/xpu-timer/xpu-timer/viewer/svg"
@@ -77,28 +78,34 @@ func Run(o Options) (*Result, error) {
 	return res, nil
 }
 
+// writeFile writes one output atomically: the output directory may be
+// the shared dump directory, where a symbolic link planted under an
+// output's name must be replaced, never followed.
 func writeFile(path string, write func(io.Writer) error) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", path, err)
-	}
-	bw := bufio.NewWriterSize(f, 1<<20)
-	if err := write(bw); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", path, err)
-	}
-	return nil
+	return dumpfile.WriteAtomicFunc(path, write)
 }
 
 func summary(res *Result) string {
 	var b strings.Builder
+	if len(res.Groups) > 0 {
+		b.WriteString("Dumps of several runs (job, incarnation, world size); merged the one marked *, --incarnation picks another:\n")
+		for _, g := range res.Groups {
+			mark := " "
+			if g.Merged {
+				mark = "*"
+			}
+			fmt.Fprintf(&b, " %s %s: %d %s (%s), newest %s\n", mark, g, len(g.Files), plural(len(g.Files), "file"),
+				strings.Join(g.Files, ", "), g.Newest.UTC().Format(time.RFC3339))
+		}
+		b.WriteString("\n")
+	}
+	if len(res.Conflicts) > 0 {
+		b.WriteString("Conflicts:\n")
+		for _, c := range res.Conflicts {
+			fmt.Fprintf(&b, "  %s\n", c)
+		}
+		b.WriteString("\n")
+	}
 	b.WriteString(res.Report.Text())
 	if len(res.Skipped) > 0 {
 		b.WriteString("\nSkipped files:\n")
@@ -107,6 +114,13 @@ func summary(res *Result) string {
 		}
 	}
 	return b.String()
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }
 
 func sortSkipped(s []Skipped) {

@@ -6,11 +6,14 @@
 package viewer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
@@ -27,8 +30,12 @@ type Options struct {
 	Dir     string       // where the *.stacktrace files are
 	Out     string       // where the outputs go; default Dir
 	Weight  flame.Weight // what widths count
-	Width   int          // SVG width in pixels; default 1200
+	Width   int          // SVG width in pixels; default svg.DefaultWidth
 	Workers int          // files read in parallel; default GOMAXPROCS
+	// Incarnation, when set, picks the incarnation to merge; by default
+	// the newest group of dumps is merged.
+	Incarnation *int
+	MaxFileSize int64 // bytes one stack file may have; default DefaultMaxFileSize
 }
 
 // Skipped is a file left out of the merge, and why.
@@ -37,15 +44,39 @@ type Skipped struct {
 	Err  error
 }
 
+// Group is the dumps of one incarnation of one job with one world size:
+// the viewer merges one group.
+type Group struct {
+	Job         string
+	Incarnation int
+	World       int
+	Files       []string  // base names, sorted
+	Newest      time.Time // the latest dump time (file time when the dump has none)
+	Merged      bool
+}
+
+func (g *Group) String() string {
+	job := g.Job
+	if job == "" {
+		job = "(unnamed)"
+	}
+	return fmt.Sprintf("job %s incarnation %d world size %d", job, g.Incarnation, g.World)
+}
+
 // Result is what a run found and wrote.
 type Result struct {
 	World   int
 	Files   int // files merged
 	Missing []int
 	Skipped []Skipped
-	Report  *culprit.Report
-	Summary string   // summary.txt's text
-	Outputs []string // paths written
+	// Groups lists every group of dumps found, newest first, when there
+	// is more than one; Conflicts names what disagrees (two world sizes in
+	// one incarnation, two files for one rank).
+	Groups    []*Group
+	Conflicts []string
+	Report    *culprit.Report
+	Summary   string   // summary.txt's text
+	Outputs   []string // paths written
 }
 
 // Views are the three merged pictures: native frames, Python frames, and
@@ -54,41 +85,172 @@ type Views struct {
 	Cpp, Py, Mixed *flame.Tree
 }
 
-// Merge reads every *.stacktrace file in dir and merges them. It returns
-// ErrNoStacks when dir has no readable stack file; unreadable files are
-// skipped and listed in the result.
+type groupKey struct {
+	job   string
+	inc   int
+	world int
+}
+
+// Merge reads every *.stacktrace file in dir, sorts them into groups by
+// job, incarnation and world size, and merges one group: the one
+// o.Incarnation names, else the newest. It returns ErrNoStacks when dir has
+// no readable stack file; unreadable files are skipped and listed in the
+// result, and so are conflicts between files.
 func Merge(o Options) (*Views, *Result, error) {
-	paths, err := list(o.Dir)
+	paths, skipped, err := list(o.Dir)
 	if err != nil {
 		return nil, nil, err
 	}
+	res := &Result{Skipped: skipped}
 	if len(paths) == 0 {
-		return nil, nil, fmt.Errorf("%w: no *%s files in %s", ErrNoStacks, dumpfile.Ext, o.Dir)
+		return nil, res, fmt.Errorf("%w: no readable *%s files in %s%s", ErrNoStacks, dumpfile.Ext, o.Dir, skippedNote(skipped))
 	}
-	world := 0
-	for _, p := range paths {
-		if _, w, ok := dumpfile.ParseName(p); ok {
-			world = max(world, w)
+	limit := o.MaxFileSize
+	if limit <= 0 {
+		limit = DefaultMaxFileSize
+	}
+	mergers := map[groupKey]*merger{}
+	groups := map[groupKey]*Group{}
+	load(paths, o.Workers, limit, func(l loaded) {
+		if l.err == nil {
+			l.err = l.check()
 		}
-	}
-	m := newMerger(world)
-	res := &Result{}
-	load(paths, o.Workers, func(l loaded) {
-		if err := m.add(l); err != nil {
-			res.Skipped = append(res.Skipped, Skipped{Path: l.path, Err: err})
+		if l.err != nil {
+			res.Skipped = append(res.Skipped, Skipped{Path: l.path, Err: l.err})
+			return
+		}
+		f := l.file
+		k := groupKey{f.Job, f.Incarnation, f.WorldSize}
+		m := mergers[k]
+		if m == nil {
+			m = newMerger(f.WorldSize)
+			mergers[k] = m
+			groups[k] = &Group{Job: k.job, Incarnation: k.inc, World: k.world}
+		}
+		if first, ok := m.ranks[f.Rank]; ok {
+			res.Conflicts = append(res.Conflicts, fmt.Sprintf("two files for rank %d of %s: %s merged, %s left out",
+				f.Rank, groups[k], first.rank.File, filepath.Base(l.path)))
+			return
+		}
+		m.add(l)
+		g := groups[k]
+		g.Files = append(g.Files, filepath.Base(l.path))
+		t := f.DumpedAt
+		if t.IsZero() {
+			t = l.modified
+		}
+		if t.After(g.Newest) {
+			g.Newest = t
 		}
 	})
-	if len(m.ranks) == 0 {
+	sortSkipped(res.Skipped)
+	if len(groups) == 0 {
 		return nil, res, fmt.Errorf("%w: none of the %d *%s files in %s is readable (first: %v)",
 			ErrNoStacks, len(paths), dumpfile.Ext, o.Dir, firstErr(res.Skipped))
+	}
+	k, err := pick(groups, o.Incarnation, res)
+	if err != nil {
+		return nil, res, err
+	}
+	m := mergers[k]
+	if anon := (groupKey{world: k.world}); k != anon && groups[anon] != nil {
+		// Files that name no job (xpu_timer's, or ours before schema 1.1)
+		// join the merged group of their world size: read them again.
+		g := groups[anon]
+		g.Merged = true
+		var again []string
+		for _, name := range g.Files {
+			again = append(again, filepath.Join(o.Dir, name))
+		}
+		load(again, o.Workers, limit, func(l loaded) {
+			if l.err != nil {
+				res.Skipped = append(res.Skipped, Skipped{Path: l.path, Err: l.err})
+				return
+			}
+			if first, ok := m.ranks[l.file.Rank]; ok {
+				res.Conflicts = append(res.Conflicts, fmt.Sprintf("two files for rank %d of %s: %s merged, %s left out",
+					l.file.Rank, groups[k], first.rank.File, filepath.Base(l.path)))
+				return
+			}
+			m.add(l)
+		})
 	}
 	views, ranks := m.finish(o.Weight)
 	res.World = m.world
 	res.Files = len(ranks)
 	res.Report = culprit.Analyse(m.world, ranks)
 	res.Missing = res.Report.Missing
-	sortSkipped(res.Skipped)
 	return views, res, nil
+}
+
+// pick chooses the group to merge, lists every group in res when there is
+// more than one, and names world sizes that disagree within an incarnation.
+func pick(groups map[groupKey]*Group, inc *int, res *Result) (groupKey, error) {
+	keys := slices.SortedFunc(maps.Keys(groups), func(a, b groupKey) int {
+		ga, gb := groups[a], groups[b]
+		return cmp.Or(gb.Newest.Compare(ga.Newest), b.inc-a.inc, len(gb.Files)-len(ga.Files),
+			strings.Compare(a.job, b.job), a.world-b.world)
+	})
+	worlds := map[[2]any][]groupKey{}
+	for _, k := range keys {
+		slices.Sort(groups[k].Files)
+		worlds[[2]any{k.job, k.inc}] = append(worlds[[2]any{k.job, k.inc}], k)
+	}
+	for _, k := range keys {
+		same := worlds[[2]any{k.job, k.inc}]
+		if len(same) < 2 || same[0] != k {
+			continue
+		}
+		var parts []string
+		for _, s := range same {
+			parts = append(parts, fmt.Sprintf("%d (%s)", s.world, strings.Join(groups[s].Files, ", ")))
+		}
+		job := groups[k].String()
+		job = job[:strings.LastIndex(job, " world size")]
+		res.Conflicts = append(res.Conflicts, fmt.Sprintf("%s has dumps of %d world sizes: %s", job, len(same), strings.Join(parts, "; ")))
+	}
+	chosen := keys[0]
+	if chosen.job == "" {
+		// Files that name no job join a named group of their world size.
+		if i := slices.IndexFunc(keys, func(k groupKey) bool { return k.job != "" && k.world == chosen.world }); i >= 0 {
+			chosen = keys[i]
+		}
+	}
+	if inc != nil {
+		i := slices.IndexFunc(keys, func(k groupKey) bool { return k.inc == *inc })
+		if i < 0 {
+			var have []string
+			for _, k := range keys {
+				have = append(have, groups[k].String())
+			}
+			return groupKey{}, fmt.Errorf("%w: no dumps of incarnation %d (found %s)", ErrNoStacks, *inc, strings.Join(have, "; "))
+		}
+		chosen = keys[i]
+	}
+	groups[chosen].Merged = true
+	if len(keys) > 1 {
+		for _, k := range keys {
+			res.Groups = append(res.Groups, groups[k])
+		}
+	}
+	return chosen, nil
+}
+
+func skippedNote(s []Skipped) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d skipped, first: %v)", len(s), s[0].Err)
+}
+
+// check compares what a file holds with what its name says.
+func (l *loaded) check() error {
+	f := l.file
+	if l.world > 0 && (l.rank != f.Rank || l.world != f.WorldSize) {
+		return fmt.Errorf("%s: %w: holds rank %d of %d, its name says %d of %d",
+			l.path, dumpfile.ErrCorrupt, f.Rank, f.WorldSize, l.rank, l.world)
+	}
+	return nil
 }
 
 // merger folds dumps into the three trees as they arrive.
@@ -107,41 +269,29 @@ type rankInfo struct {
 type threadEnd struct {
 	tid    int
 	name   string
+	state  string
+	role   culprit.Role
+	helper string
+	main   bool
 	end    *flame.Node
-	tip    int // C library frames at the tip of the stack
-	py     bool
+	pyEnd  *flame.Node // where its Python stack ends in the Python tree; nil without one
+	tip    int         // C library frames at the tip of the stack
+	py     string      // innermost Python frame
+	wait   string      // native wait site
 	coll   bool
 	frames []stack.Frame // innermost first, from the first frame past the tip; only the first few are kept
 }
 
 func newMerger(world int) *merger {
-	return &merger{world: world, ranks: map[int]*rankInfo{}}
+	return &merger{world: world, ranks: map[int]*rankInfo{},
+		cpp: flame.New(world), py: flame.New(world), mixed: flame.New(world)}
 }
 
-func (m *merger) add(l loaded) error {
-	if l.err != nil {
-		return l.err
-	}
+// add merges one dump of a rank the merger has not seen, of its world
+// size (dumpfile and protodump have checked the rank is inside it).
+func (m *merger) add(l loaded) {
 	f := l.file
 	rank := f.Rank
-	if l.world > 0 {
-		if l.rank != f.Rank || l.world != f.WorldSize {
-			return fmt.Errorf("%s: %w: holds rank %d of %d, its name says %d of %d",
-				l.path, dumpfile.ErrCorrupt, f.Rank, f.WorldSize, l.rank, l.world)
-		}
-	}
-	if m.cpp == nil {
-		if m.world == 0 {
-			m.world = f.WorldSize
-		}
-		m.cpp, m.py, m.mixed = flame.New(m.world), flame.New(m.world), flame.New(m.world)
-	}
-	if rank >= m.world {
-		return fmt.Errorf("%s: rank %d outside world size %d", l.path, rank, m.world)
-	}
-	if _, dup := m.ranks[rank]; dup {
-		return fmt.Errorf("%s: a second dump of rank %d", l.path, rank)
-	}
 	state := []flame.Key{flame.StateKey(f.State)}
 	m.cpp.Add(rank, state)
 	m.py.Add(rank, state)
@@ -149,13 +299,15 @@ func (m *merger) add(l loaded) error {
 	info := &rankInfo{rank: culprit.Rank{
 		Rank: rank, File: filepath.Base(l.path), State: f.State, Reason: f.Reason, Hang: f.Hang, Comms: f.Comms,
 	}}
+	driver := driverOf(f.Threads, f.PID)
 	for i := range f.Threads {
 		t := &f.Threads[i]
 		if len(t.Native) > 0 {
 			m.buf, _ = m.cpp.AddFrames(rank, t.Native, m.buf)
 		}
+		var pyEnd *flame.Node
 		if len(t.Python) > 0 {
-			m.buf, _ = m.py.AddFrames(rank, t.Python, m.buf)
+			m.buf, pyEnd = m.py.AddFrames(rank, t.Python, m.buf)
 		}
 		frames := t.Merged
 		if len(frames) == 0 {
@@ -167,11 +319,12 @@ func (m *merger) add(l loaded) error {
 		var end *flame.Node
 		m.buf, end = m.mixed.AddFrames(rank, frames, m.buf)
 		tip := systemTip(frames)
-		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, end: end, tip: tip, py: len(t.Python) > 0,
+		role, helper := roleOf(t, frames, i == driver)
+		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, state: t.State, role: role, helper: helper,
+			main: t.TID == f.PID, end: end, pyEnd: pyEnd, tip: tip, py: pyFrame(t), wait: waitSite(frames),
 			coll: throughColl(frames), frames: slices.Clone(frames[tip:min(len(frames), tip+3)])})
 	}
 	m.ranks[rank] = info
-	return nil
 }
 
 // finish completes the trees and reduces every rank for the report.
@@ -180,6 +333,7 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 	m.py.Finish(w)
 	m.mixed.Finish(w)
 	ids := map[*flame.Node]int{}
+	pyIDs := map[*flame.Node]int{}
 	ranks := make([]culprit.Rank, 0, len(m.ranks))
 	for r := range m.world {
 		info := m.ranks[r]
@@ -193,8 +347,16 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 				id = len(ids) + 1
 				ids[sig] = id
 			}
+			pyID := 0
+			if t.pyEnd != nil {
+				if pyID = pyIDs[t.pyEnd]; pyID == 0 {
+					pyID = len(pyIDs) + 1
+					pyIDs[t.pyEnd] = pyID
+				}
+			}
 			info.rank.Threads = append(info.rank.Threads, culprit.Thread{
-				TID: t.tid, Name: t.name, Stack: id, Where: where(t.frames), Coll: t.coll, Py: t.py,
+				TID: t.tid, Name: t.name, State: t.state, Role: t.role, Helper: t.helper, Main: t.main,
+				Stack: id, PyStack: pyID, Where: where(t.frames), Py: t.py, Wait: t.wait, Coll: t.coll,
 				Frames: func() []string { return path(sig) }})
 		}
 		ranks = append(ranks, info.rank)

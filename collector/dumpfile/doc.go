@@ -19,10 +19,12 @@
 // times integer nanoseconds; members marked "omitted when empty" may be
 // absent:
 //
-//	schema            "xpu-timer.stacktrace/1.0" (required; see versioning)
+//	schema            "xpu-timer.stacktrace/1.1" (required; see versioning)
 //	rank, world_size  the rank and the job's world size (world_size > 0, 0 <= rank < world_size)
 //	local_rank, local_world_size, host, pid
 //	ip, job_name, pod_name, cmdline           omitted when empty
+//	job, incarnation  the run (TORCHELASTIC_RUN_ID where set) and its restart count (TORCHELASTIC_RESTART_COUNT,
+//	                  else the launcher's count); omitted when empty or 0, and absent from files before 1.1
 //	state             process state as /proc/PID/stat spells it, with its meaning: "S (sleeping)", "D (disk sleep)"
 //	python            the CPython version ("3.12.3") of a CPython process; omitted otherwise
 //	reason            "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual" (xpu-timer dump)
@@ -37,7 +39,9 @@
 // of native, python and merged is a list of frames, innermost first (as gdb
 // and py-spy print them): {func, file, line, module, addr, entry}. Native
 // frames carry addr and module (the mapped object's path); Python frames
-// carry file and line and have module "python"; merged is the native stack
+// carry file and line and have module "python", and their func is the bare
+// name (co_name) on every CPython version (1.0 files from 3.11+ hold
+// co_qualname); merged is the native stack
 // with each interpreter frame replaced by the Python frames it ran. An
 // unknown function is "??". A process in state D is not attached: its file
 // has a state and no threads.

@@ -1,6 +1,7 @@
 package dumpfile
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -91,9 +92,19 @@ func Write(dir string, f *File) (string, error) {
 	return path, nil
 }
 
-// writeAtomic writes data to path through a synced temporary file in the
-// same directory and a rename.
+// WriteAtomic writes data to path as WriteAtomicFunc does.
 func WriteAtomic(path string, data []byte) error {
+	return WriteAtomicFunc(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// WriteAtomicFunc writes what write writes to path through a temporary
+// file in the same directory (created anew, mode 0644), synced, and a
+// rename: a reader sees the old file or the new one, never a part, and a
+// symbolic link at path is replaced, never followed.
+func WriteAtomicFunc(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -106,7 +117,11 @@ func WriteAtomic(path string, data []byte) error {
 			os.Remove(tmp.Name())
 		}
 	}()
-	if _, err := tmp.Write(data); err != nil {
+	bw := bufio.NewWriterSize(tmp, 1<<16)
+	if err := write(bw); err != nil {
+		return fmt.Errorf("write %s: %w", tmp.Name(), err)
+	}
+	if err := bw.Flush(); err != nil {
 		return fmt.Errorf("write %s: %w", tmp.Name(), err)
 	}
 	if err := tmp.Chmod(0o644); err != nil {

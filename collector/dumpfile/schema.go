@@ -9,7 +9,7 @@ import (
 
 // Schema names this format and its version. Readers accept any
 // "xpu-timer.stacktrace/1.x" and reject other values.
-const Schema = "xpu-timer.stacktrace/1.0"
+const Schema = "xpu-timer.stacktrace/1.1"
 
 // File is one rank's dump.
 type File struct {
@@ -26,6 +26,15 @@ type File struct {
 	PodName        string   `json:"pod_name,omitempty"`
 	PID            int      `json:"pid"`
 	Cmdline        []string `json:"cmdline,omitempty"`
+
+	// Job names the run the rank belongs to (torchrun's TORCHELASTIC_RUN_ID
+	// where set), and Incarnation counts its restarts
+	// (TORCHELASTIC_RESTART_COUNT, else the launcher's own count): the
+	// ranks of one incarnation of one job are merged together. Files
+	// written before 1.1 have neither: the viewer reads them as job "" and
+	// incarnation 0.
+	Job         string `json:"job,omitempty"`
+	Incarnation int    `json:"incarnation,omitempty"`
 
 	// State is the process state as /proc/PID/stat spells it, with its
 	// meaning: "S (sleeping)", "D (disk sleep)", "R (running)".

@@ -10,7 +10,7 @@ import (
 // codeInfo is a decoded code object.
 type codeInfo struct {
 	refs  [4]uint64 // filename, name, linetable pointers and first line: revalidate a cached entry
-	name  string    // co_qualname (3.11+) or co_name
+	name  string    // co_name: the bare name on every version, as faulthandler and py-spy print it
 	file  string    // co_filename
 	first int       // co_firstlineno
 	table []byte    // co_lnotab (3.9) or co_linetable
@@ -30,10 +30,7 @@ func (r *Reader) code(addr uint64) (*codeInfo, error) {
 		return ci, nil // already (re)validated during this walk
 	}
 	l := r.l
-	nameOff := l.codeName
-	if l.codeQualname != none {
-		nameOff = l.codeQualname
-	}
+	nameOff := l.codeName // not co_qualname (3.11+): one key per frame on every version
 	size := max(l.codeFilename, nameOff, l.codeLinetable, l.codeFirstLineno) + 8
 	b, err := r.read(addr, size)
 	if err != nil {

@@ -22,7 +22,7 @@ Steps are numbered from 0. Rank --fault-rank, when it reaches step
               batch of step K, so the rank waits on its data
   exit        exits 1
   kill        SIGKILLs itself (its peers see the connections close and fail)
-  vanish      SIGKILLs itself while a forked child keeps its sockets open, as
+  vanish      SIGKILLs itself while a process it starts keeps its sockets open, as
               when a node is lost: its peers hang in gloo's allreduce (the
               holder ends with the rank's parent, or after --timeout). A
               launcher that watches its ranks (--spawn, torchrun) still

@@ -28,14 +28,39 @@ type Rank struct {
 	Threads []Thread
 }
 
+// Role says what a thread's stack is worth as evidence.
+type Role int
+
+const (
+	// App is an application thread: its native stack is evidence.
+	App Role = iota
+	// Driver is the thread that drives training: the main thread, or the
+	// GIL holder when the main thread runs no Python. Its Python stack is
+	// the best evidence the stacks hold.
+	Driver
+	// Background is a helper thread of a communication or runtime library
+	// (gloo, NCCL proxy and progress, CUDA driver and callback, pin-memory,
+	// queue feeders, watchdogs): caught at any point of its loop, it never
+	// alone makes a culprit.
+	Background
+)
+
 // Thread is one thread of a rank, reduced to the identity of its stack.
 type Thread struct {
-	TID   int
-	Name  string
-	Stack int    // equal for threads with identical stacks, across ranks
-	Where string // the innermost frames, for people
-	Coll  bool   // the stack runs through the collective library (NCCL, MCCL)
-	Py    bool   // the thread runs Python code
+	TID    int
+	Name   string
+	State  string // one-letter kernel state; "R" for a thread caught running
+	Role   Role
+	Helper string // for Background: what it helps ("gloo", "NCCL watchdog", ...)
+	Main   bool   // the process's main thread
+	Stack  int    // equal for threads with identical stacks, across ranks
+	// PyStack is equal for threads with identical Python stacks, across
+	// ranks; 0 for a thread without Python frames.
+	PyStack int
+	Where   string // the innermost frames, for people
+	Py      string // the innermost Python frame: "func (file.py:line)"; "" without one
+	Wait    string // the native frame it waits (or runs) in, past the C library and the interpreter
+	Coll    bool   // the stack runs through the collective library (NCCL, MCCL)
 	// Frames returns the stack, outermost first, without the C library
 	// frames at its tip; the report calls it only for the threads it names.
 	Frames func() []string
@@ -43,22 +68,26 @@ type Thread struct {
 
 // Kinds of findings, in the order the culprit is taken from.
 const (
-	KindBehind  = "behind"  // issued fewer collectives than the others on a communicator
-	KindKernel  = "kernel"  // hung in a kernel while others wait in a collective
-	KindHost    = "host"    // no GPU call while peers wait
-	KindDState  = "dstate"  // uninterruptible sleep
-	KindMissing = "missing" // no dump
-	KindStack   = "stack"   // a thread in the collective library differs from the majority's
-	KindNative  = "native"  // a thread without Python frames (a stream executor, a proxy) differs from the majority's
-	KindOdd     = "odd"     // a Python thread's stack differs from the majority's
+	KindBehind     = "behind"     // issued fewer collectives than the others on a communicator
+	KindKernel     = "kernel"     // hung in a kernel while others wait in a collective
+	KindHost       = "host"       // no GPU call while peers wait
+	KindDState     = "dstate"     // uninterruptible sleep
+	KindPython     = "python"     // the driving thread's Python stack differs from the majority's
+	KindStack      = "stack"      // an application thread in the collective library differs from the majority's
+	KindOdd        = "odd"        // another application thread with Python frames differs, or only a few ranks have it
+	KindNative     = "native"     // an application thread without Python frames (a stream executor) differs
+	KindMissing    = "missing"    // no dump
+	KindBackground = "background" // a library's helper thread differs: never a culprit by itself
 )
 
 // kindOrder ranks the kinds: a rank behind on a communicator is the surest
-// sign; a stack that differs from a clear majority comes before ranks with
-// no dump, which may be missing for mundane reasons (node lost, unreadable).
-// Threads outside the collective library come last: polling threads caught
-// at different points of their loop are noise.
-var kindOrder = []string{KindBehind, KindKernel, KindHost, KindDState, KindStack, KindNative, KindMissing, KindOdd}
+// sign; then what the engine decided (a kernel, a silent host, state D);
+// then the Python stack of the thread that drives training, then native
+// stacks of application threads; a stack that differs from a clear
+// majority comes before ranks with no dump, which may be missing for
+// mundane reasons (node lost, unreadable). Background threads are not in
+// it: caught at different points of their loops, they are noise.
+var kindOrder = []string{KindBehind, KindKernel, KindHost, KindDState, KindPython, KindStack, KindOdd, KindNative, KindMissing}
 
 // Finding is one observation that points at ranks.
 type Finding struct {
@@ -94,6 +123,15 @@ type Report struct {
 	Findings []Finding
 	Culprits []int
 	Why      string
+	// Weak says why no rank is named although some differ (only
+	// background threads differ, or no clear majority); "" otherwise.
+	Weak string
+	// Stalls describes where each culprit's driving thread stands: its
+	// innermost Python frame and native wait site.
+	Stalls map[int]string
+	// Majority is the largest group of identical stacks when it holds more
+	// than half the dumped ranks; nil when there is no such majority.
+	Majority []int
 }
 
 // Analyse builds the report of a job of world ranks from the ranks that
@@ -124,7 +162,9 @@ func Analyse(world int, ranks []Rank) *Report {
 		r.add(KindMissing, r.Missing, fmt.Sprintf("%s left no dump (a rank stuck on the CPU never detects a hang; or its node is gone)", ranksWord(r.Missing)))
 	}
 	r.groups(ranks)
-	r.outliers(ranks)
+	r.drivers(ranks)
+	r.outliers(ranks, App)
+	r.outliers(ranks, Background)
 	for _, k := range kindOrder {
 		var set []int
 		var why []string
@@ -140,10 +180,85 @@ func Analyse(world int, ranks []Rank) *Report {
 			break
 		}
 	}
+	if len(r.Culprits) == 0 {
+		r.weak()
+	}
+	r.stalls(ranks)
 	return r
 }
 
+// weak says why no rank is named when stacks differ all the same.
+func (r *Report) weak() {
+	var helpers []int
+	for _, f := range r.Findings {
+		if f.Kind == KindBackground {
+			helpers = append(helpers, f.Ranks...)
+		}
+	}
+	switch {
+	case len(helpers) > 0:
+		r.Weak = fmt.Sprintf("only background threads differ (%s): library helpers caught at different points of their loops, not enough to name a rank",
+			ranksWord(sortDistinct(helpers)))
+	case len(r.Groups) > 1 && r.Majority == nil:
+		r.Weak = fmt.Sprintf("the ranks' stacks fall into %d groups with no majority: not enough to name a rank", len(r.Groups))
+	}
+}
+
+// stalls describes where each culprit's driving thread stands.
+func (r *Report) stalls(ranks []Rank) {
+	for _, x := range ranks {
+		if !slices.Contains(r.Culprits, x.Rank) {
+			continue
+		}
+		for _, t := range x.Threads {
+			if t.Role == Driver {
+				if r.Stalls == nil {
+					r.Stalls = map[int]string{}
+				}
+				r.Stalls[x.Rank] = fmt.Sprintf("rank %d's %s %s", x.Rank, threadWord(t), stall(t))
+			}
+		}
+	}
+}
+
+// stall phrases where a thread stands: "is in f (x.py:3), waiting in
+// clock_nanosleep@libc.so.6".
+func stall(t Thread) string {
+	var b strings.Builder
+	if t.Py != "" {
+		b.WriteString("is in " + t.Py)
+	} else {
+		b.WriteString("is in " + t.Where)
+	}
+	if t.Wait != "" {
+		if t.State == "R" {
+			b.WriteString(", running in " + t.Wait)
+		} else {
+			b.WriteString(", waiting in " + t.Wait)
+		}
+	} else if t.State == "R" {
+		b.WriteString(", running")
+	}
+	return b.String()
+}
+
+// threadWord names a thread for reading: "main thread", "thread "x" (GIL holder)".
+func threadWord(t Thread) string {
+	if t.Main {
+		return "main thread"
+	}
+	if t.Role == Driver {
+		return fmt.Sprintf("thread %q (%d, holds the GIL)", t.Name, t.TID)
+	}
+	return fmt.Sprintf("thread %q", t.Name)
+}
+
 func (r *Report) add(kind string, ranks []int, text string) {
+	for _, f := range r.Findings {
+		if f.Kind == kind && f.Text == text {
+			return // two threads alike
+		}
+	}
 	r.Findings = append(r.Findings, Finding{Kind: kind, Ranks: slices.Clone(ranks), Text: text})
 }
 

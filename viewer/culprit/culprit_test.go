@@ -23,7 +23,7 @@ func job(world int, edit func(i int, r *Rank)) []Rank {
 	for i := range world {
 		r := Rank{Rank: i, State: "S (sleeping)", Comms: comm(6650, 6649), Hang: gpuHang(coll),
 			Threads: []Thread{{TID: 1, Name: "python3", Stack: 1, Where: "main"}, {TID: 2, Name: "gpu-stream2", Stack: 2, Where: "wait_peers", Coll: true},
-				{TID: 3, Name: "pt_nccl_watchdg", Stack: 3, Where: "sleep"}}}
+				{TID: 3, Name: "pt_nccl_watchdg", Stack: 3, Where: "sleep", Role: Background, Helper: "NCCL watchdog"}}}
 		if edit != nil {
 			edit(i, &r)
 		}
@@ -33,6 +33,11 @@ func job(world int, edit func(i int, r *Rank)) []Rank {
 }
 
 func TestAnalyse(t *testing.T) {
+	// What a report must not say.
+	absent := map[string][]string{
+		"a background thread alone names nobody and says the evidence is weak": {"Ranks whose stacks differ"},
+		"two against two is no majority":                                       {"Ranks whose stacks differ"},
+	}
 	for _, tc := range []struct {
 		name     string
 		world    int
@@ -80,7 +85,43 @@ func TestAnalyse(t *testing.T) {
 				r.Threads[2].Stack, r.Threads[2].Where = 8, "query"
 			}
 		}), []int{4}, []string{`[stack] rank 4's thread "gpu-stream2" is in poll_cq, while ranks 0-3/5-7 are in wait_peers`,
-			`rank 6's thread "pt_nccl_watchdg"`}},
+			`[background] rank 6's NCCL watchdog thread "pt_nccl_watchdg" is in query`}},
+		{"a background thread alone names nobody and says the evidence is weak", 4, job(4, func(i int, r *Rank) {
+			if i == 1 {
+				r.Threads[2].Stack, r.Threads[2].Where = 8, "query"
+			}
+		}), nil, []string{"Likely culprit: none named, the evidence is weak: only background threads differ (rank 1)"}},
+		{"the driving thread's Python stack names the rank, with its stall", 4, job(4, func(i int, r *Rank) {
+			r.Threads[0].Role, r.Threads[0].Main, r.Threads[0].PyStack = Driver, true, 20
+			r.Threads[0].Py, r.Threads[0].Wait = "backward (__init__.py:197) from step (job.py:269)", "c10d::Reducer::finalize_backward (libtorch_cpu.so)"
+			r.Threads[1].Coll = false
+			if i == 2 {
+				r.Threads[0].Stack, r.Threads[0].PyStack = 7, 21
+				r.Threads[0].Py, r.Threads[0].Wait = "stall_in_python_sleep (job.py:153)", "clock_nanosleep (libc.so.6)"
+				// Its gloo worker also sits elsewhere: background, outranked.
+				r.Threads[2].Stack = 9
+			}
+			if i == 1 {
+				// A native application thread caught elsewhere ranks below Python.
+				r.Threads[1].Stack = 10
+			}
+		}), []int{2}, []string{
+			"rank 2's main thread is in stall_in_python_sleep (job.py:153), waiting in clock_nanosleep (libc.so.6), " +
+				"while ranks 0-1/3 are in backward (__init__.py:197) from step (job.py:269), waiting in c10d::Reducer::finalize_backward (libtorch_cpu.so)",
+			"[native] rank 1's thread \"gpu-stream2\""}},
+		{"a busy driving thread runs", 4, job(4, func(i int, r *Rank) {
+			r.Threads[0].Role, r.Threads[0].Main, r.Threads[0].PyStack, r.Threads[0].Py = Driver, true, 20, "backward (x.py:1)"
+			if i == 3 {
+				r.Threads[0].PyStack, r.Threads[0].Py, r.Threads[0].State, r.Threads[0].Wait = 21, "spin (job.py:159)", "R", ""
+			}
+		}), []int{3}, []string{"rank 3's main thread is in spin (job.py:159), running, while"}},
+		{"two against two is no majority", 4, job(4, func(i int, r *Rank) {
+			r.Threads[0].Role, r.Threads[0].PyStack = Driver, 20
+			if i >= 2 {
+				r.Threads[0].Stack, r.Threads[0].PyStack = 7, 21
+			}
+		}), nil, []string{"the evidence is weak: the ranks' stacks fall into 2 groups with no majority",
+			"No majority: the largest group holds 2 of 4 ranks"}},
 		{"noise alone blames nobody but says so", 8, job(8, func(i int, r *Rank) {
 			if i%2 == 0 {
 				r.Threads[2].Stack = 8
@@ -102,7 +143,7 @@ func TestAnalyse(t *testing.T) {
 		}), nil, []string{"comm local:5510: 0 ranks, 1 dumped", "Likely culprit: none found"}},
 		{"native thread outlier beats Python noise", 4, job(4, func(i int, r *Rank) {
 			r.Threads = append(r.Threads, Thread{TID: 4, Name: "gpu-stream1", Stack: 4, Where: "wait_event"})
-			r.Threads[0].Py, r.Threads[2].Py = true, true
+			r.Threads[0].PyStack, r.Threads[2].PyStack = 10, 11
 			if i == 2 {
 				r.Threads[3].Stack, r.Threads[3].Where = 5, "flash_attn_bwd_kernel"
 			}
@@ -121,6 +162,11 @@ func TestAnalyse(t *testing.T) {
 			for _, want := range tc.text {
 				if !strings.Contains(text, want) {
 					t.Errorf("report lacks %q:\n%s", want, text)
+				}
+			}
+			for _, bad := range absent[tc.name] {
+				if strings.Contains(text, bad) {
+					t.Errorf("report has %q:\n%s", bad, text)
 				}
 			}
 		})

@@ -7,11 +7,14 @@ import (
 	"strings"
 )
 
-// signature of a rank: the multiset of its thread stacks.
+// signature of a rank: the multiset of the stacks of its application
+// threads (background threads left out: their loops make noise).
 func signature(x Rank) string {
-	ids := make([]int, len(x.Threads))
-	for i, t := range x.Threads {
-		ids[i] = t.Stack
+	ids := make([]int, 0, len(x.Threads))
+	for _, t := range x.Threads {
+		if t.Role != Background {
+			ids = append(ids, t.Stack)
+		}
 	}
 	slices.Sort(ids)
 	var b strings.Builder
@@ -52,13 +55,21 @@ func (r *Report) groups(ranks []Rank) {
 		groups[i], reps[i] = r.Groups[o], rep[o]
 	}
 	r.Groups = groups
+	if len(groups[0].Ranks)*2 > len(ranks) {
+		r.Majority = groups[0].Ranks
+	}
 	base := map[int]int{}
 	for _, t := range reps[0].Threads {
-		base[t.Stack]++
+		if t.Role != Background {
+			base[t.Stack]++
+		}
 	}
 	for i := 1; i < len(groups); i++ {
 		left := clone(base)
 		for _, t := range reps[i].Threads {
+			if t.Role == Background {
+				continue
+			}
 			if left[t.Stack] > 0 {
 				left[t.Stack]--
 				continue
@@ -76,17 +87,75 @@ func clone(m map[int]int) map[int]int {
 	return c
 }
 
-// outliers compares each thread (by name and order among threads of that
-// name) across ranks: where a clear majority shares one stack and a few
-// ranks do not, those few are named.
-func (r *Report) outliers(ranks []Rank) {
+// clearMajority reports whether counts (stack id -> ranks) show a clear majority
+// among n ranks: more than half share one stack and at most a quarter (at
+// least one) differ. It returns the majority's stack id.
+func clearMajority(count map[int]int, n int) (int, bool) {
+	if len(count) < 2 {
+		return 0, false
+	}
+	best, bestN := 0, -1
+	for id, c := range count {
+		if c > bestN || (c == bestN && id < best) {
+			best, bestN = id, c
+		}
+	}
+	return best, bestN*2 > n && n-bestN <= max(1, n/4)
+}
+
+// drivers compares the Python stacks of the threads that drive training
+// (one a rank): where a clear majority shares one and a few ranks do not,
+// those few are named, with their innermost Python frame and wait site.
+func (r *Report) drivers(ranks []Rank) {
+	type drv struct {
+		rank int
+		t    Thread
+		id   int
+	}
+	var ds []drv
+	count := map[int]int{}
+	for _, x := range ranks {
+		for _, t := range x.Threads {
+			if t.Role != Driver {
+				continue
+			}
+			id := t.PyStack
+			if id == 0 {
+				id = -t.Stack // no Python frames: compare the native stack
+			}
+			ds = append(ds, drv{x.Rank, t, id})
+			count[id]++
+			break
+		}
+	}
+	best, ok := clearMajority(count, len(ds))
+	if !ok {
+		return
+	}
+	var majority []int
+	var rep Thread
+	for _, d := range ds {
+		if d.id == best {
+			majority = append(majority, d.rank)
+			rep = d.t
+		}
+	}
+	for _, d := range ds {
+		if d.id != best {
+			r.add(KindPython, []int{d.rank}, fmt.Sprintf("rank %d's %s %s, while %s are in %s",
+				d.rank, threadWord(d.t), stall(d.t), ranksWord(majority), strings.TrimPrefix(stall(rep), "is in ")))
+		}
+	}
+}
+
+// outliers compares the threads of one role (by name and order among
+// threads of that name) across ranks: where a clear majority shares one
+// stack and a few ranks do not, those few are named; so are the few ranks
+// with a thread the others lack.
+func (r *Report) outliers(ranks []Rank, role Role) {
 	type slotRank struct {
-		rank   int
-		stack  int
-		where  string
-		coll   bool
-		py     bool
-		frames func() []string
+		rank int
+		t    Thread
 	}
 	slots := map[string][]slotRank{}
 	var names []string
@@ -95,55 +164,85 @@ func (r *Report) outliers(ranks []Rank) {
 		slices.SortStableFunc(threads, func(a, b Thread) int { return a.TID - b.TID })
 		ord := map[string]int{}
 		for _, t := range threads {
-			slot := fmt.Sprintf("%s#%d", t.Name, ord[t.Name])
-			ord[t.Name]++
+			if t.Role != role {
+				continue
+			}
+			// Helpers of different libraries often share the process's name
+			// ("python3"): tell them apart by what they help.
+			key := t.Name + "\x00" + t.Helper
+			slot := fmt.Sprintf("%s#%d", key, ord[key])
+			ord[key]++
 			if _, ok := slots[slot]; !ok {
 				names = append(names, slot)
 			}
-			slots[slot] = append(slots[slot], slotRank{x.Rank, t.Stack, t.Where, t.Coll, t.Py, t.Frames})
+			slots[slot] = append(slots[slot], slotRank{x.Rank, t})
 		}
 	}
+	n := len(ranks)
 	for _, slot := range names {
 		members := slots[slot]
-		n := len(members)
-		count := map[int]int{}
-		for _, m := range members {
-			count[m.stack]++
+		name, _, _ := strings.Cut(slot, "\x00")
+		kind := func(t Thread) string {
+			switch {
+			case role == Background:
+				return KindBackground
+			case t.Coll:
+				return KindStack
+			case t.PyStack != 0:
+				return KindOdd
+			}
+			return KindNative
 		}
-		if len(count) < 2 {
+		if len(members) <= max(1, n/4) && (n-len(members))*2 > n {
+			// A thread only a few ranks have.
+			var have, lack []int
+			for _, m := range members {
+				have = append(have, m.rank)
+			}
+			for _, x := range ranks {
+				if !slices.Contains(have, x.Rank) {
+					lack = append(lack, x.Rank)
+				}
+			}
+			for _, m := range members {
+				where := m.t.Where
+				if m.t.Py != "" {
+					where = m.t.Py
+				}
+				r.add(kind(m.t), []int{m.rank}, fmt.Sprintf("rank %d has a thread %q in %s that %s lack",
+					m.rank, name, where, ranksWord(lack)))
+			}
 			continue
 		}
-		best, bestN := 0, -1
-		for id, c := range count {
-			if c > bestN || (c == bestN && id < best) {
-				best, bestN = id, c
-			}
+		count := map[int]int{}
+		for _, m := range members {
+			count[m.t.Stack]++
 		}
-		odd := n - bestN
-		if bestN*2 <= n || odd > max(1, n/4) {
+		best, ok := clearMajority(count, len(members))
+		if !ok {
 			continue
 		}
 		var majority []int
-		var rep slotRank
-		kind := KindNative
+		var rep Thread
+		k := KindNative
 		for _, m := range members {
-			if m.py && kind == KindNative {
-				kind = KindOdd
-			}
-			if m.stack == best {
+			if m.t.Stack == best {
 				majority = append(majority, m.rank)
-				rep = m
+				rep = m.t
 			}
-			if m.coll {
-				kind = KindStack
+			if kk := kind(m.t); kk == KindBackground || kk == KindStack || (kk == KindOdd && k == KindNative) {
+				k = kk
 			}
 		}
-		name, _, _ := strings.Cut(slot, "#")
+		what := fmt.Sprintf("thread %q", name)
+		if role == Background && rep.Helper != "" {
+			what = fmt.Sprintf("%s thread %q", rep.Helper, name)
+		}
 		for _, m := range members {
-			if m.stack != best {
-				odd, usual := contrast(m.frames, rep.frames, m.where, rep.where)
-				r.add(kind, []int{m.rank}, fmt.Sprintf("rank %d's thread %q is in %s, while %s are in %s",
-					m.rank, name, odd, ranksWord(majority), usual))
+			if m.t.Stack != best {
+				odd, usual := contrast(m.t.Frames, rep.Frames, m.t.Where, rep.Where)
+				r.add(k, []int{m.rank}, fmt.Sprintf("rank %d's %s is in %s, while %s are in %s",
+					m.rank, what, odd, ranksWord(majority), usual))
 			}
 		}
 	}

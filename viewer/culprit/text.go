@@ -16,9 +16,17 @@ func (r *Report) Text() string {
 		fmt.Fprintf(&b, ", missing ranks %s", rankset.Fold(r.Missing))
 	}
 	b.WriteString("\n\n")
-	if len(r.Culprits) > 0 {
+	switch {
+	case len(r.Culprits) > 0:
 		fmt.Fprintf(&b, "Likely culprit: %s\n  %s\n", ranksWord(r.Culprits), r.Why)
-	} else {
+		for _, rank := range r.Culprits {
+			if s, ok := r.Stalls[rank]; ok && !strings.Contains(r.Why, s) {
+				fmt.Fprintf(&b, "  Stalled: %s\n", s)
+			}
+		}
+	case r.Weak != "":
+		fmt.Fprintf(&b, "Likely culprit: none named, the evidence is weak: %s\n", r.Weak)
+	default:
 		b.WriteString("Likely culprit: none found (every rank is in the same place)\n")
 	}
 
@@ -43,7 +51,7 @@ func (r *Report) Text() string {
 	fmt.Fprintf(&b, "\nRanks with no dump: %s\n", orNone(r.Missing))
 	fmt.Fprintf(&b, "Ranks in state D: %s\n", orNone(r.DState))
 
-	b.WriteString("\nGroups of identical stacks (largest first):\n")
+	b.WriteString("\nGroups of identical stacks (largest first; background threads left out):\n")
 	for i, g := range r.Groups {
 		if i == 8 {
 			fmt.Fprintf(&b, "  ... %d more groups\n", len(r.Groups)-i)
@@ -58,13 +66,16 @@ func (r *Report) Text() string {
 			fmt.Fprintf(&b, "     unlike group 1: %s\n", d)
 		}
 	}
-	if len(r.Groups) > 1 {
+	switch {
+	case len(r.Groups) > 1 && r.Majority != nil:
 		var odd []int
 		for _, g := range r.Groups[1:] {
 			odd = append(odd, g.Ranks...)
 		}
 		slices.Sort(odd)
-		fmt.Fprintf(&b, "Ranks whose stacks differ from the majority: %s\n", rankset.Fold(odd))
+		fmt.Fprintf(&b, "Ranks whose stacks differ from the majority (%s): %s\n", rankset.Fold(r.Majority), rankset.Fold(odd))
+	case len(r.Groups) > 1:
+		fmt.Fprintf(&b, "No majority: the largest group holds %d of %d ranks\n", len(r.Groups[0].Ranks), r.Files)
 	}
 	return b.String()
 }

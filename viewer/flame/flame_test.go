@@ -45,6 +45,13 @@ func TestFrameKey(t *testing.T) {
 		{stack.Frame{Addr: 0x1234}, "??@??"},
 		{stack.Frame{Func: "pthread_cond_wait@@GLIBC_2.3.2", Module: "/lib/libc.so.6"}, "pthread_cond_wait@@GLIBC_2.3.2@/lib/libc.so.6"},
 		{stack.Frame{Func: "<module>", File: "x.py", Module: "python"}, "<module>@x.py"},
+		// One key on every CPython: 3.11+ dumps before schema 1.1 carry co_qualname.
+		{stack.Frame{Func: "Trainer.step", File: "/job/train.py", Line: 40, Module: "python"}, "step@/job/train.py:40"},
+		{stack.Frame{Func: "train.<locals>.Trainer.step", File: "/job/train.py", Line: 40, Module: "python"}, "step@/job/train.py:40"},
+		{stack.Frame{Func: "<lambda>", File: "x.py", Line: 2, Module: "python"}, "<lambda>@x.py:2"},
+		{stack.Frame{Func: "odd.", File: "x.py", Line: 2, Module: "python"}, "odd.@x.py:2"},
+		// Native C++ names keep their qualification.
+		{stack.Frame{Func: "c10d::Reducer::finalize_backward", Module: "/usr/lib/libtorch_cpu.so"}, "c10d::Reducer::finalize_backward@/usr/lib/libtorch_cpu.so"},
 	} {
 		if got := FrameKey(&tc.f).String(); got != tc.want {
 			t.Errorf("FrameKey(%+v) = %q, want %q", tc.f, got, tc.want)

@@ -44,11 +44,17 @@ const Unknown = "??"
 
 // FrameKey keys f as the reference grammar says: file is "path:line" for
 // Python frames and for native frames with line information, else the
-// module path; "??" when unknown.
+// module path; "??" when unknown. A Python frame's function is its bare
+// name (co_name), as faulthandler, py-spy and xpu_timer print it, on every
+// CPython version: a qualified name (co_qualname, "Trainer.step", which
+// dumps of 3.11+ written before schema 1.1 carry) is cut to its last part.
 func FrameKey(f *stack.Frame) Key {
 	k := Key{Func: f.Func, File: f.File}
 	if k.Func == "" {
 		k.Func = Unknown
+	}
+	if f.Module == "python" {
+		k.Func = BareName(k.Func)
 	}
 	if k.File != "" && f.Line > 0 {
 		k.Line = f.Line
@@ -58,6 +64,17 @@ func FrameKey(f *stack.Frame) Key {
 		k.File = Unknown
 	}
 	return k
+}
+
+// BareName is a Python function's co_name given its co_qualname:
+// "Trainer.step" -> "step", "train.<locals>.Trainer.step" -> "step". A
+// name with no dot, or one that ends in a dot, is returned as is.
+func BareName(qualname string) string {
+	i := strings.LastIndexByte(qualname, '.')
+	if i < 0 || i == len(qualname)-1 {
+		return qualname
+	}
+	return qualname[i+1:]
 }
 
 // StateKey is the single frame that carries a rank's process state.

@@ -18,10 +18,10 @@ import (
 func New() *cobra.Command {
 	var (
 		dir, out, weight string
-		width            int
+		width, inc       int
 	)
 	cmd := &cobra.Command{
-		Use:   "xpu_timer_stacktrace_viewer --path DIR",
+		Use:   "xpu_timer_stacktrace_viewer [--path DIR]",
 		Short: "Merge every rank's stack dump into flame graphs and name the culprit",
 		Long: `Reads every *.stacktrace file in --path (one per rank, named RRRRR-WWWWW.stacktrace)
 and writes into --out (default: --path):
@@ -29,7 +29,11 @@ and writes into --out (default: --path):
   cpp_stack.svg, py_stack.svg, mixed_stack.svg   interactive flame graphs
   stacks.pb.gz                       pprof profile (go tool pprof), rank sets as labels
   summary.txt                        the culprit report, also printed
-Frames are labelled func@file@STUCK|LEAK: the ranks that reached the frame and all others.`,
+Frames are labelled func@file@STUCK|LEAK: the ranks that reached the frame and all others.
+DLRover xpu_timer's own protobuf .stacktrace files are read too, and merged with ours.
+Dumps of several runs in one directory (job, restart incarnation, world size) are listed;
+the newest is merged unless --incarnation says otherwise. Entries that are not regular
+files in --path (symbolic links, FIFOs, directories) are skipped and named.`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -45,11 +49,18 @@ Frames are labelled func@file@STUCK|LEAK: the ranks that reached the frame and a
 			if width < 200 {
 				return fmt.Errorf("--width %d: want at least 200", width)
 			}
+			o := viewer.Options{Dir: dir, Out: out, Weight: w, Width: width}
+			if inc >= 0 {
+				o.Incarnation = &inc
+			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			res, err := viewer.Run(viewer.Options{Dir: dir, Out: out, Weight: w, Width: width})
+			res, err := viewer.Run(o)
 			if res != nil {
 				for _, s := range res.Skipped {
 					log.Warn("skipped stack file", "file", s.Path, "err", s.Err)
+				}
+				for _, c := range res.Conflicts {
+					log.Warn("conflicting stack files", "conflict", c)
 				}
 			}
 			if err != nil {
@@ -63,10 +74,10 @@ Frames are labelled func@file@STUCK|LEAK: the ranks that reached the frame and a
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&dir, "path", "", "directory holding the *.stacktrace files (required)")
+	f.StringVarP(&dir, "path", "p", "./", "directory holding the *.stacktrace files")
 	f.StringVar(&out, "out", "", "directory for the outputs (default: --path)")
 	f.StringVar(&weight, "weight", "stacks", "what flame widths count: stacks (each distinct stack 1, as xpu_timer) or ranks")
 	f.IntVar(&width, "width", 1200, "SVG width in pixels")
-	cmd.MarkFlagRequired("path")
+	f.IntVar(&inc, "incarnation", -1, "merge the dumps of this restart incarnation (default: the newest)")
 	return cmd
 }

@@ -73,7 +73,9 @@ func TestErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{nil, `required flag(s) "path" not set`},
+		{nil, "no readable *.stacktrace files in ./"}, // xpu_timer's default path
+		{[]string{"-p", empty}, "no readable *.stacktrace files in " + empty},
+		{[]string{"-p", empty, "--incarnation", "3"}, "no readable"},
 		{[]string{"--path", empty}, "no stack files"},
 		{[]string{"--path", empty, "--weight", "bytes"}, "--weight"},
 		{[]string{"--path", empty, "--width", "10"}, "--width"},
