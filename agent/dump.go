@@ -122,6 +122,13 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 	return written
 }
 
+// dumpHelper captures a helper process of a rank, for the rank's dump.
+func (a *Agent) dumpHelper(pid int) dumpfile.Helper {
+	c, err := a.o.Capturer.Capture(pid)
+	g := NewFile(pid, Identity{}, Labels{}, c, err)
+	return dumpfile.Helper{PID: pid, Cmdline: g.Cmdline, State: g.State, Threads: g.Threads, Errors: g.Errors}
+}
+
 // dumpOne captures one rank and writes its .stacktrace (with .txt) and its
 // flight recorder trace.
 func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
@@ -130,6 +137,10 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	c, err := a.o.Capturer.Capture(p.pid)
 	f := NewFile(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
 	f.Reason, f.Hang, f.Comms = reason, h, comms
+	f.Job, f.Incarnation = p.id.Job, max(p.id.Incarnation, 0)
+	for _, pid := range a.book.helpers(p.pid) {
+		f.Helpers = append(f.Helpers, a.dumpHelper(pid))
+	}
 	if a.o.GPU != nil {
 		f.GPU = a.o.GPU.GPU(f.LocalRank)
 	}

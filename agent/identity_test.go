@@ -2,8 +2,10 @@ package agent
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -97,5 +99,33 @@ func TestIdentityFromCommunicator(t *testing.T) {
 	}
 	if id, _ := b.identity(100); id.World != 4 || id.Source != "nccl" {
 		t.Errorf("identity %+v", id)
+	}
+}
+
+// A rank's dump holds its helpers' threads; helpers get no file of their
+// own.
+func TestHelpersDumpedWithRank(t *testing.T) {
+	dir := t.TempDir()
+	envs := map[int]map[string]string{11: env(0, 1), 12: env(0, 1)}
+	b := newBed(t, "node-a", dir, envs, func(o *Options) {
+		o.Parent = func(pid int) (int, bool) { return map[int]int{11: 1, 12: 11}[pid], true }
+	})
+	for _, pid := range []int{11, 12} {
+		b.HandleEvent(timer.Event{Time: sec, PID: pid, TID: pid, Kind: timer.KindProcessExec})
+	}
+	work(b.Agent, 11, sec, false)
+	b.at(4 * sec)
+	b.Tick(context.Background())
+	b.Tick(context.Background())
+	f, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(0, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.PID != 11 || len(f.Helpers) != 1 || f.Helpers[0].PID != 12 || len(f.Helpers[0].Threads) == 0 {
+		t.Fatalf("dump of pid %d helpers %+v", f.PID, f.Helpers)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*.stacktrace"))
+	if len(names) != 1 {
+		t.Errorf("dump files %v, want the rank's only", names)
 	}
 }

@@ -53,6 +53,21 @@ type File struct {
 	Threads []stack.Thread `json:"threads"`
 	Errors  []string       `json:"errors,omitempty"` // what could not be captured, and why
 	GPU     *GPU           `json:"gpu,omitempty"`
+
+	// Helpers are the processes the rank forked that share its identity
+	// (DataLoader, pin-memory and compile workers), with their threads: a
+	// worker stuck in I/O is often what the rank waits for. They are no
+	// rank of their own and have no file of their own.
+	Helpers []Helper `json:"helpers,omitempty"`
+}
+
+// Helper is one helper process of a rank, as dumped with it.
+type Helper struct {
+	PID     int            `json:"pid"`
+	Cmdline []string       `json:"cmdline,omitempty"`
+	State   string         `json:"state"`
+	Threads []stack.Thread `json:"threads"`
+	Errors  []string       `json:"errors,omitempty"`
 }
 
 // GPU is what NVML says of a device: in a dump, of the rank's device at
