@@ -127,9 +127,15 @@ func (c *Cache) add(key string, o *Object) *Object {
 	return o
 }
 
+// maxVDSO bounds the vDSO image read: it is two pages on x86-64.
+const maxVDSO = 1 << 20
+
 // vdso returns the parsed vDSO image of a process, read from its memory
 // (dir is its /proc directory).
 func (c *Cache) vdso(dir string, m procfs.Mapping) (*Object, error) {
+	if m.End <= m.Start || m.End-m.Start > maxVDSO {
+		return nil, fmt.Errorf("read vdso: mapping of %d bytes", m.End-m.Start)
+	}
 	img := make([]byte, m.End-m.Start)
 	f, err := rawfile.Open(dir + "/mem")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/inflate"
 )
 
@@ -134,7 +135,10 @@ func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int, own bool
 		b = append(b[:len(b):len(b)], make([]byte, extra)...)
 		return &section{b: b, n: len(b) - extra, size: len(b) - extra}, nil
 	}
-	size := int(s.Size)
+	size, err := elfcheck.Size(s)
+	if err != nil {
+		return nil, err
+	}
 	var sec *section
 	if own {
 		if b, unmap := offHeap(size + extra); b != nil {
@@ -489,18 +493,26 @@ func (di *debugInfo) readLine(off int64) error {
 	if di.line == nil || off < 0 {
 		return nil
 	}
-	if err := di.read(di.line, int(off)+12); err != nil && di.line.n < int(off)+4 {
+	size := int64(di.line.size)
+	if off > size-4 {
+		return fmt.Errorf("line program at %#x past .debug_line's %d bytes", off, size)
+	}
+	if err := di.read(di.line, int(min(off+12, size))); err != nil && int64(di.line.n) < off+4 {
 		return fmt.Errorf("read .debug_line at %#x: %w", off, err)
 	}
 	b := di.line.b
-	n := int64(di.order.Uint32(b[off:]))
-	end := off + 4 + n
+	n := uint64(di.order.Uint32(b[off:]))
+	hdr := uint64(4)
 	if n == 0xffffffff {
-		end = off + 12 + int64(di.order.Uint64(b[off+4:]))
+		if off+12 > int64(di.line.n) {
+			return fmt.Errorf("line program at %#x: truncated length", off)
+		}
+		n, hdr = di.order.Uint64(b[off+4:]), 12
 	}
-	if end > int64(len(b)) {
-		return fmt.Errorf("line program at %#x runs past .debug_line", off)
+	if n > uint64(size-off)-hdr {
+		return fmt.Errorf("line program at %#x of %d bytes runs past .debug_line", off, n)
 	}
+	end := off + int64(hdr+n)
 	return di.read(di.line, int(end))
 }
 

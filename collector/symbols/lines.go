@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
@@ -32,11 +33,15 @@ func (d *debugFileHandle) Close() error { return d.f.Close() }
 // to the file, in its .debug directory, and under /usr/lib/debug.
 func (o *Object) debugFile(f *elf.File) *debugFileHandle {
 	for _, c := range o.debugFiles(f) {
+		fi, err := os.Stat(c)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
 		fh, err := rawfile.Open(c)
 		if err != nil {
 			continue
 		}
-		ef, err := elf.NewFile(fh)
+		ef, err := elfcheck.NewFile(fh, fi.Size())
 		if err != nil {
 			fh.Close()
 			continue
@@ -153,18 +158,22 @@ func (o *Object) lineTable() *lineTable {
 }
 
 func (o *Object) loadLines() {
-	if f, c, err := o.parse(); err == nil {
-		o.linesFrom(f, c)
+	f, c, err := o.parse()
+	if err != nil {
+		o.lineErr = err
+		return
 	}
+	o.linesFrom(f, c)
 }
 
 // linesFrom reads the DWARF of f, o's file whose contents are contents,
 // or of its separate debug file. It closes contents, or hands it on to
-// read compressed sections from as needed. Called once, from lineOnce.
+// read compressed sections from as needed. Called once, from lineOnce;
+// what failed is kept in lineErr.
 func (o *Object) linesFrom(f *elf.File, contents file) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.lines = nil
+			o.lines, o.lineErr = nil, fmt.Errorf("read debug information of %s: %v", o.Path, r)
 		}
 	}()
 	src := f
@@ -178,6 +187,7 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 	}
 	di, err := openDebugInfo(src, contents)
 	if err != nil {
+		o.lineErr = fmt.Errorf("read debug information of %s: %w", o.Path, err)
 		return
 	}
 	lt := &lineTable{di: di, rows: map[dwarf.Offset][]lineRow{}}
@@ -189,6 +199,7 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 		lt.units = nil
 		offs, err := di.all()
 		if err != nil {
+			o.lineErr = fmt.Errorf("read debug information of %s: %w", o.Path, err)
 			return
 		}
 		d := lt.data(offs...)

@@ -16,6 +16,7 @@ import (
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 	"github.com/ianlancetaylor/demangle"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
@@ -48,6 +49,7 @@ type Object struct {
 
 	lineOnce sync.Once
 	lines    *lineTable // nil when there is no DWARF
+	lineErr  error      // why lines is nil, when the DWARF could not be read
 }
 
 // segment is one PT_LOAD program header.
@@ -92,7 +94,7 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 		}
 		r, c = bytes.NewReader(b), io.NopCloser(nil)
 	}
-	f, err := elf.NewFile(r)
+	f, err := elfcheck.NewFile(r, size)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("parse elf %s: %w", path, err)
@@ -191,7 +193,7 @@ func (o *Object) parse() (f *elf.File, contents file, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if f, err = elf.NewFile(r); err != nil {
+	if f, err = elfcheck.NewFile(r, o.size); err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("parse elf %s: %w", o.Path, err)
 	}
@@ -275,6 +277,17 @@ func (o *Object) addSymbols(f *elf.File) {
 // function.
 func (o *Object) addPLT(f *elf.File) {
 	if f.Machine != elf.EM_X86_64 || len(o.strtab) >= 255 {
+		return
+	}
+	// debug/elf reads .dynsym and its strings whole: within the limits.
+	ds := sectionOfType(f, elf.SHT_DYNSYM)
+	if ds == nil || ds.Link >= uint32(len(f.Sections)) {
+		return
+	}
+	if _, err := elfcheck.Size(ds); err != nil {
+		return
+	}
+	if _, err := elfcheck.Size(f.Sections[ds.Link]); err != nil {
 		return
 	}
 	dyn, err := f.DynamicSymbols()

@@ -1,0 +1,100 @@
+package symbols
+
+import (
+	"crypto/rand"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
+)
+
+// craftedFunc is a function symbol the crafted libraries define, so that
+// a test can tell their symbols survive what their DWARF does.
+func craftedSyms() (symtab, strtab []byte) {
+	strtab = []byte("\x00crafted_func\x00")
+	symtab = make([]byte, 2*elf.Sym64Size)
+	e := symtab[elf.Sym64Size:]
+	binary.LittleEndian.PutUint32(e[0:], 1)
+	e[4] = byte(elf.STB_GLOBAL)<<4 | byte(elf.STT_FUNC)
+	binary.LittleEndian.PutUint16(e[6:], 1) // any defined section
+	binary.LittleEndian.PutUint64(e[8:], 0x1000)
+	binary.LittleEndian.PutUint64(e[16:], 0x40)
+	return symtab, strtab
+}
+
+// craftedLib returns a library with a function symbol and the given DWARF
+// sections; the symbol table's string table is section 2.
+func craftedLib(debug ...testutil.Section) []byte {
+	symtab, strtab := craftedSyms()
+	secs := []testutil.Section{
+		{Name: ".symtab", Type: elf.SHT_SYMTAB, Link: 2, Entsize: elf.Sym64Size, Data: symtab},
+		{Name: ".strtab", Type: elf.SHT_STRTAB, Data: strtab},
+	}
+	return testutil.ELF(append(secs, debug...)...)
+}
+
+// A compressed .debug_info claiming 2^40 bytes killed the monitor with
+// "out of memory" (issue 16): the library is refused instead.
+func TestCompressedClaimRefused(t *testing.T) {
+	lib := craftedLib(
+		testutil.Section{Name: ".debug_info", Type: elf.SHT_PROGBITS, Flags: elf.SHF_COMPRESSED, Data: testutil.Compressed(1<<40, []byte("tiny"))},
+		testutil.Section{Name: ".debug_abbrev", Type: elf.SHT_PROGBITS, Data: []byte{0}},
+	)
+	_, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	if !errors.Is(err, elfcheck.ErrCorrupt) {
+		t.Fatalf("openObject = %v, want %v", err, elfcheck.ErrCorrupt)
+	}
+}
+
+// A claim a compressed section may hold but no memory should (more than
+// elfcheck.MaxSection) costs the library its debug information, never its
+// symbols.
+func TestCompressedClaimOverLimit(t *testing.T) {
+	noise := make([]byte, elfcheck.MaxSection/elfcheck.MaxRatio+4096)
+	rand.Read(noise)
+	lib := craftedLib(
+		testutil.Section{Name: ".debug_info", Type: elf.SHT_PROGBITS, Flags: elf.SHF_COMPRESSED, Data: testutil.Compressed(elfcheck.MaxSection+1, noise)},
+		testutil.Section{Name: ".debug_abbrev", Type: elf.SHT_PROGBITS, Data: []byte{0}},
+		testutil.Section{Name: ".debug_line", Type: elf.SHT_PROGBITS, Data: []byte{0}},
+	)
+	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if name, _, ok := o.symbolAt(0x1010); !ok || name != "crafted_func" {
+		t.Errorf("symbolAt = %q, %v; want crafted_func", name, ok)
+	}
+	if o.lineTable() != nil || !errors.Is(o.lineErr, elfcheck.ErrTooLarge) {
+		t.Errorf("line table read, error %v; want %v", o.lineErr, elfcheck.ErrTooLarge)
+	}
+}
+
+// A section that claims more bytes than the file holds is refused before
+// anything is allocated for it.
+func TestSectionPastFile(t *testing.T) {
+	lib := craftedLib()
+	// Section 1 (.symtab): its sh_size, in the headers at the file's end.
+	shoff := binary.LittleEndian.Uint64(lib[40:])
+	binary.LittleEndian.PutUint64(lib[shoff+64+32:], 1<<31-1)
+	_, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	if !errors.Is(err, elfcheck.ErrCorrupt) {
+		t.Fatalf("openObject = %v, want %v", err, elfcheck.ErrCorrupt)
+	}
+}
+
+// A line program whose offset or length runs past .debug_line is an
+// error, not an index out of range.
+func TestReadLineBounds(t *testing.T) {
+	line := make([]byte, 16)
+	binary.LittleEndian.PutUint32(line, 0xffffffff)
+	binary.LittleEndian.PutUint64(line[4:], 1<<62)
+	di := &debugInfo{order: binary.LittleEndian, line: &section{b: line, n: len(line), size: len(line)}}
+	for _, off := range []int64{0, 13, 16, 1 << 40, 1<<63 - 1} {
+		if err := di.readLine(off); err == nil {
+			t.Errorf("readLine(%d) = nil, want an error", off)
+		}
+	}
+}
