@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 )
 
 // libKey names a library file: the device and inode of its mapping.
@@ -47,19 +48,29 @@ func execMappings(pid int) ([]mappedLib, error) {
 // symbol table of an ELF file and returns which of our probe symbols it
 // defines as functions. A library stripped to .dynsym is enough.
 func exportedProbeSymbols(path string) (map[string]bool, error) {
-	f, err := elf.Open(path)
+	f, err := elfcheck.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
+	out, err := probeSymbolsOf(f.File)
+	if err != nil {
+		return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// probeSymbolsOf returns which of our probe symbols f, a file checked by
+// elfcheck, defines as functions.
+func probeSymbolsOf(f *elf.File) (map[string]bool, error) {
 	out := map[string]bool{}
-	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
-		syms, err := read()
+	for _, typ := range []elf.SectionType{elf.SHT_DYNSYM, elf.SHT_SYMTAB} {
+		syms, err := elfcheck.Symbols(f, typ)
 		if err != nil {
 			if errors.Is(err, elf.ErrNoSymbols) {
 				continue
 			}
-			return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+			return nil, err
 		}
 		for _, s := range syms {
 			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 {

@@ -11,24 +11,10 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
-// craftedFunc is a function symbol the crafted libraries define, so that
-// a test can tell their symbols survive what their DWARF does.
-func craftedSyms() (symtab, strtab []byte) {
-	strtab = []byte("\x00crafted_func\x00")
-	symtab = make([]byte, 2*elf.Sym64Size)
-	e := symtab[elf.Sym64Size:]
-	binary.LittleEndian.PutUint32(e[0:], 1)
-	e[4] = byte(elf.STB_GLOBAL)<<4 | byte(elf.STT_FUNC)
-	binary.LittleEndian.PutUint16(e[6:], 1) // any defined section
-	binary.LittleEndian.PutUint64(e[8:], 0x1000)
-	binary.LittleEndian.PutUint64(e[16:], 0x40)
-	return symtab, strtab
-}
-
 // craftedLib returns a library with a function symbol and the given DWARF
 // sections; the symbol table's string table is section 2.
 func craftedLib(debug ...testutil.Section) []byte {
-	symtab, strtab := craftedSyms()
+	symtab, strtab := testutil.Symbols(testutil.Symbol{Name: "crafted_func", Type: elf.STT_FUNC, Value: 0x1000, Size: 0x40})
 	secs := []testutil.Section{
 		{Name: ".symtab", Type: elf.SHT_SYMTAB, Link: 2, Entsize: elf.Sym64Size, Data: symtab},
 		{Name: ".strtab", Type: elf.SHT_STRTAB, Data: strtab},

@@ -279,18 +279,7 @@ func (o *Object) addPLT(f *elf.File) {
 	if f.Machine != elf.EM_X86_64 || len(o.strtab) >= 255 {
 		return
 	}
-	// debug/elf reads .dynsym and its strings whole: within the limits.
-	ds := sectionOfType(f, elf.SHT_DYNSYM)
-	if ds == nil || ds.Link >= uint32(len(f.Sections)) {
-		return
-	}
-	if _, err := elfcheck.Size(ds); err != nil {
-		return
-	}
-	if _, err := elfcheck.Size(f.Sections[ds.Link]); err != nil {
-		return
-	}
-	dyn, err := f.DynamicSymbols()
+	dyn, err := elfcheck.Symbols(f, elf.SHT_DYNSYM)
 	if err != nil {
 		return
 	}

@@ -179,3 +179,25 @@ func checkNames(r io.ReaderAt, size int64) error {
 	}
 	return nil
 }
+
+// Symbols returns the symbols of f's table of type typ (SHT_SYMTAB or
+// SHT_DYNSYM), as debug/elf reads them, once Size accepts the table and
+// its strings; elf.ErrNoSymbols when f has no such table.
+func Symbols(f *elf.File, typ elf.SectionType) ([]elf.Symbol, error) {
+	s := f.SectionByType(typ)
+	if s == nil {
+		return nil, elf.ErrNoSymbols
+	}
+	if _, err := Size(s); err != nil {
+		return nil, err
+	}
+	if s.Link > 0 && s.Link < uint32(len(f.Sections)) {
+		if _, err := Size(f.Sections[s.Link]); err != nil {
+			return nil, err
+		}
+	}
+	if typ == elf.SHT_DYNSYM {
+		return f.DynamicSymbols()
+	}
+	return f.Symbols()
+}

@@ -101,8 +101,33 @@ func Compressed(claim uint64, data []byte) []byte {
 	binary.LittleEndian.PutUint64(hdr[8:], claim)
 	binary.LittleEndian.PutUint64(hdr[16:], 1)
 	b.Write(hdr[:])
-	w := zlib.NewWriter(&b)
+	w, _ := zlib.NewWriterLevel(&b, zlib.BestSpeed)
 	w.Write(data)
 	w.Close()
 	return b.Bytes()
+}
+
+// Symbol is one entry of a symbol table Symbols writes.
+type Symbol struct {
+	Name        string
+	Type        elf.SymType
+	Value, Size uint64
+}
+
+// Symbols returns an ELF64 symbol table of syms (global, defined in
+// section 1) after the null symbol, and its string table.
+func Symbols(syms ...Symbol) (symtab, strtab []byte) {
+	strtab = []byte{0}
+	symtab = make([]byte, elf.Sym64Size, (len(syms)+1)*elf.Sym64Size)
+	for _, s := range syms {
+		var e [elf.Sym64Size]byte
+		binary.LittleEndian.PutUint32(e[0:], uint32(len(strtab)))
+		e[4] = byte(elf.STB_GLOBAL)<<4 | byte(s.Type)
+		binary.LittleEndian.PutUint16(e[6:], 1)
+		binary.LittleEndian.PutUint64(e[8:], s.Value)
+		binary.LittleEndian.PutUint64(e[16:], s.Size)
+		symtab = append(symtab, e[:]...)
+		strtab = append(append(strtab, s.Name...), 0)
+	}
+	return symtab, strtab
 }
