@@ -40,6 +40,9 @@ const (
 	DefaultTimelinePath = "/root/timeline"
 	DefaultBasePort     = 18888
 	DefaultPushInterval = 15 * time.Second
+	// MinHangTimeout is the least hang timeout taken: below it a rank
+	// checked about once a second would be called hung between checks.
+	MinHangTimeout = time.Second
 )
 
 // variable describes one setting: its names, default and how it is parsed.
@@ -57,10 +60,17 @@ type variable struct {
 // printed settings.
 var variables = []variable{
 	{env: "XPU_TIMER_HANG_TIMEOUT", flag: "hang-timeout", def: "300", kind: "duration",
-		usage: "how long GPU work may stay outstanding before the rank counts as hung (seconds, or a duration like 5s)",
-		set: func(c *Config, v string) (err error) {
-			c.HangTimeout, err = parseSeconds(v)
-			return err
+		usage: "how long GPU work may stay outstanding before the rank counts as hung (seconds, or a duration like 5s; at least 1s)",
+		set: func(c *Config, v string) error {
+			d, err := parseSeconds(v)
+			if err != nil {
+				return err
+			}
+			if d < MinHangTimeout {
+				return fmt.Errorf("%q: under the %v minimum", v, MinHangTimeout)
+			}
+			c.HangTimeout = d
+			return nil
 		}},
 	{env: "XPU_TIMER_TIMELINE_PATH", flag: "timeline-path", def: DefaultTimelinePath, kind: "string",
 		usage: "directory for hang stack dumps",

@@ -56,13 +56,18 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
 			return ExitStatus(code)
 		}
-		cfg, err := b.Load()
-		if err != nil {
-			return fail(2, fmt.Errorf("configuration: %w", err))
+		// A bad value on the command line was refused (exit 2) when the
+		// flags were parsed: the user typed it. One from the environment
+		// or the config file, which the job's platform may set for every
+		// job, never stops the job: it is told once and its default taken.
+		cfg, bad := b.LoadLenient()
+		for _, inv := range bad {
+			fmt.Fprintln(cmd.ErrOrStderr(), SettingNotice(inv))
 		}
 		log, closer, err := config.Logger(cfg.LoggingDir, "xpu_timer_launch", slog.LevelInfo)
 		if err != nil {
-			return fail(1, err)
+			fmt.Fprintf(cmd.ErrOrStderr(), "xpu_timer_launch: ignoring XPU_TIMER_LOGGING_DIR %q: %v; logging to stderr instead\n", cfg.LoggingDir, err)
+			log, closer, _ = config.Logger("", "xpu_timer_launch", slog.LevelInfo)
 		}
 		defer closer.Close()
 		log = log.With("component", "xpu_timer_launch")
@@ -76,6 +81,16 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 		return nil
 	}
 	return cmd
+}
+
+// SettingNotice is the line printed for a setting refused and replaced by
+// its default.
+func SettingNotice(inv *config.Invalid) string {
+	def := inv.Default
+	if def == "" {
+		def = "unset"
+	}
+	return fmt.Sprintf("xpu_timer_launch: ignoring %v; using the default (%s) instead", inv, def)
 }
 
 // Streams are the child's standard streams; Err also takes the notice.
