@@ -5,6 +5,7 @@ import (
 	"debug/dwarf"
 	"slices"
 	"sort"
+	"unsafe"
 )
 
 // scope is a function or an inlined call of one compile unit.
@@ -137,6 +138,9 @@ func (lt *lineTable) unitInfo(off dwarf.Offset) *unitInfo {
 	}()
 	slices.SortFunc(u.scopes, func(a, b scope) int { return cmp.Compare(a.lo, b.lo) })
 	lt.infos[off] = u
+	if lt.mem != nil {
+		lt.mem.Add(int64(cap(u.scopes))*int64(unsafe.Sizeof(scope{})) + int64(len(u.funcs)+len(u.sites))*64 + unitOverhead)
+	}
 	return u
 }
 

@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
@@ -91,6 +93,7 @@ func (o *Object) debugFiles(f *elf.File) []string {
 // of one object. Its fields are guarded by mu.
 type lineTable struct {
 	mu    sync.Mutex
+	mem   *atomic.Int64 // the object's Bytes
 	di    *debugInfo
 	units []unitRange // by lo; off is the unit's header
 	// per-unit data, filled on first use
@@ -127,6 +130,24 @@ func (lt *lineTable) entryOf(off dwarf.Offset) dwarf.Offset {
 		panic(err)
 	}
 	return h.die
+}
+
+// unitOverhead is what debug/dwarf and our maps keep per unit read,
+// beyond the decoded rows and scopes counted one by one: an estimate.
+const unitOverhead = 1 << 10
+
+// bytes returns the memory the sections read hold, inflated.
+func (di *debugInfo) bytes() int64 {
+	var n int
+	for _, s := range []*section{di.info, di.abbrev, di.line} {
+		if s != nil {
+			n += len(s.b)
+		}
+	}
+	for _, b := range di.sec {
+		n += cap(b)
+	}
+	return int64(n)
 }
 
 type unitRange struct {
@@ -190,7 +211,8 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 		o.lineErr = fmt.Errorf("read debug information of %s: %w", o.Path, err)
 		return
 	}
-	lt := &lineTable{di: di, rows: map[dwarf.Offset][]lineRow{}}
+	lt := &lineTable{mem: &o.mem, di: di, rows: map[dwarf.Offset][]lineRow{}}
+	lt.mem.Add(di.bytes())
 	if b := di.sec["aranges"]; b != nil {
 		lt.units, err = aranges(b, src.ByteOrder)
 	}
@@ -317,5 +339,6 @@ func (lt *lineTable) unitRows(off dwarf.Offset) (rows []lineRow, err error) {
 		return cmp.Compare(b2i(b.end), b2i(a.end)) // an end of sequence gives way to a new row at the same address
 	})
 	lt.rows[off] = rows
+	lt.mem.Add(int64(cap(rows))*int64(unsafe.Sizeof(lineRow{})) + unitOverhead)
 	return rows, nil
 }

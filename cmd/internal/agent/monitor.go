@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/gpu"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 )
@@ -51,6 +52,7 @@ func OpenMonitor(cfg config.Config, mo MonitorOptions) (*Monitor, error) {
 		return nil, err
 	}
 	capt := NewCapturer(tr)
+	dump.Shared().Cache().SetLimit(cfg.SymbolCacheBytes)
 	if ok, why := PtraceAllowed(); !ok {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")

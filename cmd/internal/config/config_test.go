@@ -32,7 +32,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second}
+	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: DefaultSymbolCacheBytes}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
@@ -87,7 +87,7 @@ func TestPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second}
+			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: DefaultSymbolCacheBytes}
 			tc.want(&want)
 			if !reflect.DeepEqual(c, want) {
 				t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -270,7 +270,7 @@ func TestLoadLenient(t *testing.T) {
 			b := Bind(fs)
 			b.lookup = func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
 			c, bad := b.LoadLenient()
-			want := Config{HangTimeout: DefaultHangTimeout, TimelinePath: DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: DefaultPushInterval}
+			want := Config{HangTimeout: DefaultHangTimeout, TimelinePath: DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: DefaultPushInterval, SymbolCacheBytes: DefaultSymbolCacheBytes}
 			if tc.want != nil {
 				tc.want(&want)
 			}
@@ -308,5 +308,22 @@ func TestFlagTimeoutMinimum(t *testing.T) {
 	}
 	if c, _, err := load(t, []string{"--hang-timeout", "1"}, nil); err != nil || c.HangTimeout != time.Second {
 		t.Errorf("--hang-timeout 1: %v, %v", c.HangTimeout, err)
+	}
+}
+
+func TestSymbolCacheBytes(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int64
+	}{{"1000", 1000}, {"256MiB", 256 << 20}, {"1Gi", 1 << 30}, {" 64 KiB ", 64 << 10}, {"2G", 2 << 30}} {
+		c, _, err := load(t, nil, map[string]string{"XPU_TIMER_SYMBOL_CACHE_BYTES": tc.v})
+		if err != nil || c.SymbolCacheBytes != tc.want {
+			t.Errorf("%q: %d, %v; want %d", tc.v, c.SymbolCacheBytes, err, tc.want)
+		}
+	}
+	for _, v := range []string{"0", "-1", "lots", "1TiB", "99999999999GiB", "MiB"} {
+		if _, _, err := load(t, []string{"--symbol-cache-bytes", v}, nil); err == nil {
+			t.Errorf("--symbol-cache-bytes %q accepted", v)
+		}
 	}
 }

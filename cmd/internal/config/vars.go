@@ -29,6 +29,8 @@ type Config struct {
 	PushInterval time.Duration // XPU_TIMER_PUSH_INTERVAL, default 15s: re-push period while hung
 	Libraries    []string      // XPU_TIMER_LIBRARIES: extra vendor library paths
 
+	SymbolCacheBytes int64 // XPU_TIMER_SYMBOL_CACHE_BYTES, default DefaultSymbolCacheBytes
+
 	JobName string // XPU_TIMER_JOB_NAME, else ELASTIC_JOB_NAME, else JOB_NAME
 	PodName string // XPU_TIMER_POD_NAME, else POD_NAME, else HOSTNAME
 	IP      string // XPU_TIMER_IP, else POD_IP
@@ -40,6 +42,9 @@ const (
 	DefaultTimelinePath = "/root/timeline"
 	DefaultBasePort     = 18888
 	DefaultPushInterval = 15 * time.Second
+	// DefaultSymbolCacheBytes bounds the parsed libraries kept across dumps
+	// (symbols.DefaultCacheBytes): a quarter of the agent's 1 GiB limit.
+	DefaultSymbolCacheBytes = 256 << 20
 	// MinHangTimeout is the least hang timeout taken: below it a rank
 	// checked about once a second would be called hung between checks.
 	MinHangTimeout = time.Second
@@ -145,6 +150,12 @@ var variables = []variable{
 			}
 			return nil
 		}},
+	{env: "XPU_TIMER_SYMBOL_CACHE_BYTES", flag: "symbol-cache-bytes", def: strconv.Itoa(DefaultSymbolCacheBytes), kind: "bytes",
+		usage: "memory the parsed libraries kept across dumps may take (bytes, or with a KiB, MiB or GiB suffix)",
+		set: func(c *Config, v string) (err error) {
+			c.SymbolCacheBytes, err = parseBytes(v)
+			return err
+		}},
 	{env: "XPU_TIMER_JOB_NAME", flag: "job-name", fallbacks: []string{"ELASTIC_JOB_NAME", "JOB_NAME"}, kind: "string",
 		usage: "job_name label (default $ELASTIC_JOB_NAME, then $JOB_NAME)",
 		set:   func(c *Config, v string) error { c.JobName = v; return nil }},
@@ -192,4 +203,30 @@ func parsePort(v string) (int, error) {
 		return 0, fmt.Errorf("%q: want a port number 0-65535", v)
 	}
 	return n, nil
+}
+
+// parseBytes accepts a positive byte count, optionally with a KiB, MiB or
+// GiB suffix (also K, M, G, Ki, Mi, Gi: all powers of 1024).
+func parseBytes(v string) (int64, error) {
+	t := strings.TrimSpace(v)
+	shift := 0
+	for _, u := range []struct {
+		suffixes []string
+		shift    int
+	}{{[]string{"GiB", "Gi", "G"}, 30}, {[]string{"MiB", "Mi", "M"}, 20}, {[]string{"KiB", "Ki", "K"}, 10}} {
+		for _, s := range u.suffixes {
+			if n, ok := strings.CutSuffix(t, s); ok {
+				t, shift = strings.TrimSpace(n), u.shift
+				break
+			}
+		}
+		if shift != 0 {
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)>>shift {
+		return 0, fmt.Errorf("%q: want a positive number of bytes (268435456, 256MiB)", v)
+	}
+	return n << shift, nil
 }
