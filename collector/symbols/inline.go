@@ -36,7 +36,11 @@ func (lt *lineTable) unitInfo(off dwarf.Offset) *unitInfo {
 	}
 	u := &unitInfo{funcs: map[uint64]*function{}, sites: map[uint64]*callSite{}}
 	func() {
-		defer func() { recover() }() // corrupt DWARF: what was read so far
+		defer func() { // corrupt DWARF: what was read so far
+			if r := recover(); r != nil {
+				recovered(r)
+			}
+		}()
 		d := lt.data(off)
 		rd := d.Reader()
 		rd.Seek(lt.entryOf(off))

@@ -194,7 +194,7 @@ func (o *Object) loadLines() {
 func (o *Object) linesFrom(f *elf.File, contents file) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.lines, o.lineErr = nil, fmt.Errorf("read debug information of %s: %v", o.Path, r)
+			o.lines, o.lineErr = nil, fmt.Errorf("read debug information of %s: %w", o.Path, recovered(r))
 		}
 	}()
 	src := f
@@ -261,7 +261,11 @@ func (lt *lineTable) warm(vaddrs []uint64) {
 		}
 	}
 	func() {
-		defer func() { recover() }() // a unit that cannot be read: each lookup finds out
+		defer func() { // a unit that cannot be read: each lookup finds out
+			if r := recover(); r != nil {
+				recovered(r)
+			}
+		}()
 		lt.data(offs...)
 	}()
 	for _, v := range vaddrs {
@@ -309,7 +313,7 @@ func (lt *lineTable) unitRows(off dwarf.Offset) (rows []lineRow, err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			rows, err = nil, fmt.Errorf("read unit at %#x: %v", off, r)
+			rows, err = nil, fmt.Errorf("read unit at %#x: %w", off, recovered(r))
 		}
 	}()
 	d := lt.data(off)

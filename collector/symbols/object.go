@@ -228,7 +228,7 @@ func (o *Object) loadSymbols() error {
 func (o *Object) symbolsFrom(f *elf.File) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.symErr = fmt.Errorf("read symbols of %s: %v", o.Path, r)
+			o.symErr = fmt.Errorf("read symbols of %s: %w", o.Path, recovered(r))
 		}
 	}()
 	o.addSymbols(f)

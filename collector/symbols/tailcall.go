@@ -66,6 +66,7 @@ func (lt *lineTable) entry(off dwarf.Offset) (e *dwarf.Entry) {
 	defer func() {
 		if r := recover(); r != nil {
 			e = nil
+			recovered(r)
 		}
 	}()
 	rd := lt.data(off).Reader()
