@@ -37,7 +37,7 @@ var ErrTooLarge = errors.New("section too large")
 // and checks every section against the file: it must lie inside it, and a
 // compressed one must claim no more than MaxRatio times its size.
 func NewFile(r io.ReaderAt, size int64) (*elf.File, error) {
-	if err := checkNames(r, size); err != nil {
+	if err := checkHeaders(r, size); err != nil {
 		return nil, err
 	}
 	f, err := elf.NewFile(io.NewSectionReader(r, 0, size))
@@ -119,10 +119,12 @@ func Data(s *elf.Section) ([]byte, error) {
 	return s.Data()
 }
 
-// checkNames refuses a file whose section name table is compressed: a
-// table debug/elf would inflate, whatever its claimed size, while parsing
-// the headers. Other oddities are left for debug/elf to find.
-func checkNames(r io.ReaderAt, size int64) error {
+// checkHeaders refuses a file whose program or section header table runs
+// past its end (debug/elf would read it in 10 MB chunks before finding
+// out), and one whose section name table is compressed: a table debug/elf
+// would inflate, whatever its claimed size, while parsing the headers.
+// Other oddities are left for debug/elf to find.
+func checkHeaders(r io.ReaderAt, size int64) error {
 	var h [64]byte
 	if size < 52 {
 		return nil
@@ -137,19 +139,40 @@ func checkNames(r io.ReaderAt, size int64) error {
 	}
 	// Offsets of e_shoff, e_shentsize, e_shstrndx, and in a section
 	// header of sh_flags and sh_link, by class.
-	var shoff, shentsize, shstrndx, flagsLen, linkOff uint64
+	var phoff, phentsize, phnum, shoff, shentsize, shnum, shstrndx, flagsLen, linkOff uint64
 	switch elf.Class(h[elf.EI_CLASS]) {
 	case elf.ELFCLASS64:
 		if n < 64 {
 			return nil
 		}
-		shoff, shentsize, shstrndx = order.Uint64(h[0x28:]), uint64(order.Uint16(h[0x3a:])), uint64(order.Uint16(h[0x3e:]))
+		phoff, phentsize, phnum = order.Uint64(h[0x20:]), uint64(order.Uint16(h[0x36:])), uint64(order.Uint16(h[0x38:]))
+		shoff, shentsize, shnum, shstrndx = order.Uint64(h[0x28:]), uint64(order.Uint16(h[0x3a:])), uint64(order.Uint16(h[0x3c:])), uint64(order.Uint16(h[0x3e:]))
 		flagsLen, linkOff = 8, 40
 	case elf.ELFCLASS32:
-		shoff, shentsize, shstrndx = uint64(order.Uint32(h[0x20:])), uint64(order.Uint16(h[0x2e:])), uint64(order.Uint16(h[0x32:]))
+		phoff, phentsize, phnum = uint64(order.Uint32(h[0x1c:])), uint64(order.Uint16(h[0x2a:])), uint64(order.Uint16(h[0x2c:]))
+		shoff, shentsize, shnum, shstrndx = uint64(order.Uint32(h[0x20:])), uint64(order.Uint16(h[0x2e:])), uint64(order.Uint16(h[0x30:])), uint64(order.Uint16(h[0x32:]))
 		flagsLen, linkOff = 4, 24
 	default:
 		return nil
+	}
+	if phnum > 0 && (phoff > uint64(size) || phnum*phentsize > uint64(size)-phoff) {
+		return fmt.Errorf("%d program headers at %d run past the file's %d bytes: %w", phnum, phoff, size, ErrCorrupt)
+	}
+	if shoff > uint64(size) {
+		return fmt.Errorf("section headers at %d past the file's %d bytes: %w", shoff, size, ErrCorrupt)
+	}
+	if shoff > 0 && shnum == 0 && shentsize >= linkOff+4 {
+		// The count is the sh_size of section 0.
+		var cnt [8]byte
+		if _, err := r.ReadAt(cnt[:flagsLen], int64(shoff+linkOff-flagsLen)); err == nil {
+			shnum = uint64(order.Uint32(cnt[:]))
+			if flagsLen == 8 {
+				shnum = order.Uint64(cnt[:])
+			}
+		}
+	}
+	if shnum > 0 && shentsize > 0 && shnum > (uint64(size)-shoff)/shentsize {
+		return fmt.Errorf("%d section headers at %d run past the file's %d bytes: %w", shnum, shoff, size, ErrCorrupt)
 	}
 	if shoff == 0 || shoff > uint64(size) || shstrndx == 0 || shentsize < linkOff+4 {
 		return nil

@@ -131,3 +131,24 @@ func FuzzNewFile(f *testing.F) {
 		}
 	})
 }
+
+// Header tables that run past the file are refused before debug/elf
+// reads them (it allocates 10 MB to find out).
+func TestHeaderTables(t *testing.T) {
+	for name, patch := range map[string]func(b []byte){
+		"phnum": func(b []byte) { binary.LittleEndian.PutUint16(b[0x38:], 0xffff) },
+		"phoff": func(b []byte) { binary.LittleEndian.PutUint64(b[0x20:], 1<<40) },
+		"shnum": func(b []byte) { binary.LittleEndian.PutUint16(b[0x3c:], 0xfff0) },
+		"shoff": func(b []byte) { binary.LittleEndian.PutUint64(b[0x28:], 1<<40) },
+		"shnum in 0": func(b []byte) {
+			binary.LittleEndian.PutUint16(b[0x3c:], 0)
+			binary.LittleEndian.PutUint64(shdr(b, 0)[32:], 1<<62)
+		},
+	} {
+		b := testutil.ELF(testutil.Section{Name: ".text", Type: elf.SHT_PROGBITS, Data: make([]byte, 16)})
+		patch(b)
+		if _, err := NewFile(bytes.NewReader(b), int64(len(b))); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: NewFile = %v, want %v", name, err, ErrCorrupt)
+		}
+	}
+}
