@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"bytes"
 	"crypto/rand"
 	"debug/elf"
 	"os"
@@ -53,4 +54,22 @@ func TestExportedProbeSymbolsCrafted(t *testing.T) {
 	if _, err := exportedProbeSymbols("/dev/zero"); err == nil {
 		t.Error("exportedProbeSymbols(/dev/zero) = nil, want an error")
 	}
+}
+
+// FuzzProbeSymbols reads probe symbols from crafted ELF files.
+func FuzzProbeSymbols(f *testing.F) {
+	f.Add(craftedProbeLib(elf.SHF_ALLOC, func(b []byte) []byte { return b }))
+	f.Add(craftedProbeLib(elf.SHF_COMPRESSED, func(b []byte) []byte { return testutil.Compressed(uint64(len(b)), b) }))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ef, err := elfcheck.NewFile(bytes.NewReader(b), int64(len(b)))
+		if err != nil {
+			return
+		}
+		syms, err := probeSymbolsOf(ef)
+		for name := range syms {
+			if _, ok := probeBySymbol[name]; !ok || err != nil {
+				t.Fatalf("symbol %q, error %v", name, err)
+			}
+		}
+	})
 }
