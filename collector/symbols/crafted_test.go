@@ -84,3 +84,26 @@ func TestReadLineBounds(t *testing.T) {
 		}
 	}
 }
+
+// Sections each under the limit but over it together cost the library its
+// debug information, not a multiple of the limit in memory.
+func TestDebugSectionsTogetherOverLimit(t *testing.T) {
+	noise := make([]byte, elfcheck.MaxSection/2/elfcheck.MaxRatio+4096)
+	rand.Read(noise)
+	claim := uint64(elfcheck.MaxSection/2 + 1)
+	lib := craftedLib(
+		testutil.Section{Name: ".debug_info", Type: elf.SHT_PROGBITS, Flags: elf.SHF_COMPRESSED, Data: testutil.Compressed(claim, noise)},
+		testutil.Section{Name: ".debug_abbrev", Type: elf.SHT_PROGBITS, Flags: elf.SHF_COMPRESSED, Data: testutil.Compressed(claim, noise)},
+		testutil.Section{Name: ".debug_line", Type: elf.SHT_PROGBITS, Data: []byte{0}},
+	)
+	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.lineTable() != nil || !errors.Is(o.lineErr, elfcheck.ErrTooLarge) {
+		t.Errorf("line table read, error %v; want %v", o.lineErr, elfcheck.ErrTooLarge)
+	}
+	if o.Bytes() > 1<<20 {
+		t.Errorf("object holds %d bytes", o.Bytes())
+	}
+}

@@ -318,6 +318,17 @@ func openDebugInfo(f *elf.File, file file) (di *debugInfo, err error) {
 	if f.Section(".zdebug_info") != nil {
 		return nil, errors.New("legacy compressed debug sections")
 	}
+	// Each section is within elfcheck.MaxSection; together as well, so
+	// that one library's DWARF cannot take several times the limit.
+	var total uint64
+	for _, name := range append([]string{"info", "abbrev", "line"}, wholeSections...) {
+		if s := f.Section(".debug_" + name); s != nil && s.Type != elf.SHT_NOBITS {
+			total += s.Size
+		}
+	}
+	if total > elfcheck.MaxSection {
+		return nil, fmt.Errorf("debug sections of %d bytes, more than %d: %w", total, elfcheck.MaxSection, elfcheck.ErrTooLarge)
+	}
 	di = &debugInfo{order: f.ByteOrder, sec: map[string][]byte{}, file: file}
 	for name, p := range map[string]**section{"info": &di.info, "abbrev": &di.abbrev, "line": &di.line} {
 		s := f.Section(".debug_" + name)
