@@ -1,10 +1,14 @@
 package symbols
 
 import (
+	"bufio"
 	"crypto/rand"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
@@ -105,5 +109,61 @@ func TestDebugSectionsTogetherOverLimit(t *testing.T) {
 	}
 	if o.Bytes() > 1<<20 {
 		t.Errorf("object holds %d bytes", o.Bytes())
+	}
+}
+
+// A process mapping the crafted library of issue 16 (2^40 bytes claimed)
+// executable: reading it ahead, as the agent does when the process makes
+// its first GPU call, costs that library's symbols and nothing else.
+func TestWarmCraftedLibrary(t *testing.T) {
+	lib := craftedLib(
+		testutil.Section{Name: ".debug_info", Type: elf.SHT_PROGBITS, Flags: elf.SHF_COMPRESSED, Data: testutil.Compressed(1<<40, []byte("tiny"))},
+		testutil.Section{Name: ".debug_abbrev", Type: elf.SHT_PROGBITS, Data: []byte{0}},
+	)
+	path := filepath.Join(t.TempDir(), "libcrafted.so")
+	if err := os.WriteFile(path, lib, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("python3", "-c", `import mmap, sys, time
+f = open(sys.argv[1], "rb")
+m = mmap.mmap(f.fileno(), 0, prot=mmap.PROT_READ | mmap.PROT_EXEC)
+print("mapped", flush=True)
+time.sleep(60)`, path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "mapped\n" {
+		t.Fatalf("python: %q, %v", line, err)
+	}
+	c := NewCache()
+	if err := c.Warm(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Process(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range p.Mappings() {
+		if m.Path != path || !m.Exec() {
+			continue
+		}
+		found = true
+		mod, ok := p.Module(m.Start)
+		if !ok || mod.Object != nil {
+			t.Errorf("crafted library read: %+v", mod)
+		}
+	}
+	if !found {
+		t.Fatal("the crafted library is not mapped executable")
+	}
+	if c.Len() == 0 {
+		t.Error("nothing else of the process was read ahead")
 	}
 }
