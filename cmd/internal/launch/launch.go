@@ -32,7 +32,10 @@ SIGINT, SIGTERM and SIGHUP to it and exits with its status (128+N when signal
 N killed it). It follows every process CMD starts, decides from eBPF probes on
 CUDA/NCCL (and MACA/MCCL) calls when a rank hangs, dumps every rank on the node
 into the timeline path and serves Prometheus metrics. Flags end at CMD, so
-CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
+CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.
+A bad flag value is a usage error (exit status 2, CMD is not started); a bad
+XPU_TIMER_* value from the environment or the settings file is told once on
+stderr and its default taken, and CMD runs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true, // the job's exit status is not an error to print
 	}
