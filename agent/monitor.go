@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/gpu"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 )
@@ -41,6 +42,7 @@ type MonitorOptions struct {
 	Port         int           // /metrics port; 0 picks a free one
 	Pushgateway  string        // Pushgateway URL; "" disables pushing
 	PushInterval time.Duration // re-push period while a rank stays hung
+	SymbolCache  int64         // bytes of parsed libraries kept across dumps; 0: symbols.DefaultCacheBytes
 
 	Logger   *slog.Logger
 	OnReport func(Report)
@@ -62,6 +64,7 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 		return nil, err
 	}
 	capt := NewCapturer(tr)
+	dump.Shared().Cache().SetLimit(cfg.SymbolCache)
 	if ok, why := PtraceAllowed(); !ok {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
@@ -49,19 +50,29 @@ func execMappings(pid int) ([]mappedLib, error) {
 // attached at): attaching then needs no second read of the symbols. A
 // library stripped to .dynsym is enough.
 func exportedProbeSymbols(path string) (map[string]uint64, error) {
-	f, err := elf.Open(path)
+	f, err := elfcheck.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
+	out, err := probeSymbolsOf(f.File)
+	if err != nil {
+		return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// probeSymbolsOf returns which of our probe symbols f, a file checked by
+// elfcheck, defines as functions, with their file offsets.
+func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 	out := map[string]uint64{}
-	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
-		syms, err := read()
+	for _, typ := range []elf.SectionType{elf.SHT_DYNSYM, elf.SHT_SYMTAB} {
+		syms, err := elfcheck.Symbols(f, typ)
 		if err != nil {
 			if errors.Is(err, elf.ErrNoSymbols) {
 				continue
 			}
-			return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+			return nil, err
 		}
 		for _, s := range syms {
 			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 {
@@ -73,23 +84,22 @@ func exportedProbeSymbols(path string) (map[string]uint64, error) {
 			if _, done := out[s.Name]; done {
 				continue
 			}
-			if off, ok := fileOffset(f, s.Value); ok {
-				out[s.Name] = off
-			}
+			out[s.Name] = fileOffset(f, s.Value)
 		}
 	}
 	return out, nil
 }
 
 // fileOffset converts a symbol's virtual address to its offset in the
-// file, through the executable PT_LOAD segment that holds it.
-func fileOffset(f *elf.File, addr uint64) (uint64, bool) {
+// file, through the executable PT_LOAD segment that holds it; without one
+// the address is taken as the offset, as link.Executable does.
+func fileOffset(f *elf.File, addr uint64) uint64 {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr <= addr && addr < p.Vaddr+p.Memsz {
-			return addr - p.Vaddr + p.Off, true
+			return addr - p.Vaddr + p.Off
 		}
 	}
-	return 0, false
+	return addr
 }
 
 // wanted reports whether a mapped file deserves a symbol scan: a known

@@ -70,7 +70,7 @@ func (r *Reader) unicode(addr uint64) (string, error) {
 	// One read usually covers header and data.
 	const guess = 160
 	b := make([]byte, l.compactSize+guess)
-	n, err := readPartial(r.pid, addr, b)
+	n, err := r.mem.readPartial(addr, b)
 	if err != nil {
 		return "", err
 	}
@@ -94,7 +94,7 @@ func (r *Reader) unicode(addr uint64) (string, error) {
 	need := start + length*kind
 	if int64(len(b)) < need {
 		b = make([]byte, need)
-		if err := readMem(r.pid, addr, b); err != nil {
+		if err := r.mem.read(addr, b); err != nil {
 			return "", err
 		}
 	}
@@ -153,5 +153,5 @@ func (r *Reader) bytes(addr uint64) ([]byte, error) {
 		return nil, fmt.Errorf("bytes %#x: size %d: %w", addr, n, errInconsistent)
 	}
 	data := make([]byte, n)
-	return data, readMem(r.pid, addr+uint64(l.bytesData), data)
+	return data, r.mem.read(addr+uint64(l.bytesData), data)
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
@@ -58,11 +59,17 @@ func loadImage(path, name, key string) (*image, error) {
 // parseImage reads the file at path; name is its path in the process,
 // whose base name may carry the version ("libpython3.9.so.1.0").
 func parseImage(path, name string) (*image, error) {
-	f, err := elf.Open(path)
+	f, err := elfcheck.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
+	return imageOf(f.File, name)
+}
+
+// imageOf reads what the reader needs from f, a file checked by elfcheck;
+// name is its path in the process.
+func imageOf(f *elf.File, name string) (*image, error) {
 	syms := map[string]uint64{}
 	want := map[string]bool{"_PyRuntime": true, "Py_Version": true}
 	for _, s := range typeSymbols {
@@ -77,11 +84,11 @@ func parseImage(path, name string) (*image, error) {
 			}
 		}
 	}
-	dyn, _ := f.DynamicSymbols()
+	dyn, _ := elfcheck.Symbols(f, elf.SHT_DYNSYM)
 	collect(dyn)
 	// .symtab is slow to parse: only when .dynsym lacks _PyRuntime.
 	if syms["_PyRuntime"] == 0 {
-		list, _ := f.Symbols()
+		list, _ := elfcheck.Symbols(f, elf.SHT_SYMTAB)
 		collect(list)
 	}
 	if syms["_PyRuntime"] == 0 {
@@ -106,7 +113,7 @@ func parseImage(path, name string) (*image, error) {
 	if im.version == 0 && im.nameVers != "" {
 		if im.rodataV = rodataVersion(f, im.nameVers); im.rodataV == "" {
 			// Py_GetVersion's static buffer, a local symbol.
-			list, _ := f.Symbols()
+			list, _ := elfcheck.Symbols(f, elf.SHT_SYMTAB)
 			for _, s := range list {
 				if s.Name == "version.0" {
 					im.buffer = s.Value
@@ -121,8 +128,8 @@ func parseImage(path, name string) (*image, error) {
 // file's sections.
 func readUint64At(f *elf.File, addr uint64) uint64 {
 	for _, s := range f.Sections {
-		if s.Type == elf.SHT_NOBITS || addr < s.Addr || addr+8 > s.Addr+s.Size {
-			continue
+		if s.Type == elf.SHT_NOBITS || s.ReaderAt == nil || addr < s.Addr || addr-s.Addr > s.Size || s.Size-(addr-s.Addr) < 8 {
+			continue // a compressed section has no ReaderAt
 		}
 		b := make([]byte, 8)
 		if _, err := s.ReadAt(b, int64(addr-s.Addr)); err != nil {
@@ -141,7 +148,7 @@ func rodataVersion(f *elf.File, majorMinor string) string {
 	if s == nil {
 		return ""
 	}
-	data, err := s.Data()
+	data, err := elfcheck.Data(s)
 	if err != nil {
 		return ""
 	}

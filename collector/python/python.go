@@ -45,6 +45,7 @@ type Thread struct {
 type Reader struct {
 	mu      sync.Mutex
 	pid     int
+	mem     memory // pid's
 	l       layout
 	version string
 	path    string // file that defines _PyRuntime
@@ -61,7 +62,7 @@ func Open(pid int) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{pid: pid, path: loc.path, runtime: loc.runtime + loc.bias,
+	r := &Reader{pid: pid, mem: processMemory(pid), path: loc.path, runtime: loc.runtime + loc.bias,
 		types: map[string]uint64{}, codes: map[uint64]*codeInfo{}, checked: map[uint64]*codeInfo{}}
 	for k, v := range loc.types {
 		if v != 0 {
@@ -69,7 +70,7 @@ func Open(pid int) (*Reader, error) {
 		}
 	}
 	head := make([]byte, debugOffsetsSize)
-	if err := readMem(pid, r.runtime, head); err != nil {
+	if err := r.mem.read(r.runtime, head); err != nil {
 		return nil, fmt.Errorf("read _PyRuntime of %d: %w", pid, err)
 	}
 	if string(head[:8]) == "xdebugpy" {
@@ -100,6 +101,23 @@ func Open(pid int) (*Reader, error) {
 	}
 	r.l = l
 	return r, nil
+}
+
+// memory is the target's memory, as the reader reads it.
+type memory interface {
+	// read reads len(buf) bytes at addr, all or an error.
+	read(addr uint64, buf []byte) error
+	// readPartial reads up to len(buf) bytes at addr, as far as they are
+	// mapped, and returns how many.
+	readPartial(addr uint64, buf []byte) (int, error)
+}
+
+// processMemory reads the memory of the process it is the id of.
+type processMemory int
+
+func (p processMemory) read(addr uint64, buf []byte) error { return readMem(int(p), addr, buf) }
+func (p processMemory) readPartial(addr uint64, buf []byte) (int, error) {
+	return readPartial(int(p), addr, buf)
 }
 
 // hexVersion spells a PY_VERSION_HEX value: 0x030b07f0 is "3.11.7".
@@ -149,7 +167,7 @@ func (r *Reader) bufferVersion(loc *located) string {
 		return ""
 	}
 	b := make([]byte, 32)
-	if err := readMem(r.pid, loc.buffer+loc.bias, b); err != nil {
+	if err := r.mem.read(loc.buffer+loc.bias, b); err != nil {
 		return ""
 	}
 	v := string(versionPrefix.Find(b))

@@ -24,7 +24,7 @@ func (r *Reader) read(addr uint64, n int64) ([]byte, error) {
 		return nil, fmt.Errorf("pointer %#x: %w", addr, errInconsistent)
 	}
 	b := make([]byte, n)
-	return b, readMem(r.pid, addr, b)
+	return b, r.mem.read(addr, b)
 }
 
 func (r *Reader) ptr(addr uint64) (uint64, error) {
@@ -124,7 +124,7 @@ func (r *Reader) gilHolder(holderAddr, lockedAddr uint64) (uint64, error) {
 		return 0, err
 	}
 	b := make([]byte, 4)
-	if err := readMem(r.pid, lockedAddr, b); err != nil {
+	if err := r.mem.read(lockedAddr, b); err != nil {
 		return 0, err
 	}
 	if binary.LittleEndian.Uint32(b) == 0 {
@@ -292,7 +292,7 @@ func (r *Reader) pthreadTIDs(ts []Thread, live map[int]bool) {
 	if r.tidOff != 0 {
 		b := make([]byte, 4)
 		for i := range ts {
-			if validPtr(ts[i].Ident) && readMem(r.pid, ts[i].Ident+uint64(r.tidOff), b) == nil {
+			if validPtr(ts[i].Ident) && r.mem.read(ts[i].Ident+uint64(r.tidOff), b) == nil {
 				ts[i].TID = int(int32(binary.LittleEndian.Uint32(b)))
 			}
 		}

@@ -95,10 +95,12 @@ func ParseMaps(b []byte) ([]Mapping, error) {
 		if m.Inode, err = strconv.ParseUint(f[4], 10, 64); err != nil {
 			return nil, fmt.Errorf("parse maps line %q: %w", line, err)
 		}
+		if m.End < m.Start {
+			return nil, fmt.Errorf("parse maps line %q: range ends before it starts", line)
+		}
 		if len(f) > 5 {
 			// The path is everything after the inode field, spaces included.
-			idx := strings.Index(line, f[5])
-			m.Path = strings.TrimSuffix(line[idx:], " (deleted)")
+			m.Path = strings.TrimSuffix(afterFields(line, 5), " (deleted)")
 		}
 		out = append(out, m)
 	}
@@ -109,19 +111,40 @@ func ParseMaps(b []byte) ([]Mapping, error) {
 	return out, nil
 }
 
+// afterFields returns what follows the first n whitespace-separated fields
+// of line, leading whitespace dropped.
+func afterFields(line string, n int) string {
+	rest := line
+	for range n {
+		rest = strings.TrimLeft(rest, " \t")
+		i := strings.IndexAny(rest, " \t")
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i:]
+	}
+	return strings.TrimLeft(rest, " \t")
+}
+
 // Environ reads /proc/PID/environ into a map.
 func Environ(pid int) (map[string]string, error) {
 	b, err := read(path(pid, "environ"))
 	if err != nil {
 		return nil, err
 	}
+	return ParseEnviron(b), nil
+}
+
+// ParseEnviron parses the NUL-separated KEY=VALUE strings of an environ
+// file; a later string for a key wins, one without '=' is skipped.
+func ParseEnviron(b []byte) map[string]string {
 	env := make(map[string]string)
 	for _, kv := range bytes.Split(b, []byte{0}) {
 		if k, v, ok := strings.Cut(string(kv), "="); ok {
 			env[k] = v
 		}
 	}
-	return env, nil
+	return env
 }
 
 // Cmdline reads /proc/PID/cmdline.
@@ -130,11 +153,16 @@ func Cmdline(pid int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return ParseCmdline(b), nil
+}
+
+// ParseCmdline splits a cmdline file into its NUL-terminated arguments.
+func ParseCmdline(b []byte) []string {
 	b = bytes.TrimRight(b, "\x00")
 	if len(b) == 0 {
-		return nil, nil
+		return nil
 	}
-	return strings.Split(string(b), "\x00"), nil
+	return strings.Split(string(b), "\x00")
 }
 
 // Stat is the part of /proc/PID/stat (or /proc/PID/task/TID/stat) we use.
@@ -255,8 +283,8 @@ func Children(pid int) ([]int, error) {
 		if err != nil {
 			continue // thread exited
 		}
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil && !seen[c] {
+		for _, c := range ParseChildren(b) {
+			if !seen[c] {
 				seen[c] = true
 				out = append(out, c)
 			}
@@ -264,6 +292,18 @@ func Children(pid int) ([]int, error) {
 	}
 	sort.Ints(out)
 	return out, nil
+}
+
+// ParseChildren parses a children file: process ids separated by spaces.
+// What is not a positive process id is skipped.
+func ParseChildren(b []byte) []int {
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if c, err := strconv.Atoi(f); err == nil && c > 0 {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // Descendants lists every descendant of pid (not pid itself), breadth first.

@@ -6,6 +6,7 @@
 package symbols
 
 import (
+	"container/list"
 	"fmt"
 	"os"
 	"strconv"
@@ -19,31 +20,114 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
-// Cache holds parsed ELF files. It is safe for concurrent use.
+// DefaultCacheBytes is the memory a Cache holds at most unless told
+// otherwise: a quarter of the agent's 1 GiB limit (deploy/), room for the
+// libraries of a PyTorch job with libc's debug information several times.
+const DefaultCacheBytes = 256 << 20
+
+// maxFailed bounds how many files that are not ELF the cache remembers.
+const maxFailed = 4096
+
+// Cache holds parsed ELF files, up to a limit in bytes (Object.Bytes):
+// past it the least recently used are dropped (LRU). A dropped object
+// stays usable by whoever holds it, and is freed with its last user. It
+// is safe for concurrent use.
 type Cache struct {
 	mu      sync.Mutex
 	byStat  map[string]*Object // "dev:ino:size:mtime"
 	byBuild map[string]*Object // build-id
 	failed  map[string]error   // stat keys that are not ELF files
+	limit   int64
+	lru     list.List                 // of *cached, most recently used first
+	entries map[*Object]*list.Element // the element of each object held
+	evicted int64
 }
 
-// NewCache returns an empty cache.
+// cached is an object the cache holds and the keys it is held by.
+type cached struct {
+	o    *Object
+	keys []string // in byStat
+}
+
+// NewCache returns an empty cache holding up to DefaultCacheBytes.
 func NewCache() *Cache {
-	return &Cache{byStat: map[string]*Object{}, byBuild: map[string]*Object{}, failed: map[string]error{}}
+	return &Cache{byStat: map[string]*Object{}, byBuild: map[string]*Object{}, failed: map[string]error{},
+		limit: DefaultCacheBytes, entries: map[*Object]*list.Element{}}
+}
+
+// SetLimit sets the bytes the cache holds at most (Object.Bytes of every
+// object held; n <= 0 means DefaultCacheBytes), dropping what is over it.
+func (c *Cache) SetLimit(n int64) {
+	if n <= 0 {
+		n = DefaultCacheBytes
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.limit = n
+	c.trim(nil)
 }
 
 // Len returns how many distinct objects the cache holds.
 func (c *Cache) Len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	seen := map[*Object]bool{}
-	for _, o := range c.byStat {
-		seen[o] = true
+	return c.lru.Len()
+}
+
+// Bytes returns the memory the objects held take (Object.Bytes), and how
+// many objects were dropped to keep it under the limit.
+func (c *Cache) Bytes() (held, evicted int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.bytes(), c.evicted
+}
+
+func (c *Cache) bytes() int64 {
+	var n int64
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		n += e.Value.(*cached).o.Bytes()
 	}
-	for _, o := range c.byBuild {
-		seen[o] = true
+	return n
+}
+
+// used marks o, held, as the most recently used, and drops the least
+// recently used objects while the cache is over its limit: objects grow
+// as they are read, so every use checks. Called with mu held.
+func (c *Cache) used(o *Object) {
+	if e, ok := c.entries[o]; ok {
+		c.lru.MoveToFront(e)
 	}
-	return len(seen)
+	c.trim(o)
+}
+
+// trim drops the least recently used objects, never keep, while the cache
+// holds more than its limit. Called with mu held.
+func (c *Cache) trim(keep *Object) {
+	total := c.bytes()
+	for e := c.lru.Back(); e != nil && total > c.limit; {
+		prev := e.Prev()
+		ce := e.Value.(*cached)
+		if ce.o != keep {
+			total -= ce.o.Bytes()
+			c.drop(e)
+		}
+		e = prev
+	}
+}
+
+// drop forgets one object. Called with mu held.
+func (c *Cache) drop(e *list.Element) {
+	ce := c.lru.Remove(e).(*cached)
+	delete(c.entries, ce.o)
+	for _, k := range ce.keys {
+		if c.byStat[k] == ce.o {
+			delete(c.byStat, k)
+		}
+	}
+	if id := ce.o.BuildID; id != "" && c.byBuild[id] == ce.o {
+		delete(c.byBuild, id)
+	}
+	c.evicted++
 }
 
 // object returns the parsed object mapped at m in the process whose /proc
@@ -74,19 +158,15 @@ func (c *Cache) object(dir string, m procfs.Mapping) (*Object, error) {
 			continue
 		}
 		key := fmt.Sprintf("%d:%d:%d:%d", st.Dev, st.Ino, st.Size, fi.ModTime().UnixNano())
-		c.mu.Lock()
-		o, hit := c.byStat[key]
-		ferr := c.failed[key]
-		c.mu.Unlock()
-		if hit {
-			return o, nil
+		if o, err, hit := c.lookup(key); hit {
+			return o, err
 		}
-		if ferr != nil {
-			return nil, ferr
-		}
-		o, err = openObject(m.Path, st.Size, fileOpener(p))
+		o, err := openObject(m.Path, st.Size, fileOpener(p))
 		if err != nil {
 			c.mu.Lock()
+			if len(c.failed) >= maxFailed {
+				clear(c.failed)
+			}
 			c.failed[key] = err
 			c.mu.Unlock()
 			return nil, err
@@ -94,6 +174,21 @@ func (c *Cache) object(dir string, m procfs.Mapping) (*Object, error) {
 		return c.add(key, o), nil
 	}
 	return nil, fmt.Errorf("open %s: %w", m.Path, lastErr)
+}
+
+// lookup returns the object held under a stat key, or why that file is
+// not one; hit is false when the key is unknown.
+func (c *Cache) lookup(key string) (o *Object, err error, hit bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if o, ok := c.byStat[key]; ok {
+		c.used(o)
+		return o, nil, true
+	}
+	if err, ok := c.failed[key]; ok {
+		return nil, err, true
+	}
+	return nil, nil, false
 }
 
 // sameDev reports whether a device as /proc/PID/maps spells it ("fd:01",
@@ -115,21 +210,41 @@ func (c *Cache) add(key string, o *Object) *Object {
 	if o.BuildID != "" {
 		if old, ok := c.byBuild[o.BuildID]; ok {
 			if key != "" {
-				c.byStat[key] = old
+				c.hold(old, key)
 			}
+			c.used(old)
 			return old
 		}
 		c.byBuild[o.BuildID] = o
 	}
-	if key != "" {
-		c.byStat[key] = o
-	}
+	c.hold(o, key)
+	c.used(o)
 	return o
 }
+
+// hold records o under key ("" for none). Called with mu held.
+func (c *Cache) hold(o *Object, key string) {
+	e, ok := c.entries[o]
+	if !ok {
+		e = c.lru.PushFront(&cached{o: o})
+		c.entries[o] = e
+	}
+	if key != "" {
+		c.byStat[key] = o
+		ce := e.Value.(*cached)
+		ce.keys = append(ce.keys, key)
+	}
+}
+
+// maxVDSO bounds the vDSO image read: it is two pages on x86-64.
+const maxVDSO = 1 << 20
 
 // vdso returns the parsed vDSO image of a process, read from its memory
 // (dir is its /proc directory).
 func (c *Cache) vdso(dir string, m procfs.Mapping) (*Object, error) {
+	if m.End <= m.Start || m.End-m.Start > maxVDSO {
+		return nil, fmt.Errorf("read vdso: mapping of %d bytes", m.End-m.Start)
+	}
 	img := make([]byte, m.End-m.Start)
 	f, err := rawfile.Open(dir + "/mem")
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/inflate"
 )
 
@@ -134,7 +135,10 @@ func openSection(f *elf.File, s *elf.Section, r io.ReaderAt, extra int, own bool
 		b = append(b[:len(b):len(b)], make([]byte, extra)...)
 		return &section{b: b, n: len(b) - extra, size: len(b) - extra}, nil
 	}
-	size := int(s.Size)
+	size, err := elfcheck.Size(s)
+	if err != nil {
+		return nil, err
+	}
 	var sec *section
 	if own {
 		if b, unmap := offHeap(size + extra); b != nil {
@@ -314,6 +318,17 @@ func openDebugInfo(f *elf.File, file file) (di *debugInfo, err error) {
 	if f.Section(".zdebug_info") != nil {
 		return nil, errors.New("legacy compressed debug sections")
 	}
+	// Each section is within elfcheck.MaxSection; together as well, so
+	// that one library's DWARF cannot take several times the limit.
+	var total uint64
+	for _, name := range append([]string{"info", "abbrev", "line"}, wholeSections...) {
+		if s := f.Section(".debug_" + name); s != nil && s.Type != elf.SHT_NOBITS {
+			total += s.Size
+		}
+	}
+	if total > elfcheck.MaxSection {
+		return nil, fmt.Errorf("debug sections of %d bytes, more than %d: %w", total, elfcheck.MaxSection, elfcheck.ErrTooLarge)
+	}
 	di = &debugInfo{order: f.ByteOrder, sec: map[string][]byte{}, file: file}
 	for name, p := range map[string]**section{"info": &di.info, "abbrev": &di.abbrev, "line": &di.line} {
 		s := f.Section(".debug_" + name)
@@ -489,18 +504,26 @@ func (di *debugInfo) readLine(off int64) error {
 	if di.line == nil || off < 0 {
 		return nil
 	}
-	if err := di.read(di.line, int(off)+12); err != nil && di.line.n < int(off)+4 {
+	size := int64(di.line.size)
+	if off > size-4 {
+		return fmt.Errorf("line program at %#x past .debug_line's %d bytes", off, size)
+	}
+	if err := di.read(di.line, int(min(off+12, size))); err != nil && int64(di.line.n) < off+4 {
 		return fmt.Errorf("read .debug_line at %#x: %w", off, err)
 	}
 	b := di.line.b
-	n := int64(di.order.Uint32(b[off:]))
-	end := off + 4 + n
+	n := uint64(di.order.Uint32(b[off:]))
+	hdr := uint64(4)
 	if n == 0xffffffff {
-		end = off + 12 + int64(di.order.Uint64(b[off+4:]))
+		if off+12 > int64(di.line.n) {
+			return fmt.Errorf("line program at %#x: truncated length", off)
+		}
+		n, hdr = di.order.Uint64(b[off+4:]), 12
 	}
-	if end > int64(len(b)) {
-		return fmt.Errorf("line program at %#x runs past .debug_line", off)
+	if n > uint64(size-off)-hdr {
+		return fmt.Errorf("line program at %#x of %d bytes runs past .debug_line", off, n)
 	}
+	end := off + int64(hdr+n)
 	return di.read(di.line, int(end))
 }
 

@@ -5,6 +5,7 @@ import (
 	"debug/dwarf"
 	"slices"
 	"sort"
+	"unsafe"
 )
 
 // scope is a function or an inlined call of one compile unit.
@@ -35,7 +36,11 @@ func (lt *lineTable) unitInfo(off dwarf.Offset) *unitInfo {
 	}
 	u := &unitInfo{funcs: map[uint64]*function{}, sites: map[uint64]*callSite{}}
 	func() {
-		defer func() { recover() }() // corrupt DWARF: what was read so far
+		defer func() { // corrupt DWARF: what was read so far
+			if r := recover(); r != nil {
+				recovered(r)
+			}
+		}()
 		d := lt.data(off)
 		rd := d.Reader()
 		rd.Seek(lt.entryOf(off))
@@ -137,6 +142,9 @@ func (lt *lineTable) unitInfo(off dwarf.Offset) *unitInfo {
 	}()
 	slices.SortFunc(u.scopes, func(a, b scope) int { return cmp.Compare(a.lo, b.lo) })
 	lt.infos[off] = u
+	if lt.mem != nil {
+		lt.mem.Add(int64(cap(u.scopes))*int64(unsafe.Sizeof(scope{})) + int64(len(u.funcs)+len(u.sites))*64 + unitOverhead)
+	}
 	return u
 }
 

@@ -11,7 +11,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
@@ -32,11 +35,15 @@ func (d *debugFileHandle) Close() error { return d.f.Close() }
 // to the file, in its .debug directory, and under /usr/lib/debug.
 func (o *Object) debugFile(f *elf.File) *debugFileHandle {
 	for _, c := range o.debugFiles(f) {
+		fi, err := os.Stat(c)
+		if err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
 		fh, err := rawfile.Open(c)
 		if err != nil {
 			continue
 		}
-		ef, err := elf.NewFile(fh)
+		ef, err := elfcheck.NewFile(fh, fi.Size())
 		if err != nil {
 			fh.Close()
 			continue
@@ -86,6 +93,7 @@ func (o *Object) debugFiles(f *elf.File) []string {
 // of one object. Its fields are guarded by mu.
 type lineTable struct {
 	mu    sync.Mutex
+	mem   *atomic.Int64 // the object's Bytes
 	di    *debugInfo
 	units []unitRange // by lo; off is the unit's header
 	// per-unit data, filled on first use
@@ -124,6 +132,24 @@ func (lt *lineTable) entryOf(off dwarf.Offset) dwarf.Offset {
 	return h.die
 }
 
+// unitOverhead is what debug/dwarf and our maps keep per unit read,
+// beyond the decoded rows and scopes counted one by one: an estimate.
+const unitOverhead = 1 << 10
+
+// bytes returns the memory the sections read hold, inflated.
+func (di *debugInfo) bytes() int64 {
+	var n int
+	for _, s := range []*section{di.info, di.abbrev, di.line} {
+		if s != nil {
+			n += len(s.b)
+		}
+	}
+	for _, b := range di.sec {
+		n += cap(b)
+	}
+	return int64(n)
+}
+
 type unitRange struct {
 	lo, hi uint64
 	off    dwarf.Offset
@@ -153,18 +179,22 @@ func (o *Object) lineTable() *lineTable {
 }
 
 func (o *Object) loadLines() {
-	if f, c, err := o.parse(); err == nil {
-		o.linesFrom(f, c)
+	f, c, err := o.parse()
+	if err != nil {
+		o.lineErr = err
+		return
 	}
+	o.linesFrom(f, c)
 }
 
 // linesFrom reads the DWARF of f, o's file whose contents are contents,
 // or of its separate debug file. It closes contents, or hands it on to
-// read compressed sections from as needed. Called once, from lineOnce.
+// read compressed sections from as needed. Called once, from lineOnce;
+// what failed is kept in lineErr.
 func (o *Object) linesFrom(f *elf.File, contents file) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.lines = nil
+			o.lines, o.lineErr = nil, fmt.Errorf("read debug information of %s: %w", o.Path, recovered(r))
 		}
 	}()
 	src := f
@@ -178,9 +208,11 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 	}
 	di, err := openDebugInfo(src, contents)
 	if err != nil {
+		o.lineErr = fmt.Errorf("read debug information of %s: %w", o.Path, err)
 		return
 	}
-	lt := &lineTable{di: di, rows: map[dwarf.Offset][]lineRow{}}
+	lt := &lineTable{mem: &o.mem, di: di, rows: map[dwarf.Offset][]lineRow{}}
+	lt.mem.Add(di.bytes())
 	if b := di.sec["aranges"]; b != nil {
 		lt.units, err = aranges(b, src.ByteOrder)
 	}
@@ -189,6 +221,7 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 		lt.units = nil
 		offs, err := di.all()
 		if err != nil {
+			o.lineErr = fmt.Errorf("read debug information of %s: %w", o.Path, err)
 			return
 		}
 		d := lt.data(offs...)
@@ -228,7 +261,11 @@ func (lt *lineTable) warm(vaddrs []uint64) {
 		}
 	}
 	func() {
-		defer func() { recover() }() // a unit that cannot be read: each lookup finds out
+		defer func() { // a unit that cannot be read: each lookup finds out
+			if r := recover(); r != nil {
+				recovered(r)
+			}
+		}()
 		lt.data(offs...)
 	}()
 	for _, v := range vaddrs {
@@ -276,7 +313,7 @@ func (lt *lineTable) unitRows(off dwarf.Offset) (rows []lineRow, err error) {
 	}
 	defer func() {
 		if r := recover(); r != nil {
-			rows, err = nil, fmt.Errorf("read unit at %#x: %v", off, r)
+			rows, err = nil, fmt.Errorf("read unit at %#x: %w", off, recovered(r))
 		}
 	}()
 	d := lt.data(off)
@@ -306,5 +343,6 @@ func (lt *lineTable) unitRows(off dwarf.Offset) (rows []lineRow, err error) {
 		return cmp.Compare(b2i(b.end), b2i(a.end)) // an end of sequence gives way to a new row at the same address
 	})
 	lt.rows[off] = rows
+	lt.mem.Add(int64(cap(rows))*int64(unsafe.Sizeof(lineRow{})) + unitOverhead)
 	return rows, nil
 }

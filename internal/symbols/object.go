@@ -12,10 +12,13 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"unsafe"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 	"github.com/ianlancetaylor/demangle"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
@@ -48,7 +51,16 @@ type Object struct {
 
 	lineOnce sync.Once
 	lines    *lineTable // nil when there is no DWARF
+	lineErr  error      // why lines is nil, when the DWARF could not be read
+
+	mem atomic.Int64 // bytes of memory what was read so far holds (see Cache)
 }
+
+// Bytes returns about how much memory the object holds: the symbol and
+// string tables, call frame information, the debug sections read (their
+// inflated size) and what was decoded from them. It grows as lookups read
+// more.
+func (o *Object) Bytes() int64 { return o.mem.Load() }
 
 // segment is one PT_LOAD program header.
 type segment struct{ vaddr, off, filesz, memsz uint64 }
@@ -92,7 +104,7 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 		}
 		r, c = bytes.NewReader(b), io.NopCloser(nil)
 	}
-	f, err := elf.NewFile(r)
+	f, err := elfcheck.NewFile(r, size)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("parse elf %s: %w", path, err)
@@ -191,7 +203,7 @@ func (o *Object) parse() (f *elf.File, contents file, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if f, err = elf.NewFile(r); err != nil {
+	if f, err = elfcheck.NewFile(r, o.size); err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("parse elf %s: %w", o.Path, err)
 	}
@@ -216,7 +228,7 @@ func (o *Object) loadSymbols() error {
 func (o *Object) symbolsFrom(f *elf.File) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.symErr = fmt.Errorf("read symbols of %s: %v", o.Path, r)
+			o.symErr = fmt.Errorf("read symbols of %s: %w", o.Path, recovered(r))
 		}
 	}()
 	o.addSymbols(f)
@@ -234,6 +246,11 @@ func (o *Object) symbolsFrom(f *elf.File) {
 		}
 		return cmp.Compare(b2i(b.global), b2i(a.global)) // global names first at one address
 	})
+	n := cap(o.syms) * int(unsafe.Sizeof(sym{}))
+	for _, t := range o.strtab {
+		n += cap(t)
+	}
+	o.mem.Add(int64(n))
 }
 
 // addSymbols appends the function symbols of .symtab and .dynsym.
@@ -277,7 +294,7 @@ func (o *Object) addPLT(f *elf.File) {
 	if f.Machine != elf.EM_X86_64 || len(o.strtab) >= 255 {
 		return
 	}
-	dyn, err := f.DynamicSymbols()
+	dyn, err := elfcheck.Symbols(f, elf.SHT_DYNSYM)
 	if err != nil {
 		return
 	}
@@ -459,8 +476,10 @@ func (o *Object) loadCFI() {
 // from cfiOnce.
 func (o *Object) cfiFrom(f *elf.File) {
 	var all frame.FrameDescriptionEntries
+	held := 0
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
 		if data, err := sectionBytes(s); err == nil {
+			held += cap(data)
 			fdes, err := ParseCFI(data, f.ByteOrder, s.Addr)
 			if err != nil {
 				o.cfiErr = fmt.Errorf("parse .eh_frame of %s: %w", o.Path, err)
@@ -470,6 +489,7 @@ func (o *Object) cfiFrom(f *elf.File) {
 	}
 	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {
 		if data, err := sectionBytes(s); err == nil {
+			held += cap(data)
 			fdes, err := ParseCFI(data, f.ByteOrder, 0)
 			if err != nil && o.cfiErr == nil {
 				o.cfiErr = fmt.Errorf("parse .debug_frame of %s: %w", o.Path, err)
@@ -481,6 +501,8 @@ func (o *Object) cfiFrom(f *elf.File) {
 		o.cfiErr = fmt.Errorf("%s: %w", o.Path, ErrNoFDE)
 	}
 	o.fdes = all
+	// The entries point into the sections' bytes, which they keep.
+	o.mem.Add(int64(held + cap(all)*int(8+unsafe.Sizeof(frame.FrameDescriptionEntry{}))))
 }
 
 // ParseCFI parses .eh_frame (ehFrameAddr is its address, non-zero) or

@@ -1,18 +1,27 @@
 package symbols
 
-import "debug/elf"
+import (
+	"debug/elf"
+
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
+)
 
 // populateMin is the least size of a buffer that populated maps at once:
 // below it a buffer may share its pages with other objects.
 const populateMin = 64 << 10
 
 // sectionBytes returns the contents of s, an uncompressed section read into a
-// buffer of populated memory (see populated), else as debug/elf reads it.
+// buffer of populated memory (see populated), else as debug/elf reads it;
+// a section over elfcheck.MaxSection is refused.
 func sectionBytes(s *elf.Section) ([]byte, error) {
-	if s.Flags&elf.SHF_COMPRESSED != 0 || s.ReaderAt == nil || s.Type == elf.SHT_NOBITS || s.Size < populateMin || s.Size > 1<<31 {
+	size, err := elfcheck.Size(s)
+	if err != nil {
+		return nil, err
+	}
+	if s.Flags&elf.SHF_COMPRESSED != 0 || s.ReaderAt == nil || size < populateMin {
 		return s.Data()
 	}
-	b := populated(int(s.Size))
+	b := populated(size)
 	if _, err := s.ReadAt(b, 0); err != nil {
 		return nil, err
 	}

@@ -66,6 +66,7 @@ func (lt *lineTable) entry(off dwarf.Offset) (e *dwarf.Entry) {
 	defer func() {
 		if r := recover(); r != nil {
 			e = nil
+			recovered(r)
 		}
 	}()
 	rd := lt.data(off).Reader()
@@ -453,6 +454,13 @@ func (o *Object) addrOf(name string) (vaddr uint64, global, ok bool) {
 				o.byName[n] = i
 			}
 		}
+		// A map entry (about 48 bytes with its share of buckets) and the
+		// name's own copy.
+		n := 0
+		for k := range o.byName {
+			n += 48 + len(k)
+		}
+		o.mem.Add(int64(n))
 	})
 	i, ok := o.byName[name]
 	if !ok {

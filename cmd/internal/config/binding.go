@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"os"
+	"strconv"
 
 	"github.com/spf13/pflag"
 )
@@ -74,16 +75,51 @@ func Bind(fs *pflag.FlagSet) *Binding {
 }
 
 // Load resolves every variable: flag, then environment, then the config file
-// (named by --config or XPU_TIMER_CONFIG), then the default.
+// (named by --config or XPU_TIMER_CONFIG), then the default. It fails on
+// the first value it refuses.
 func (b *Binding) Load() (Config, error) {
+	cfg, bad := b.load()
+	if len(bad) > 0 {
+		return Config{}, bad[0]
+	}
+	return cfg, nil
+}
+
+// LoadLenient resolves every variable as Load does, but never fails: a
+// value Load would refuse (from the environment or the config file; a
+// flag's was checked when the flags were parsed), and a config file that
+// cannot be read, is reported in bad, one error per setting, and the
+// setting takes its default. The launcher uses it: a setting never stops
+// the job.
+func (b *Binding) LoadLenient() (cfg Config, bad []*Invalid) {
+	return b.load()
+}
+
+// Invalid is a setting Load refused.
+type Invalid struct {
+	Setting        // the value refused and where it came from
+	Default string // what LoadLenient took instead ("" when unset)
+	Err     error
+}
+
+func (e *Invalid) Error() string {
+	if e.Env == "XPU_TIMER_CONFIG" {
+		return fmt.Sprintf("config file from %s: %v", e.describe(), e.Err)
+	}
+	return fmt.Sprintf("%s (--%s) from %s: %v", e.Env, e.Flag, e.describe(), e.Err)
+}
+
+func (e *Invalid) Unwrap() error { return e.Err }
+
+func (b *Binding) load() (Config, []*Invalid) {
 	var cfg Config
+	var bad []*Invalid
 	var file map[string]string
-	var fileErr error
-	fileName, fileSrc := b.raw("XPU_TIMER_CONFIG")
+	fileName, fileSrc, fileOrigin := b.raw("XPU_TIMER_CONFIG")
 	if fileName != "" {
-		file, fileErr = ReadFile(fileName)
-		if fileErr != nil {
-			return Config{}, fmt.Errorf("config file from %s: %w", fileSrc, fileErr)
+		var err error
+		if file, err = ReadFile(fileName); err != nil {
+			bad = append(bad, &Invalid{Setting: Setting{Env: "XPU_TIMER_CONFIG", Flag: "config", Value: fileName, Source: fileSrc, Origin: fileOrigin}, Err: err})
 		}
 	}
 	b.settings = b.settings[:0]
@@ -116,7 +152,11 @@ func (b *Binding) Load() (Config, error) {
 		}
 		if s.Source != SourceDefault || s.Value != "" {
 			if err := v.set(&cfg, s.Value); err != nil {
-				return Config{}, fmt.Errorf("%s (--%s) from %s: %w", v.env, v.flag, s.describe(), err)
+				bad = append(bad, &Invalid{Setting: s, Default: v.def, Err: err})
+				s = Setting{Env: v.env, Flag: v.flag, Value: v.def, Source: SourceDefault}
+				if v.def != "" {
+					v.set(&cfg, v.def)
+				}
 			}
 		}
 		if v.env == "XPU_TIMER_PORT" && s.Source != SourceDefault {
@@ -125,13 +165,17 @@ func (b *Binding) Load() (Config, error) {
 		b.settings = append(b.settings, s)
 	}
 	if !portSet {
-		cfg.Port = cfg.BasePort + 1
-		if cfg.Port > 65535 {
-			return Config{}, fmt.Errorf("XPU_TIMER_PORT unset and XPU_TIMER_BASEPORT %d has no next port", cfg.BasePort)
+		if cfg.BasePort >= 65535 {
+			s, _ := b.Lookup("XPU_TIMER_BASEPORT")
+			bad = append(bad, &Invalid{Setting: s, Default: strconv.Itoa(DefaultBasePort),
+				Err: fmt.Errorf("XPU_TIMER_PORT unset and XPU_TIMER_BASEPORT %d has no next port", cfg.BasePort)})
+			cfg.BasePort = DefaultBasePort
+			b.set("XPU_TIMER_BASEPORT", strconv.Itoa(DefaultBasePort))
 		}
+		cfg.Port = cfg.BasePort + 1
 		b.set("XPU_TIMER_PORT", fmt.Sprint(cfg.Port))
 	}
-	return cfg, nil
+	return cfg, bad
 }
 
 func (s Setting) describe() string {
@@ -141,17 +185,18 @@ func (s Setting) describe() string {
 	return string(s.Source)
 }
 
-// raw returns the flag or environment value of one variable (used for the
-// config file's own name, which cannot come from the file).
-func (b *Binding) raw(env string) (string, string) {
+// raw returns the flag or environment value of one variable, with its
+// source and origin (used for the config file's own name, which cannot
+// come from the file).
+func (b *Binding) raw(env string) (string, Source, string) {
 	v := b.values[env]
 	if b.fs.Changed(v.v.flag) {
-		return v.raw, "flag --" + v.v.flag
+		return v.raw, SourceFlag, ""
 	}
 	if val, ok := b.lookup(env); ok && val != "" {
-		return val, "environment " + env
+		return val, SourceEnv, env
 	}
-	return "", ""
+	return "", "", ""
 }
 
 func (b *Binding) set(env, value string) {

@@ -11,6 +11,11 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/xpu-timer/xpu-timer/agent"
+	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // load binds a fresh flag set, parses args and loads with env as the whole
@@ -32,7 +37,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second}
+	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
@@ -87,7 +92,7 @@ func TestPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second}
+			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes}
 			tc.want(&want)
 			if !reflect.DeepEqual(c, want) {
 				t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -246,5 +251,96 @@ func TestEnviron(t *testing.T) {
 	}
 	if l := cfg.Labels(); l.JobName != "llama" || l.PodName != "w-1" || l.IP != "10.0.0.7" || cfg.HangTimeout != 5*time.Second {
 		t.Errorf("labels %+v, timeout %v", l, cfg.HangTimeout)
+	}
+}
+
+// LoadLenient takes the default for every value Load refuses, and reports
+// each once: the launcher never stops a job over a setting (issue 16).
+func TestLoadLenient(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.conf")
+	os.WriteFile(bad, []byte("no equals here\n"), 0o644)
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want func(c *Config) // the fields the bad values set, at their defaults
+		envs []string        // the settings reported
+	}{
+		{"timeout word", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "abc"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"timeout negative", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "-5"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"timeout zero", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "0"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"timeout negative duration", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "-1s"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"timeout huge", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "99999999999999999999"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"timeout 1 ms", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "0.001"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"timeout 999ms", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "999ms"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"port", map[string]string{"XPU_TIMER_PORT": "70000"}, nil, []string{"XPU_TIMER_PORT"}},
+		{"baseport no next", map[string]string{"XPU_TIMER_BASEPORT": "65535"}, nil, []string{"XPU_TIMER_BASEPORT"}},
+		{"bool", map[string]string{"XPU_TIMER_HANG_KILL": "maybe"}, nil, []string{"XPU_TIMER_HANG_KILL"}},
+		{"pushgateway", map[string]string{"XPU_TIMER_PUSHGATEWAY": "pgw:9091"}, nil, []string{"XPU_TIMER_PUSHGATEWAY"}},
+		{"missing file", map[string]string{"XPU_TIMER_CONFIG": filepath.Join(dir, "nope")}, func(c *Config) { c.ConfigFile = filepath.Join(dir, "nope") }, []string{"XPU_TIMER_CONFIG"}},
+		{"file syntax", map[string]string{"XPU_TIMER_CONFIG": bad}, func(c *Config) { c.ConfigFile = bad }, []string{"XPU_TIMER_CONFIG"}},
+		{"several", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "abc", "XPU_TIMER_PUSH_INTERVAL": "-1", "XPU_TIMER_TIMELINE_PATH": "/ok"},
+			func(c *Config) { c.TimelinePath = "/ok" }, []string{"XPU_TIMER_HANG_TIMEOUT", "XPU_TIMER_PUSH_INTERVAL"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+			b := Bind(fs)
+			b.lookup = func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			c, bad := b.LoadLenient()
+			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes}
+			if tc.want != nil {
+				tc.want(&want)
+			}
+			if !reflect.DeepEqual(c, want) {
+				t.Errorf("got %+v\nwant %+v", c, want)
+			}
+			var envs []string
+			for _, inv := range bad {
+				envs = append(envs, inv.Env)
+				if inv.Err == nil || !strings.Contains(inv.Error(), inv.Env) && inv.Env != "XPU_TIMER_CONFIG" {
+					t.Errorf("report %q does not name %s", inv.Error(), inv.Env)
+				}
+			}
+			if !reflect.DeepEqual(envs, tc.envs) {
+				t.Errorf("reported %v, want %v", envs, tc.envs)
+			}
+			if _, err := b.Load(); err == nil {
+				t.Error("Load = nil, want the first error")
+			}
+			for _, s := range b.Settings() {
+				if s.Env == "XPU_TIMER_HANG_TIMEOUT" && s.Source == SourceDefault && s.Value != "300" {
+					t.Errorf("printed setting %+v, want the default", s)
+				}
+			}
+		})
+	}
+}
+
+// A bad value typed on the command line is refused when flags are parsed.
+func TestFlagTimeoutMinimum(t *testing.T) {
+	for _, v := range []string{"0.001", "0", "abc", "-1s"} {
+		if _, _, err := load(t, []string{"--hang-timeout", v}, nil); err == nil {
+			t.Errorf("--hang-timeout %s accepted", v)
+		}
+	}
+	if c, _, err := load(t, []string{"--hang-timeout", "1"}, nil); err != nil || c.HangTimeout != time.Second {
+		t.Errorf("--hang-timeout 1: %v, %v", c.HangTimeout, err)
+	}
+}
+
+func TestSymbolCacheBytes(t *testing.T) {
+	for _, tc := range []struct {
+		v    string
+		want int64
+	}{{"1000", 1000}, {"256MiB", 256 << 20}, {"1Gi", 1 << 30}, {" 64 KiB ", 64 << 10}, {"2G", 2 << 30}} {
+		c, _, err := load(t, nil, map[string]string{"XPU_TIMER_SYMBOL_CACHE_BYTES": tc.v})
+		if err != nil || c.SymbolCacheBytes != tc.want {
+			t.Errorf("%q: %d, %v; want %d", tc.v, c.SymbolCacheBytes, err, tc.want)
+		}
+	}
+	for _, v := range []string{"0", "-1", "lots", "1TiB", "99999999999GiB", "MiB"} {
+		if _, _, err := load(t, []string{"--symbol-cache-bytes", v}, nil); err == nil {
+			t.Errorf("--symbol-cache-bytes %q accepted", v)
+		}
 	}
 }

@@ -20,6 +20,7 @@ func (c Config) Monitor() agent.MonitorOptions {
 		Port:         c.Port,
 		Pushgateway:  c.Pushgateway,
 		PushInterval: c.PushInterval,
+		SymbolCache:  c.SymbolCacheBytes,
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -33,6 +34,8 @@ type Config struct {
 	PushInterval time.Duration // XPU_TIMER_PUSH_INTERVAL, default metrics.DefaultPushInterval: re-push period while hung
 	Libraries    []string      // XPU_TIMER_LIBRARIES: extra vendor library paths
 
+	SymbolCacheBytes int64 // XPU_TIMER_SYMBOL_CACHE_BYTES, default symbols.DefaultCacheBytes
+
 	JobName string // XPU_TIMER_JOB_NAME, else ELASTIC_JOB_NAME, else JOB_NAME
 	PodName string // XPU_TIMER_POD_NAME, else POD_NAME, else HOSTNAME
 	IP      string // XPU_TIMER_IP, else POD_IP
@@ -41,8 +44,12 @@ type Config struct {
 // DefaultBasePort is the base port of DLRover's xpu_timer; the metrics
 // port is the one after it. The other defaults belong to the packages that
 // use them: timer.DefaultHangTimeout, agent.DefaultTimelinePath,
-// metrics.DefaultPushInterval.
+// metrics.DefaultPushInterval, symbols.DefaultCacheBytes.
 const DefaultBasePort = 18888
+
+// MinHangTimeout is the least hang timeout taken: below it a rank checked
+// about once a second would be called hung between checks.
+const MinHangTimeout = time.Second
 
 // variable describes one setting: its names, default and how it is parsed.
 type variable struct {
@@ -59,10 +66,17 @@ type variable struct {
 // printed settings.
 var variables = []variable{
 	{env: "XPU_TIMER_HANG_TIMEOUT", flag: "hang-timeout", def: seconds(timer.DefaultHangTimeout), kind: "duration",
-		usage: "how long GPU work may stay outstanding before the rank counts as hung (seconds, or a duration like 5s)",
-		set: func(c *Config, v string) (err error) {
-			c.HangTimeout, err = parseSeconds(v)
-			return err
+		usage: "how long GPU work may stay outstanding before the rank counts as hung (seconds, or a duration like 5s; at least 1s)",
+		set: func(c *Config, v string) error {
+			d, err := parseSeconds(v)
+			if err != nil {
+				return err
+			}
+			if d < MinHangTimeout {
+				return fmt.Errorf("%q: under the %v minimum", v, MinHangTimeout)
+			}
+			c.HangTimeout = d
+			return nil
 		}},
 	{env: "XPU_TIMER_TIMELINE_PATH", flag: "timeline-path", def: agent.DefaultTimelinePath, kind: "string",
 		usage: "directory for hang stack dumps",
@@ -137,6 +151,12 @@ var variables = []variable{
 			}
 			return nil
 		}},
+	{env: "XPU_TIMER_SYMBOL_CACHE_BYTES", flag: "symbol-cache-bytes", def: strconv.Itoa(symbols.DefaultCacheBytes), kind: "bytes",
+		usage: "memory the parsed libraries kept across dumps may take (bytes, or with a KiB, MiB or GiB suffix)",
+		set: func(c *Config, v string) (err error) {
+			c.SymbolCacheBytes, err = parseBytes(v)
+			return err
+		}},
 	{env: "XPU_TIMER_JOB_NAME", flag: "job-name", fallbacks: []string{"ELASTIC_JOB_NAME", "JOB_NAME"}, kind: "string",
 		usage: "job_name label (default $ELASTIC_JOB_NAME, then $JOB_NAME)",
 		set:   func(c *Config, v string) error { c.JobName = v; return nil }},
@@ -188,4 +208,30 @@ func parsePort(v string) (int, error) {
 		return 0, fmt.Errorf("%q: want a port number 0-65535", v)
 	}
 	return n, nil
+}
+
+// parseBytes accepts a positive byte count, optionally with a KiB, MiB or
+// GiB suffix (also K, M, G, Ki, Mi, Gi: all powers of 1024).
+func parseBytes(v string) (int64, error) {
+	t := strings.TrimSpace(v)
+	shift := 0
+	for _, u := range []struct {
+		suffixes []string
+		shift    int
+	}{{[]string{"GiB", "Gi", "G"}, 30}, {[]string{"MiB", "Mi", "M"}, 20}, {[]string{"KiB", "Ki", "K"}, 10}} {
+		for _, s := range u.suffixes {
+			if n, ok := strings.CutSuffix(t, s); ok {
+				t, shift = strings.TrimSpace(n), u.shift
+				break
+			}
+		}
+		if shift != 0 {
+			break
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n <= 0 || n > (1<<62)>>shift {
+		return 0, fmt.Errorf("%q: want a positive number of bytes (268435456, 256MiB)", v)
+	}
+	return n << shift, nil
 }

@@ -33,7 +33,10 @@ SIGINT, SIGTERM and SIGHUP to it and exits with its status (128+N when signal
 N killed it). It follows every process CMD starts, decides from eBPF probes on
 CUDA/NCCL (and MACA/MCCL) calls when a rank hangs, dumps every rank on the node
 into the timeline path and serves Prometheus metrics. Flags end at CMD, so
-CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
+CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.
+A bad flag value is a usage error (exit status 2, CMD is not started); a bad
+XPU_TIMER_* value from the environment or the settings file is told once on
+stderr and its default taken, and CMD runs.`,
 		SilenceUsage:  true,
 		SilenceErrors: true, // the job's exit status is not an error to print
 	}
@@ -57,13 +60,18 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
 			return process.ExitStatus(code)
 		}
-		cfg, err := b.Load()
-		if err != nil {
-			return fail(2, fmt.Errorf("configuration: %w", err))
+		// A bad value on the command line was refused (exit 2) when the
+		// flags were parsed: the user typed it. One from the environment
+		// or the config file, which the job's platform may set for every
+		// job, never stops the job: it is told once and its default taken.
+		cfg, bad := b.LoadLenient()
+		for _, inv := range bad {
+			fmt.Fprintln(cmd.ErrOrStderr(), SettingNotice(inv))
 		}
 		log, closer, err := config.Logger(cfg.LoggingDir, "xpu_timer_launch", slog.LevelInfo)
 		if err != nil {
-			return fail(1, err)
+			fmt.Fprintf(cmd.ErrOrStderr(), "xpu_timer_launch: ignoring XPU_TIMER_LOGGING_DIR %q: %v; logging to stderr instead\n", cfg.LoggingDir, err)
+			log, closer, _ = config.Logger("", "xpu_timer_launch", slog.LevelInfo)
 		}
 		defer closer.Close()
 		log = log.With("component", "xpu_timer_launch")
@@ -77,6 +85,16 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 		return nil
 	}
 	return cmd
+}
+
+// SettingNotice is the line printed for a setting refused and replaced by
+// its default.
+func SettingNotice(inv *config.Invalid) string {
+	def := inv.Default
+	if def == "" {
+		def = "unset"
+	}
+	return fmt.Sprintf("xpu_timer_launch: ignoring %v; using the default (%s) instead", inv, def)
 }
 
 // Streams are the child's standard streams; Err also takes the notice.

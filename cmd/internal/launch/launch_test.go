@@ -204,3 +204,52 @@ func TestUnprivilegedRunsJob(t *testing.T) {
 		}
 	}
 }
+
+// A bad XPU_TIMER_* value from the environment never stops the job: one
+// notice names it and the default taken, and the job's status passes
+// through (issue 16). A bad flag, typed by the user, is a usage error.
+func TestBadSettingRunsJob(t *testing.T) {
+	for _, tc := range []struct{ env, value string }{
+		{"XPU_TIMER_HANG_TIMEOUT", "abc"},
+		{"XPU_TIMER_HANG_TIMEOUT", "-5"},
+		{"XPU_TIMER_HANG_TIMEOUT", "0"},
+		{"XPU_TIMER_HANG_TIMEOUT", "-1s"},
+		{"XPU_TIMER_HANG_TIMEOUT", "99999999999999999999"},
+		{"XPU_TIMER_HANG_TIMEOUT", "0.001"},
+		{"XPU_TIMER_HANG_KILL", "maybe"},
+		{"XPU_TIMER_BASEPORT", "70000"},
+		{"XPU_TIMER_CONFIG", "/nonexistent/xpu.conf"},
+		{"XPU_TIMER_LOGGING_DIR", "/proc/xpu-timer-cannot-log-here"},
+	} {
+		t.Run(tc.env+"="+tc.value, func(t *testing.T) {
+			cmd := exec.Command(bin, "--port", "0", "--timeline-path", t.TempDir(), "sh", "-c", "echo job ran; exit 3")
+			cmd.Env = append(os.Environ(), "XPU_TIMER_LOGGING_DIR="+t.TempDir(), tc.env+"="+tc.value)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			if got := status(t, cmd.Run()); got != 3 {
+				t.Fatalf("status %d, want the job's 3; stderr %s", got, stderr.String())
+			}
+			if stdout.String() != "job ran\n" {
+				t.Fatalf("stdout %q", stdout.String())
+			}
+			notices := 0
+			for _, line := range strings.Split(stderr.String(), "\n") {
+				if strings.Contains(line, "ignoring") {
+					notices++
+					if !strings.Contains(line, tc.env) || !strings.Contains(line, "instead") {
+						t.Errorf("notice %q does not name %s and what it took instead", line, tc.env)
+					}
+				}
+			}
+			if notices != 1 {
+				t.Errorf("%d notices, want 1:\n%s", notices, stderr.String())
+			}
+		})
+	}
+	var stderr bytes.Buffer
+	cmd := launcher(t, "--hang-timeout", "abc", "sh", "-c", "exit 0")
+	cmd.Stderr = &stderr
+	if got := status(t, cmd.Run()); got != 2 {
+		t.Fatalf("--hang-timeout abc: status %d, want 2; stderr %s", got, stderr.String())
+	}
+}

@@ -1,0 +1,107 @@
+package symbols
+
+import (
+	"debug/elf"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
+)
+
+// sizedObject is a parsed library of about n bytes of symbol names.
+func sizedObject(t *testing.T, i, n int) *Object {
+	t.Helper()
+	name := fmt.Sprintf("f%d_%s", i, strings.Repeat("x", n))
+	symtab, strtab := testutil.Symbols(testutil.Symbol{Name: name, Type: elf.STT_FUNC, Value: 0x1000, Size: 16})
+	lib := testutil.ELF(
+		testutil.Section{Name: ".symtab", Type: elf.SHT_SYMTAB, Link: 2, Entsize: elf.Sym64Size, Data: symtab},
+		testutil.Section{Name: ".strtab", Type: elf.SHT_STRTAB, Data: strtab},
+	)
+	o, err := openObject(fmt.Sprintf("/lib%d.so", i), int64(len(lib)), bytesOpener(lib))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.loadSymbols(); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+// The cache keeps to its limit in bytes, dropping the least recently
+// used objects (issue 16: it never evicted).
+func TestCacheEvicts(t *testing.T) {
+	objs := make([]*Object, 8)
+	for i := range objs {
+		objs[i] = sizedObject(t, i, 64<<10)
+	}
+	per := objs[0].Bytes()
+	if per < 64<<10 {
+		t.Fatalf("an object of 64 KiB of names counts %d bytes", per)
+	}
+	c := NewCache()
+	c.SetLimit(3*per + per/2)
+	for i := 0; i < 5; i++ {
+		c.add(fmt.Sprint(i), objs[i])
+	}
+	held, evicted := c.Bytes()
+	if c.Len() != 3 || evicted != 2 || held > 3*per+per/2 {
+		t.Fatalf("holds %d objects, %d bytes, %d evicted; want 3, at most %d, 2", c.Len(), held, evicted, 3*per+per/2)
+	}
+	// 2, 3, 4 held; using 2 makes 3 the least recently used.
+	if o, _, hit := c.lookup("2"); !hit || o != objs[2] {
+		t.Fatal("object 2 not held")
+	}
+	c.add("5", objs[5])
+	for key, want := range map[string]bool{"0": false, "1": false, "2": true, "3": false, "4": true, "5": true} {
+		if _, _, hit := c.lookup(key); hit != want {
+			t.Errorf("object %s held %v, want %v", key, hit, want)
+		}
+	}
+	// An object larger than the limit alone is kept while it is the one
+	// in use, and dropped by the next.
+	c.SetLimit(per / 2)
+	if c.Len() != 0 {
+		t.Errorf("after a limit below every object, %d held", c.Len())
+	}
+	c.add("6", objs[6])
+	if c.Len() != 1 {
+		t.Errorf("the object in use was dropped")
+	}
+	c.add("7", objs[7])
+	if _, _, hit := c.lookup("6"); hit {
+		t.Error("object 6 still held")
+	}
+	// Objects grow as they are read: a use checks the limit again.
+	c.SetLimit(DefaultCacheBytes)
+	if held, _ := c.Bytes(); held != objs[7].Bytes() {
+		t.Errorf("cache counts %d bytes, its one object %d", held, objs[7].Bytes())
+	}
+}
+
+// Build-id sharing: a second path to the same build-id is the same object,
+// held once and dropped with all its keys.
+func TestCacheBuildIDKeys(t *testing.T) {
+	o := sizedObject(t, 0, 1024)
+	o.BuildID = "abcd"
+	c := NewCache()
+	c.add("a", o)
+	other := sizedObject(t, 1, 1024)
+	other.BuildID = "abcd"
+	if got := c.add("b", other); got != o {
+		t.Fatal("same build-id: a second object held")
+	}
+	if c.Len() != 1 {
+		t.Fatalf("Len %d, want 1", c.Len())
+	}
+	c.SetLimit(1)
+	c.add("c", sizedObject(t, 2, 1024))
+	for _, k := range []string{"a", "b"} {
+		if _, _, hit := c.lookup(k); hit {
+			t.Errorf("key %s still held", k)
+		}
+	}
+	if _, ok := c.byBuild["abcd"]; ok {
+		t.Error("build-id still held")
+	}
+}
