@@ -30,18 +30,23 @@ type Options struct {
 const DefaultWidth = 1600
 
 // A fitted picture gives one unit of width (a stack of one rank, or one
-// distinct stack) at least unitWidth pixels, room for "func…@2|0-1/3", up
-// to maxFitted pixels in all.
+// distinct stack) at least unitWidth pixels, room for "func…@2|0-1/3",
+// when that takes at most maxFitted pixels in all.
 const (
 	unitWidth = 160
-	maxFitted = 12000
+	maxFitted = 6400
 )
 
-// Fitted is the width of a picture of total units of width: DefaultWidth,
-// or wider so that one unit shows a function's start and its rank sets,
-// up to a bound.
+// Fitted is the width of a picture of total units of width: wide enough
+// that one unit shows a function's start and its rank sets, at least
+// DefaultWidth; DefaultWidth when that would take more than maxFitted
+// pixels (a big job: zoom in to read a thin bar).
 func Fitted(total int) int {
-	return max(DefaultWidth, min(maxFitted, total*unitWidth+2*xpad))
+	w := total*unitWidth + 2*xpad
+	if w > maxFitted {
+		return DefaultWidth
+	}
+	return max(DefaultWidth, w)
 }
 
 const (
