@@ -14,6 +14,8 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/viewer/flame"
+	"github.com/xpu-timer/xpu-timer/viewer/svg"
 )
 
 func chromium(t *testing.T) string {
@@ -91,7 +93,7 @@ func TestBrowser(t *testing.T) {
 	} {
 		t.Run(tc.svg, func(t *testing.T) {
 			path := filepath.Join(out, tc.svg)
-			s, err := b.open("file://"+path, 1280, 900)
+			s, err := b.open("file://"+path, 1700, 900)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -156,20 +158,21 @@ func TestBrowser(t *testing.T) {
 				t.Fatal(err)
 			}
 			var after struct {
-				W       float64
+				W, Full float64
 				Hidden  int
 				Unzoom  bool
 				Matched string
 			}
 			state := `(function(){ return {W: document.querySelector("#target rect").getBoundingClientRect().width,
+				Full: WIDTH - 2 * XPAD,
 				Hidden: document.querySelectorAll("g.f.hide").length,
 				Unzoom: !document.getElementById("unzoom").classList.contains("hide"),
 				Matched: document.getElementById("matched").textContent}; })()`
 			if err := b.eval(s, state, &after); err != nil {
 				t.Fatal(err)
 			}
-			if after.W < 1179 || after.W > 1181 || after.Hidden == 0 || !after.Unzoom {
-				t.Errorf("after clicking %q (%.1f px wide): %+v, want it 1180 px wide, others hidden, Reset Zoom shown", box.Label, box.W, after)
+			if math.Abs(after.W-after.Full) > 1 || after.Full < svg.DefaultWidth-20 || after.Hidden == 0 || !after.Unzoom {
+				t.Errorf("after clicking %q (%.1f px wide): %+v, want it the picture's width, others hidden, Reset Zoom shown", box.Label, box.W, after)
 			}
 			if after.Matched != text && !strings.HasPrefix(after.Matched, "Matched: ") {
 				t.Errorf("search lost on zoom: %q", after.Matched)
@@ -207,5 +210,81 @@ func keep(t *testing.T, name string, png []byte) {
 	}
 	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestBrowserRankSets opens the pictures of a real hang (rank 2 of 4
+// sleeping in Python) at the default width and widths, as a person sees
+// them, and reads the page: the faulty rank's frame shows its rank sets
+// without hovering, the text fits its bar, and every label the page draws
+// is what svg.Fit draws (so zooming, done by the script, shortens labels
+// the same way).
+func TestBrowserRankSets(t *testing.T) {
+	bin := chromium(t)
+	out := t.TempDir()
+	if _, err := Run(Options{Dir: filepath.Join("testdata", "torchjob", "sleep"), Out: out, Weight: flame.Ranks}); err != nil {
+		t.Fatal(err)
+	}
+	b := startBrowser(t, bin)
+	for _, name := range []string{PySVG, MixedSVG} {
+		t.Run(name, func(t *testing.T) {
+			s, err := b.open("file://"+filepath.Join(out, name), 1700, 1000) // the picture may be wider: a person scrolls
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got struct {
+				Text        string
+				Bar, Drawn  float64
+				Width       float64
+				Mismatch    []string
+				Frames      int
+				ZoomedLabel string
+			}
+			page := `(function(){
+				var frames = Array.from(document.querySelectorAll("#frames g.f"));
+				var mismatch = [];
+				frames.forEach(function(g){
+					var w = +g.querySelector("rect").getAttribute("width");
+					var drawn = g.querySelector("text").textContent;
+					if (drawn !== fit(label(g), w)) mismatch.push(label(g) + " => " + drawn + " / " + fit(label(g), w));
+				});
+				var g = frames.find(function(g){ return /^stall_in_python_sleep@/.test(label(g)); });
+				if (!g) return {Frames: frames.length, Mismatch: mismatch};
+				var t = g.querySelector("text");
+				var res = {Text: t.textContent, Bar: g.querySelector("rect").getBoundingClientRect().width,
+					Drawn: t.getComputedTextLength(), Width: document.documentElement.getBoundingClientRect().width,
+					Mismatch: mismatch, Frames: frames.length};
+				zoom(g.parentNode.querySelector("g.f"));
+				res.ZoomedLabel = t.textContent;
+				return res;
+			})()`
+			if err := b.eval(s, page, &got); err != nil {
+				t.Fatal(err)
+			}
+			if got.Text == "" {
+				t.Fatalf("no stall_in_python_sleep frame among %d", got.Frames)
+			}
+			if got.Width < svg.DefaultWidth {
+				t.Errorf("picture %.0f px wide, want at least %d", got.Width, svg.DefaultWidth)
+			}
+			if !strings.HasPrefix(got.Text, "stall_in_py") || !strings.HasSuffix(got.Text, "@2|0-1/3") {
+				t.Errorf("rank 2's frame reads %q: want the function and its rank sets, 2|0-1/3", got.Text)
+			}
+			if got.Drawn > got.Bar {
+				t.Errorf("label %q is %.0f px, wider than its %.0f px bar", got.Text, got.Drawn, got.Bar)
+			}
+			// With widths by rank, rank 2's bar is one unit, at least 160 px.
+			if got.Bar < 159.9 {
+				t.Errorf("rank 2's bar is %.1f px, want at least 160", got.Bar)
+			}
+			if len(got.Mismatch) > 0 {
+				t.Errorf("the page's labels differ from svg.Fit's: %q", got.Mismatch)
+			}
+			if !strings.HasSuffix(got.ZoomedLabel, "@2|0-1/3") {
+				t.Errorf("after a zoom the frame reads %q", got.ZoomedLabel)
+			}
+			shot, _ := b.screenshot(s)
+			keep(t, "ranks."+name+".png", shot)
+		})
 	}
 }

@@ -135,9 +135,21 @@ func readFile(path string, limit int64) ([]byte, time.Time, error) {
 	if st.Size() > limit {
 		return nil, time.Time{}, fmt.Errorf("%s: %w: %d bytes, the limit is %d", path, ErrTooLarge, st.Size(), limit)
 	}
-	data, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
+	// One read of the size fstat gave, and one byte more to see a file that
+	// grew since; what it grew by is read up to the limit.
+	data := make([]byte, st.Size()+1)
+	n, err := io.ReadFull(f, data)
+	switch {
+	case err == io.EOF || err == io.ErrUnexpectedEOF:
+		data = data[:n]
+	case err != nil:
 		return nil, time.Time{}, fmt.Errorf("read %s: %w", path, err)
+	default:
+		rest, err := io.ReadAll(io.LimitReader(f, limit+1-int64(n)))
+		if err != nil {
+			return nil, time.Time{}, fmt.Errorf("read %s: %w", path, err)
+		}
+		data = append(data, rest...)
 	}
 	if int64(len(data)) > limit {
 		return nil, time.Time{}, fmt.Errorf("%s: %w: grew past the limit of %d bytes while read", path, ErrTooLarge, limit)

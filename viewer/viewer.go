@@ -30,7 +30,7 @@ type Options struct {
 	Dir     string       // where the *.stacktrace files are
 	Out     string       // where the outputs go; default Dir
 	Weight  flame.Weight // what widths count
-	Width   int          // SVG width in pixels; default svg.DefaultWidth
+	Width   int          // SVG width in pixels; default svg.Fitted
 	Workers int          // files read in parallel; default GOMAXPROCS
 	// Incarnation, when set, picks the incarnation to merge; by default
 	// the newest group of dumps is merged.

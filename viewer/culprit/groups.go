@@ -160,13 +160,15 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 	slots := map[string][]slotRank{}
 	var names []string
 	for _, x := range ranks {
-		threads := slices.Clone(x.Threads)
+		var threads []Thread
+		for _, t := range x.Threads {
+			if t.Role == role {
+				threads = append(threads, t)
+			}
+		}
 		slices.SortStableFunc(threads, func(a, b Thread) int { return a.TID - b.TID })
 		ord := map[string]int{}
 		for _, t := range threads {
-			if t.Role != role {
-				continue
-			}
 			// Helpers of different libraries often share the process's name
 			// ("python3"): tell them apart by what they help.
 			key := t.Name + "\x00" + t.Helper

@@ -34,13 +34,38 @@ var zoomed = null, searching = null;
 unzoombtn.classList.add("hide");
 
 function label(g) { return g.querySelector("title").textContent.split("\n")[0]; }
-function info(g) { return g.querySelector("title").textContent.replace("\n", " (") + ")"; }
+function info(g) { var p = g.querySelector("title").textContent.split("\n"); return p[0] + " (" + p.slice(1).join("; ") + ")"; }
+function len(s) { return Array.from(s).length; }
+// parse splits func@file@STUCK|LEAK from the right, as flame.ParseLabel.
+function parse(s) {
+	var at = s.lastIndexOf("@");
+	if (at < 0) return null;
+	var sets = s.slice(at + 1);
+	if (!/^[0-9\/-]*\|[0-9\/-]*$/.test(sets)) return null;
+	var frame = s.slice(0, at), at2 = frame.lastIndexOf("@");
+	if (at2 < 0) return null;
+	var bar = sets.indexOf("|");
+	return {fn: frame.slice(0, at2), file: frame.slice(at2 + 1), stuck: sets.slice(0, bar), leak: sets.slice(bar + 1)};
+}
+// fit is svg.Fit: shorten in the middle so the function and rank sets stay.
 function fit(s, w) {
 	var n = Math.floor((w - 3) / (FONT * FONTW));
 	if (n < 3) return "";
-	var chars = Array.from(s);
-	if (chars.length <= n) return s;
-	return chars.slice(0, n - 2).join("") + "..";
+	if (len(s) <= n) return s;
+	var l = parse(s);
+	if (l) {
+		var base = l.file, i = base.lastIndexOf("/");
+		if (i >= 0) base = "\u2026/" + base.slice(i + 1);
+		var setss = ["@" + l.stuck + "|" + l.leak, "@" + l.stuck + "|\u2026"];
+		for (var j = 0; j < setss.length; j++) {
+			var sets = setss[j];
+			var cs = [l.fn + "@" + base + sets, l.fn + "@\u2026" + sets];
+			for (var c = 0; c < cs.length; c++) if (len(cs[c]) <= n) return cs[c];
+			var k = n - len(sets) - 1;
+			if (k >= 3) return Array.from(l.fn).slice(0, k).join("") + "\u2026" + sets;
+		}
+	}
+	return Array.from(s).slice(0, n - 2).join("") + "..";
 }
 function place(g, x, w) {
 	var r = g.querySelector("rect"), t = g.querySelector("text");

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
@@ -19,9 +20,33 @@ import (
 type Options struct {
 	Title    string
 	Subtitle string
-	Width    int     // picture width in pixels; default 1200
+	Width    int     // picture width in pixels; default: fitted (see Fitted)
 	MinWidth float64 // frames narrower than this many pixels are left out; default 0.1
 	MaxLabel int     // longest label kept in a frame's details; default 4096 bytes
+}
+
+// DefaultWidth is a picture's least width, flamegraph.pl's as xpu_timer
+// calls it.
+const DefaultWidth = 1600
+
+// A fitted picture gives one unit of width (a stack of one rank, or one
+// distinct stack) at least unitWidth pixels, room for "func…@2|0-1/3",
+// when that takes at most maxFitted pixels in all.
+const (
+	unitWidth = 160
+	maxFitted = 6400
+)
+
+// Fitted is the width of a picture of total units of width: wide enough
+// that one unit shows a function's start and its rank sets, at least
+// DefaultWidth; DefaultWidth when that would take more than maxFitted
+// pixels (a big job: zoom in to read a thin bar).
+func Fitted(total int) int {
+	w := total*unitWidth + 2*xpad
+	if w > maxFitted {
+		return DefaultWidth
+	}
+	return max(DefaultWidth, w)
 }
 
 const (
@@ -35,8 +60,12 @@ const (
 
 // Render writes t as an SVG document to w.
 func Render(w io.Writer, t *flame.Tree, o Options) error {
+	total := t.Root.Value
+	if total <= 0 {
+		total = 1
+	}
 	if o.Width <= 0 {
-		o.Width = 1200
+		o.Width = Fitted(total)
 	}
 	if o.Width < 200 {
 		o.Width = 200
@@ -46,10 +75,6 @@ func Render(w io.Writer, t *flame.Tree, o Options) error {
 	}
 	if o.MaxLabel <= 0 {
 		o.MaxLabel = 4096
-	}
-	total := t.Root.Value
-	if total <= 0 {
-		total = 1
 	}
 	unit := t.Weight.String()
 	height := ypadTop + (t.Depth+1)*frameHeight + ypadBottom
@@ -113,7 +138,11 @@ func (r *renderer) node(n *flame.Node, start int) {
 	w := r.w
 	fmt.Fprintf(w, `<g class="f" data-x="%d" data-w="%d"><title>`, start, n.Value)
 	xml.EscapeText(w, []byte(label))
-	fmt.Fprintf(w, "\n%d %s, %d %s, %.2f%%</title>", n.Value, plural(n.Value, r.unit), len(n.Ranks), plural(len(n.Ranks), "ranks"), share)
+	fmt.Fprintf(w, "\n%d %s, %d %s, %.2f%%", n.Value, plural(n.Value, r.unit), len(n.Ranks), plural(len(n.Ranks), "ranks"), share)
+	if n.Depth > 0 {
+		fmt.Fprintf(w, "\nranks here: %s; elsewhere: %s", orNone(r.t.Stuck(n)), orNone(r.t.Leak(n)))
+	}
+	w.WriteString("</title>")
 	fmt.Fprintf(w, `<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s" rx="2" ry="2"/>`,
 		x, y, width, frameHeight-1, fill)
 	fmt.Fprintf(w, `<text x="%.2f" y="%.1f">`, x+3, float64(y)+10.5)
@@ -134,8 +163,13 @@ func (r *renderer) node(n *flame.Node, start int) {
 	}
 }
 
-// Fit shortens label to what fits in width pixels, ending it with "..";
-// "" when not even three characters fit.
+// Fit shortens label to what fits in width pixels; "" when not even
+// three characters fit. A func@file@STUCK|LEAK label is shortened in the
+// middle, so that the function and the rank sets survive: first the file's
+// directory goes (func@…/file.py:12@2|0-1/3), then the file (func@…@2|0-1/3),
+// then the end of the function (fu…@2|0-1/3), then the LEAK set
+// (func@…/file.py:12@2|…); anything else loses its end (abc..). The
+// picture's script does the same when a zoom widens a frame.
 func Fit(label string, width float64) string {
 	n := int((width - 3) / (fontSize * fontWidth))
 	if n < 3 {
@@ -144,8 +178,32 @@ func Fit(label string, width float64) string {
 	if utf8.RuneCountInString(label) <= n {
 		return label
 	}
+	if l, ok := flame.ParseLabel(label); ok {
+		fn := l.Func
+		base := l.File
+		if i := strings.LastIndexByte(base, '/'); i >= 0 {
+			base = "…/" + base[i+1:]
+		}
+		for _, sets := range []string{"@" + l.Stuck + "|" + l.Leak, "@" + l.Stuck + "|…"} {
+			for _, c := range []string{fn + "@" + base + sets, fn + "@…" + sets} {
+				if utf8.RuneCountInString(c) <= n {
+					return c
+				}
+			}
+			if k := n - utf8.RuneCountInString(sets) - 1; k >= 3 {
+				return string([]rune(fn)[:k]) + "…" + sets
+			}
+		}
+	}
 	runes := []rune(label)
 	return string(runes[:n-2]) + ".."
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func clip(s string, max int) string {

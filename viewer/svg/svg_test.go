@@ -181,6 +181,27 @@ func TestFit(t *testing.T) {
 			t.Errorf("Fit(%q, %v) = %q, want %q", tc.s, tc.w, got, tc.want)
 		}
 	}
+	// Labels lose their middle: the function and the rank sets stay.
+	const label = "stall_in_python_sleep@/work/wt15/testdata/torchjob/job.py:153@2|0-1/3"
+	chars := func(n int) float64 { return 3 + float64(n)*fontSize*fontWidth + 0.01 }
+	for _, tc := range []struct {
+		s    string
+		w    float64
+		want string
+	}{
+		{label, chars(80), label},
+		{label, chars(45), "stall_in_python_sleep@…/job.py:153@2|0-1/3"},
+		{label, chars(32), "stall_in_python_sleep@…@2|0-1/3"},
+		{label, chars(20), "stall_in_py…@2|0-1/3"},
+		{label, chars(10), "stall…@2|…"},
+		{label, chars(6), "stal.."},
+		{"State@S (sleeping)@0-1/3|2", chars(20), "State@…@0-1/3|2"},
+		{"pthread_cond_wait@@GLIBC_2.3.2@/usr/lib/x86_64-linux-gnu/libc.so.6@0-7|", chars(40), "pthread_cond_wait@@GLIBC_2.3.2@…@0-7|"},
+	} {
+		if got := Fit(tc.s, tc.w); got != tc.want {
+			t.Errorf("Fit(%q, %v) = %q, want %q", tc.s, tc.w, got, tc.want)
+		}
+	}
 }
 
 func TestClassify(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/viewer"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
+	"github.com/xpu-timer/xpu-timer/viewer/svg"
 )
 
 // New returns the command.
@@ -46,7 +47,7 @@ files in --path (symbolic links, FIFOs, directories) are skipped and named.`,
 			default:
 				return fmt.Errorf("--weight %q: want stacks or ranks", weight)
 			}
-			if width < 200 {
+			if width != 0 && width < 200 {
 				return fmt.Errorf("--width %d: want at least 200", width)
 			}
 			o := viewer.Options{Dir: dir, Out: out, Weight: w, Width: width}
@@ -76,8 +77,8 @@ files in --path (symbolic links, FIFOs, directories) are skipped and named.`,
 	f := cmd.Flags()
 	f.StringVarP(&dir, "path", "p", "./", "directory holding the *.stacktrace files")
 	f.StringVar(&out, "out", "", "directory for the outputs (default: --path)")
-	f.StringVar(&weight, "weight", "stacks", "what flame widths count: stacks (each distinct stack 1, as xpu_timer) or ranks")
-	f.IntVar(&width, "width", 1200, "SVG width in pixels")
+	f.StringVar(&weight, "weight", "ranks", "what flame widths count: ranks (a stack as wide as the ranks that have it: one odd rank is a thin bar) or stacks (each distinct stack 1, xpu_timer's look)")
+	f.IntVar(&width, "width", 0, fmt.Sprintf("SVG width in pixels (default: at least %d, wider where that keeps a one-rank bar's rank sets readable)", svg.DefaultWidth))
 	f.IntVar(&inc, "incarnation", -1, "merge the dumps of this restart incarnation (default: the newest)")
 	return cmd
 }
