@@ -300,8 +300,20 @@ func (m *merger) add(l loaded) {
 		Rank: rank, File: filepath.Base(l.path), State: f.State, Reason: f.Reason, Hang: f.Hang, Comms: f.Comms,
 	}}
 	driver := driverOf(f.Threads, f.PID)
-	for i := range f.Threads {
-		t := &f.Threads[i]
+	threads := f.Threads
+	if len(f.Helpers) > 0 {
+		// The rank's forked workers are part of its picture, named as
+		// such: a DataLoader worker stuck in I/O is often the answer.
+		threads = slices.Clone(threads)
+		for _, h := range f.Helpers {
+			for _, t := range h.Threads {
+				t.Name = fmt.Sprintf("helper %d: %s", h.PID, t.Name)
+				threads = append(threads, t)
+			}
+		}
+	}
+	for i := range threads {
+		t := &threads[i]
 		if len(t.Native) > 0 {
 			m.buf, _ = m.cpp.AddFrames(rank, t.Native, m.buf)
 		}

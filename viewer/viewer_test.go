@@ -17,6 +17,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
@@ -285,5 +286,32 @@ func TestProfile(t *testing.T) {
 	}
 	if !strings.Contains(string(outp), "flash_attn_bwd_kernel") {
 		t.Errorf("go tool pprof -top lacks the kernel:\n%s", outp)
+	}
+}
+
+// A rank's helpers (its forked DataLoader workers) are in its picture,
+// named as helpers.
+func TestHelpersInPicture(t *testing.T) {
+	dir := copyDir(t, "nccl-stall")
+	path := filepath.Join(dir, dumpfile.Name(1, world))
+	f, err := dumpfile.Read(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Helpers = []dumpfile.Helper{{PID: 4242, State: "S (sleeping)", Threads: []stack.Thread{{TID: 4242, Name: "pt_data_worker",
+		Native: []stack.Frame{{Func: "__libc_read", Module: "libc.so.6"}, {Func: "worker_loop", File: "worker.py", Line: 7, Module: "python"}}}}}}
+	if _, err := dumpfile.Write(dir, f); err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	if _, err := Run(Options{Dir: dir, Out: out}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "cpp_stack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "worker_loop@worker.py:7@1|") {
+		t.Errorf("rank 1's helper is not in cpp_stack:\n%s", b)
 	}
 }
