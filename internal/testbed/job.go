@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -84,25 +82,20 @@ var (
 )
 
 // Started reads a rank's "started" line: its rank and pid.
-func Started(line string) (rank, pid int, ok bool) {
-	m := startedRe.FindStringSubmatch(line)
-	if m == nil {
-		return 0, 0, false
-	}
-	rank, _ = strconv.Atoi(m[1])
-	pid, _ = strconv.Atoi(m[2])
-	return rank, pid, true
-}
+func Started(line string) (rank, pid int, ok bool) { return twoInts(startedRe, line) }
 
 // StepDone reads a rank's "step done" line: its rank and the step.
-func StepDone(line string) (rank, step int, ok bool) {
-	m := stepRe.FindStringSubmatch(line)
+func StepDone(line string) (rank, step int, ok bool) { return twoInts(stepRe, line) }
+
+// twoInts reads the two numbers re captures in line.
+func twoInts(re *regexp.Regexp, line string) (a, b int, ok bool) {
+	m := re.FindStringSubmatch(line)
 	if m == nil {
 		return 0, 0, false
 	}
-	rank, _ = strconv.Atoi(m[1])
-	step, _ = strconv.Atoi(m[2])
-	return rank, step, true
+	a, _ = strconv.Atoi(m[1])
+	b, _ = strconv.Atoi(m[2])
+	return a, b, true
 }
 
 // StartJob starts a job in its own process group; t.Cleanup stops it.
@@ -260,39 +253,8 @@ func (j *Job) ranksNow() ([]int, error) {
 // segments returns the shared-memory segment names of this job.
 func (j *Job) segments() []string { return StoreSegments(j.store) }
 
-// StoreSegments returns the shared-memory segment names of the job whose
-// XPU_FAKEGPU_STORE is store: the communicator named by the id rank 0
-// wrote into the store.
-func StoreSegments(store string) []string {
-	raw, err := os.ReadFile(filepath.Join(store, "nccl_id"))
-	if err != nil || len(strings.TrimSpace(string(raw))) < 32 {
-		return nil
-	}
-	id := strings.TrimSpace(string(raw))[:32]
-	return []string{ShmPrefix + "cu-" + id, ShmPrefix + "mc-" + id}
-}
-
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
 	st, err := procfs.ReadStat(pid)
 	return err == nil && st.State != 'Z'
-}
-
-// RemoveSegments removes the named segments from /dev/shm, ignoring missing ones.
-func RemoveSegments(names []string) {
-	for _, n := range names {
-		_ = os.Remove(filepath.Join("/dev/shm", n))
-	}
-}
-
-// Segments lists the fake NCCL's segments currently in /dev/shm.
-func Segments() ([]string, error) {
-	m, err := filepath.Glob("/dev/shm/" + ShmPrefix + "*")
-	if err != nil {
-		return nil, fmt.Errorf("list segments: %w", err)
-	}
-	for i := range m {
-		m[i] = filepath.Base(m[i])
-	}
-	return m, nil
 }
