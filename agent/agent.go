@@ -21,9 +21,14 @@ import (
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
-// DefaultTimelinePath is where dumps, traces and markers go by default
-// (xpu_timer's XPU_TIMER_TIMELINE_PATH default).
-const DefaultTimelinePath = "/root/timeline"
+// Defaults of Options.
+const (
+	// DefaultTimelinePath is where dumps, traces and markers go (xpu_timer's
+	// XPU_TIMER_TIMELINE_PATH default).
+	DefaultTimelinePath = "/root/timeline"
+	// DefaultInterval is how often the engine is checked.
+	DefaultInterval = time.Second
+)
 
 // Options configure an Agent. Zero values take the defaults noted.
 type Options struct {
@@ -35,7 +40,7 @@ type Options struct {
 	HangKill     bool          // end the hung process group after the dump
 	JobName      string        // marker name and dump labels
 	PodName, IP  string        // dump labels
-	Interval     time.Duration // check period, default 1 s
+	Interval     time.Duration // check period, default DefaultInterval
 	Parallel     int           // ranks captured at once, default 4
 
 	Logger   *slog.Logger    // default: discard
@@ -93,7 +98,7 @@ func New(o Options) *Agent {
 		o.TimelinePath = DefaultTimelinePath
 	}
 	if o.Interval <= 0 {
-		o.Interval = time.Second
+		o.Interval = DefaultInterval
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 4

@@ -54,17 +54,16 @@ type MonitorOptions struct {
 // an error matching ErrNotPermitted when eBPF is not permitted; a missing
 // ptrace permission only turns stack capture into state-only dumps (logged).
 func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
-	cfg := mo
 	log := mo.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tr, err := OpenTracer(cfg.Libraries)
+	tr, err := OpenTracer(mo.Libraries)
 	if err != nil {
 		return nil, err
 	}
 	capt := NewCapturer(tr)
-	dump.Shared().Cache().SetLimit(cfg.SymbolCache)
+	dump.Shared().Cache().SetLimit(mo.SymbolCache)
 	if ok, why := PtraceAllowed(); !ok {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")
@@ -72,8 +71,8 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	}
 	m := &Monitor{Tracer: tr, log: log, done: make(chan struct{})}
 	o := Options{
-		Tracer: tr, Capturer: capt, HangTimeout: cfg.HangTimeout, TimelinePath: cfg.TimelinePath, HangKill: cfg.HangKill,
-		JobName: cfg.JobName, PodName: cfg.PodName, IP: cfg.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
+		Tracer: tr, Capturer: capt, HangTimeout: mo.HangTimeout, TimelinePath: mo.TimelinePath, HangKill: mo.HangKill,
+		JobName: mo.JobName, PodName: mo.PodName, IP: mo.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
 		Interval: mo.Interval, Looker: &ProcLooker{},
 	}
 	if nv, err := gpu.Open(); err != nil {
@@ -82,18 +81,18 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 		m.nvml = nv
 		o.GPU = NVML{M: nv}
 	}
-	static := metrics.Static{IP: cfg.IP, JobName: cfg.JobName, PodName: cfg.PodName}
-	if cfg.Pushgateway != "" {
-		o.Pusher = metrics.NewPusher(cfg.Pushgateway, static, cfg.PushInterval)
+	static := metrics.Static{IP: mo.IP, JobName: mo.JobName, PodName: mo.PodName}
+	if mo.Pushgateway != "" {
+		o.Pusher = metrics.NewPusher(mo.Pushgateway, static, mo.PushInterval)
 	}
 	m.Agent = New(o)
 	x := metrics.New(static)
 	x.SetSource(m.Agent.Snapshot)
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", x.Handler())
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
+	ln, err := net.Listen("tcp", ":"+strconv.Itoa(mo.Port))
 	if err != nil {
-		log.Warn("metrics not served: port unavailable", "port", cfg.Port, "err", err)
+		log.Warn("metrics not served: port unavailable", "port", mo.Port, "err", err)
 	} else {
 		m.Addr = ln.Addr()
 		m.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

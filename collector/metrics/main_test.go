@@ -1,28 +1,12 @@
 package metrics
 
 import (
-	"fmt"
 	"net/http"
-	"os"
-	"runtime"
 	"testing"
-	"time"
+
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // TestMain fails the package when its tests leave goroutines behind
 // (servers, pushers, HTTP connections).
-func TestMain(m *testing.M) {
-	base := runtime.NumGoroutine()
-	code := m.Run()
-	http.DefaultClient.CloseIdleConnections()
-	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); code == 0 && n > base {
-		buf := make([]byte, 1<<20)
-		fmt.Fprintf(os.Stderr, "goroutines leaked: %d > %d\n%s", n, base, buf[:runtime.Stack(buf, true)])
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testutil.MainNoLeaks(m, http.DefaultClient.CloseIdleConnections) }

@@ -9,12 +9,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // interpreter is one CPython build to test against.
@@ -60,16 +60,13 @@ func startTarget(t testing.TB, py string, mode ...string) (*exec.Cmd, targetStat
 		t.Fatal(err)
 	}
 	cmd := exec.Command(py, append([]string{script, out}, mode...)...)
-	cmd.Stderr = os.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", py, err)
+	g, err := testutil.StartGroup(cmd, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+		g.Kill()
+		<-g.Done()
 	})
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -82,8 +79,9 @@ func startTarget(t testing.TB, py string, mode ...string) (*exec.Cmd, targetStat
 			return cmd, st
 		}
 		select {
-		case err := <-done:
-			t.Fatalf("%s exited before writing its state: %v", py, err)
+		case <-g.Done():
+			_, code := g.Exited()
+			t.Fatalf("%s exited with %d before writing its state:\n%s", py, code, g.Output())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {

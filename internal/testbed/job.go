@@ -1,29 +1,25 @@
 package testbed
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // ErrTimeout is returned when a job does not reach a state in time.
-var ErrTimeout = errors.New("timeout")
+var ErrTimeout = testutil.ErrTimeout
 
 // ErrExited is returned when a job exited before reaching the awaited state.
-var ErrExited = errors.New("job exited")
+var ErrExited = testutil.ErrExited
 
 // JobOptions describe one run.py job.
 type JobOptions struct {
@@ -71,23 +67,36 @@ func (b *Bed) JobCommand(o JobOptions) *exec.Cmd {
 type Job struct {
 	Cmd *exec.Cmd
 
+	g     *testutil.Group
 	store string
 	mu    sync.Mutex
-	cond  *sync.Cond
-	out   bytes.Buffer
 	pids  map[int]int
 	steps map[int]int // rank -> last step done
-	done  bool
-	code  int
-	werr  error
 	stop  sync.Once
-	exit  chan struct{}
 }
 
+// Progress lines of run.py.
 var (
 	startedRe = regexp.MustCompile(`^xpu-fakegpu rank=(\d+) pid=(\d+) started$`)
 	stepRe    = regexp.MustCompile(`^xpu-fakegpu rank=(\d+) step=(\d+) done$`)
 )
+
+// Started reads a rank's "started" line: its rank and pid.
+func Started(line string) (rank, pid int, ok bool) { return twoInts(startedRe, line) }
+
+// StepDone reads a rank's "step done" line: its rank and the step.
+func StepDone(line string) (rank, step int, ok bool) { return twoInts(stepRe, line) }
+
+// twoInts reads the two numbers re captures in line.
+func twoInts(re *regexp.Regexp, line string) (a, b int, ok bool) {
+	m := re.FindStringSubmatch(line)
+	if m == nil {
+		return 0, 0, false
+	}
+	a, _ = strconv.Atoi(m[1])
+	b, _ = strconv.Atoi(m[2])
+	return a, b, true
+}
 
 // StartJob starts a job in its own process group; t.Cleanup stops it.
 func (b *Bed) StartJob(t testing.TB, o JobOptions) *Job {
@@ -107,83 +116,37 @@ func (b *Bed) Start(o JobOptions) (*Job, error) {
 		return nil, fmt.Errorf("create store: %w", err)
 	}
 	o.Env = append(append([]string{}, o.Env...), "XPU_FAKEGPU_STORE="+store)
-	j := &Job{Cmd: b.JobCommand(o), store: store, pids: map[int]int{}, steps: map[int]int{}, exit: make(chan struct{})}
-	j.cond = sync.NewCond(&j.mu)
-	j.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	pr, pw, err := os.Pipe()
+	j := &Job{Cmd: b.JobCommand(o), store: store, pids: map[int]int{}, steps: map[int]int{}}
+	j.g, err = testutil.StartGroup(j.Cmd, j.line)
 	if err != nil {
 		os.RemoveAll(store)
-		return nil, fmt.Errorf("pipe: %w", err)
+		return nil, err
 	}
-	j.Cmd.Stdout, j.Cmd.Stderr = pw, pw
-	if err := j.Cmd.Start(); err != nil {
-		pr.Close()
-		pw.Close()
-		os.RemoveAll(store)
-		return nil, fmt.Errorf("start %s: %w", j.Cmd.Path, err)
-	}
-	pw.Close()
-	readDone := make(chan struct{})
-	go j.read(pr, readDone)
-	go func() {
-		err := j.Cmd.Wait()
-		<-readDone
-		j.mu.Lock()
-		j.done, j.werr = true, err
-		j.code = j.Cmd.ProcessState.ExitCode()
-		if ws, ok := j.Cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			j.code = 128 + int(ws.Signal())
-		}
-		j.cond.Broadcast()
-		j.mu.Unlock()
-		close(j.exit)
-	}()
 	return j, nil
 }
 
-func (j *Job) read(r *os.File, done chan struct{}) {
-	defer close(done)
-	defer r.Close()
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		line := sc.Text()
-		j.mu.Lock()
-		j.out.WriteString(line + "\n")
-		if m := startedRe.FindStringSubmatch(line); m != nil {
-			rank, _ := strconv.Atoi(m[1])
-			pid, _ := strconv.Atoi(m[2])
-			j.pids[rank] = pid
-		} else if m := stepRe.FindStringSubmatch(line); m != nil {
-			rank, _ := strconv.Atoi(m[1])
-			step, _ := strconv.Atoi(m[2])
-			if s, ok := j.steps[rank]; !ok || step > s {
-				j.steps[rank] = step
-			}
+// line records the ranks' progress.
+func (j *Job) line(l testutil.Line) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if rank, pid, ok := Started(l.Text); ok {
+		j.pids[rank] = pid
+	} else if rank, step, ok := StepDone(l.Text); ok {
+		if s, ok := j.steps[rank]; !ok || step > s {
+			j.steps[rank] = step
 		}
-		j.cond.Broadcast()
-		j.mu.Unlock()
 	}
 }
 
 // waitFor blocks until cond (called with j.mu held) holds, the job exits or timeout passes.
 func (j *Job) waitFor(timeout time.Duration, what string, cond func() bool) error {
-	deadline := time.Now().Add(timeout)
-	timer := time.AfterFunc(timeout, func() {
+	err := j.g.Until(timeout, func() bool {
 		j.mu.Lock()
-		j.cond.Broadcast()
-		j.mu.Unlock()
+		defer j.mu.Unlock()
+		return cond()
 	})
-	defer timer.Stop()
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	for !cond() {
-		if j.done {
-			return fmt.Errorf("wait for %s: %w (code %d)", what, ErrExited, j.code)
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("wait for %s: %w after %v", what, ErrTimeout, timeout)
-		}
-		j.cond.Wait()
+	if err != nil {
+		return fmt.Errorf("wait for %s: %w", what, err)
 	}
 	return nil
 }
@@ -234,42 +197,35 @@ func (j *Job) LastStep(rank int) int {
 
 // Exited reports whether the job's launcher has exited.
 func (j *Job) Exited() bool {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.done
+	done, _ := j.g.Exited()
+	return done
 }
 
 // Wait waits for the launcher to exit and returns its exit code.
 func (j *Job) Wait(timeout time.Duration) (int, error) {
 	select {
-	case <-j.exit:
+	case <-j.g.Done():
 	case <-time.After(timeout):
 		return -1, fmt.Errorf("wait for job exit: %w after %v", ErrTimeout, timeout)
 	}
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.code, nil
+	_, code := j.g.Exited()
+	return code, nil
 }
 
 // Output returns the combined output so far.
-func (j *Job) Output() string {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.out.String()
-}
+func (j *Job) Output() string { return j.g.Output() }
 
 // Stop kills the whole process group, reaps it and removes the job's
 // shared-memory segments and store. It is idempotent.
 func (j *Job) Stop() {
 	j.stop.Do(func() {
 		pids, _ := j.ranksNow()
-		pgid := j.Cmd.Process.Pid
-		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		j.g.Kill()
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, syscall.SIGKILL) // in case a rank left the group
 		}
 		select {
-		case <-j.exit:
+		case <-j.g.Done():
 		case <-time.After(10 * time.Second):
 		}
 		// ranks are children of the launcher: once it is gone init reaps them;
@@ -294,38 +250,11 @@ func (j *Job) ranksNow() ([]int, error) {
 	return pids, nil
 }
 
-// segments returns the shared-memory segment names of this job: the
-// communicator named by the id rank 0 wrote into the store.
-func (j *Job) segments() []string {
-	raw, err := os.ReadFile(filepath.Join(j.store, "nccl_id"))
-	if err != nil || len(raw) < 32 {
-		return nil
-	}
-	id := strings.TrimSpace(string(raw))[:32]
-	return []string{ShmPrefix + "cu-" + id, ShmPrefix + "mc-" + id}
-}
+// segments returns the shared-memory segment names of this job.
+func (j *Job) segments() []string { return StoreSegments(j.store) }
 
 // alive reports whether pid exists and is not a zombie.
 func alive(pid int) bool {
 	st, err := procfs.ReadStat(pid)
 	return err == nil && st.State != 'Z'
-}
-
-// RemoveSegments removes the named segments from /dev/shm, ignoring missing ones.
-func RemoveSegments(names []string) {
-	for _, n := range names {
-		_ = os.Remove(filepath.Join("/dev/shm", n))
-	}
-}
-
-// Segments lists the fake NCCL's segments currently in /dev/shm.
-func Segments() ([]string, error) {
-	m, err := filepath.Glob("/dev/shm/" + ShmPrefix + "*")
-	if err != nil {
-		return nil, fmt.Errorf("list segments: %w", err)
-	}
-	for i := range m {
-		m[i] = filepath.Base(m[i])
-	}
-	return m, nil
 }

@@ -106,10 +106,10 @@ func decidedRanks(p *proc) map[int]bool {
 func hangLines(p *proc) []hangLine {
 	var out []hangLine
 	for _, l := range p.matching(hangRe) {
-		m := hangRe.FindStringSubmatch(l.text)
+		m := hangRe.FindStringSubmatch(l.Text)
 		r, _ := strconv.Atoi(m[1])
 		age, _ := strconv.ParseFloat(m[4], 64)
-		out = append(out, hangLine{at: l.at, rank: r, kind: m[2], op: m[3], ageSeconds: age})
+		out = append(out, hangLine{at: l.At, rank: r, kind: m[2], op: m[3], ageSeconds: age})
 	}
 	return out
 }
@@ -186,9 +186,9 @@ func checkFault(t *testing.T, b *testbed.Bed, c faultCase) string {
 
 	// The decisions and the dumps.
 	dl := p.waitRe(dumpedRe, 60*time.Second)
-	m := dumpedRe.FindStringSubmatch(dl.text)
+	m := dumpedRe.FindStringSubmatch(dl.Text)
 	if m[1] != strconv.Itoa(nproc) || m[2] != strconv.Itoa(nproc) {
-		t.Fatalf("dumped %s ranks of %s, want all %d: %s", m[1], m[2], nproc, dl.text)
+		t.Fatalf("dumped %s ranks of %s, want all %d: %s", m[1], m[2], nproc, dl.Text)
 	}
 	dumpSeconds, _ := strconv.ParseFloat(m[3], 64)
 	// Every rank is stuck: the faulty one, and its peers waiting for it in

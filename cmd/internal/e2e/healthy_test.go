@@ -63,7 +63,7 @@ func TestHealthyJob(t *testing.T) {
 		}
 	}
 	if hs := p.matching(regexp.MustCompile(`msg=hang `)); len(hs) > 0 {
-		t.Errorf("hang decided in a healthy job: %s", hs[0].text)
+		t.Errorf("hang decided in a healthy job: %s", hs[0].Text)
 	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		t.Errorf("the healthy job left %d files in the timeline path, first %s", len(ents), ents[0].Name())

@@ -173,7 +173,7 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 // dumpedAll says whether the launcher logged the dumps of every rank.
 func dumpedAll(p *proc) bool {
 	for _, l := range p.matching(dumpedRe) {
-		m := dumpedRe.FindStringSubmatch(l.text)
+		m := dumpedRe.FindStringSubmatch(l.Text)
 		if m[1] == strconv.Itoa(nproc) && m[2] == strconv.Itoa(nproc) {
 			return true
 		}

@@ -52,7 +52,7 @@ func TestPrometheusAndPushgateway(t *testing.T) {
 	promAddr := testutil.Prometheus(t, promBin, tmp, shortRules(t, tmp), target)
 
 	// The alert fires for the faulty rank.
-	hungAt := p.waitRe(hangRe, 60*time.Second).at
+	hungAt := p.waitRe(hangRe, 60*time.Second).At
 	var firing []map[string]string
 	deadline := time.Now().Add(45 * time.Second)
 	for len(firing) == 0 || !hasRank(firing, c.rank) {

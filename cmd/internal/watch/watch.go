@@ -78,7 +78,7 @@ its descendants; processes given with --pid are left alone.`,
 	cmd.Flags().BoolVar(&exitOnHang, "exit-on-hang", false, "exit after the first hang (status 3)")
 	cmd.Flags().IntSliceVar(&pids, "pid", nil, "process to watch with its descendants (repeatable)")
 	cmd.Flags().StringSliceVar(&libs, "libraries", nil, "extra vendor library paths to probe [$XPU_TIMER_LIBRARIES]")
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "how often hangs are checked")
+	cmd.Flags().DurationVar(&interval, "interval", agent.DefaultInterval, "how often hangs are checked")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if (len(pids) == 0) == (len(args) == 0) {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch: give either --pid PID... or -- CMD ARGS...")
