@@ -1,0 +1,33 @@
+// Package benchtable prints the rows that scripts/bench.sh gathers into
+// the one table `make bench` ends with: a figure, the anchor it is judged
+// against (measured in the same run, or a target), and their ratio.
+//
+// A row is one log line holding, tab-separated,
+//
+//	BENCH-TABLE  name  figure  anchor  ratio
+//
+// where figure and anchor are "value unit (what)" and ratio is
+// figure/anchor with three significant digits, or "-" when there is no
+// number to divide.
+package benchtable
+
+import (
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+)
+
+// Prefix starts every row.
+const Prefix = "BENCH-TABLE"
+
+// Row logs one row. A ratio that is not a number (no anchor) prints "-".
+func Row(tb testing.TB, name, figure, anchor string, ratio float64) {
+	tb.Helper()
+	r := "-"
+	if !math.IsNaN(ratio) && !math.IsInf(ratio, 0) {
+		r = fmt.Sprintf("%.3g", ratio)
+	}
+	clean := func(s string) string { return strings.ReplaceAll(s, "\t", " ") }
+	tb.Logf("%s\t%s\t%s\t%s\t%s", Prefix, clean(name), clean(figure), clean(anchor), r)
+}
