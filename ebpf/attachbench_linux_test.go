@@ -61,15 +61,15 @@ func BenchmarkAttachLatency(b *testing.B) {
 				r.caught["cudart"]+r.caught["nccl"], r.loads, r.caught["cudart"], r.loads/2, r.caught["nccl"], r.loads/2)
 		}
 		m, s := res[0], res[1]
-		b.ReportMetric(quantile(m.attach, 0.5), m.mode+"-attach-p50-ms")
-		b.ReportMetric(quantile(m.attach, 0.9), m.mode+"-attach-p90-ms")
+		b.ReportMetric(benchtable.Quantile(m.attach, 0.5), m.mode+"-attach-p50-ms")
+		b.ReportMetric(benchtable.Quantile(m.attach, 0.9), m.mode+"-attach-p90-ms")
 		b.ReportMetric(slices.Max(m.attach), m.mode+"-attach-max-ms")
-		b.ReportMetric(quantile(s.attach, 0.5), s.mode+"-attach-p50-ms")
-		b.ReportMetric(quantile(s.attach, 0.9), s.mode+"-attach-p90-ms")
+		b.ReportMetric(benchtable.Quantile(s.attach, 0.5), s.mode+"-attach-p50-ms")
+		b.ReportMetric(benchtable.Quantile(s.attach, 0.9), s.mode+"-attach-p90-ms")
 		b.ReportMetric(slices.Max(s.attach), s.mode+"-attach-max-ms")
 		target := float64(attachTarget) / float64(time.Millisecond)
 		for _, r := range res {
-			p90, worst := quantile(r.attach, 0.9), slices.Max(r.attach)
+			p90, worst := benchtable.Quantile(r.attach, 0.9), slices.Max(r.attach)
 			benchtable.Row(b, "attach latency p90, "+r.mode, ms(p90), ms(target)+" (target)", p90/target)
 			benchtable.Row(b, "attach latency max, "+r.mode, ms(worst), ms(target)+" (target)", worst/target)
 			n := r.caught["cudart"] + r.caught["nccl"]
@@ -77,8 +77,8 @@ func BenchmarkAttachLatency(b *testing.B) {
 				float64(n)/float64(r.loads))
 		}
 		benchtable.Row(b, "attach latency median, uprobe_multi vs single uprobes",
-			ms(quantile(m.attach, 0.5))+" ("+m.mode+")", ms(quantile(s.attach, 0.5))+" ("+s.mode+")",
-			quantile(m.attach, 0.5)/quantile(s.attach, 0.5))
+			ms(benchtable.Quantile(m.attach, 0.5))+" ("+m.mode+")", ms(benchtable.Quantile(s.attach, 0.5))+" ("+s.mode+")",
+			benchtable.Quantile(m.attach, 0.5)/benchtable.Quantile(s.attach, 0.5))
 	}
 }
 
@@ -295,17 +295,6 @@ func copyFile(b *testing.B, from, to string) {
 	}
 }
 
-// quantile is the q-quantile of v (nearest rank); NaN when v is empty.
-func quantile(v []float64, q float64) float64 {
-	if len(v) == 0 {
-		return math.NaN()
-	}
-	s := slices.Clone(v)
-	slices.Sort(s)
-	i := int(math.Ceil(q*float64(len(s)))) - 1
-	return s[max(0, min(len(s)-1, i))]
-}
-
 // dist prints the distribution of latencies in ms; "never" stands for a
 // load whose library was not attached (or no call of it recorded) while
 // the rank lived.
@@ -320,7 +309,7 @@ func dist(v []float64) string {
 		}
 	}
 	return fmt.Sprintf("n=%d min %s median %s p90 %s max %s, never %d",
-		len(v), ms(slices.Min(v)), ms(quantile(v, 0.5)), ms(quantile(v, 0.9)), ms(slices.Max(v)), never)
+		len(v), ms(slices.Min(v)), ms(benchtable.Quantile(v, 0.5)), ms(benchtable.Quantile(v, 0.9)), ms(slices.Max(v)), never)
 }
 
 func ms(v float64) string {

@@ -14,6 +14,7 @@ package benchtable
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -30,4 +31,16 @@ func Row(tb testing.TB, name, figure, anchor string, ratio float64) {
 	}
 	clean := func(s string) string { return strings.ReplaceAll(s, "\t", " ") }
 	tb.Logf("%s\t%s\t%s\t%s\t%s", Prefix, clean(name), clean(figure), clean(anchor), r)
+}
+
+// Quantile is the q-quantile of v by nearest rank (0.5 the median, 1 the
+// maximum); NaN when v is empty.
+func Quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	i := int(math.Ceil(q*float64(len(s)))) - 1
+	return s[max(0, min(len(s)-1, i))]
 }
