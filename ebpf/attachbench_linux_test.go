@@ -252,16 +252,20 @@ func attachRun(b *testing.B, bed *testbed.Bed, prog string, single bool) attachR
 }
 
 // settle waits until the tracer has handled the exits of the ranks (only
-// the parent is followed) and read what came before them.
+// the parent is followed), read what came before them, and detached the
+// ranks' libraries (Linger is short here): the next repetition then
+// measures 8 loads at once on an idle tracer, not a backlog or detaches
+// left over from the one before.
 func settle(b *testing.B, tr *Tracer) {
 	b.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	for tr.Stats().Processes > 1 {
+	for st := tr.Stats(); st.Processes > 1 || st.Idle > 0; st = tr.Stats() {
 		if time.Now().After(deadline) {
-			b.Fatalf("the tracer still follows %d processes 2 minutes after the ranks exited", tr.Stats().Processes)
+			b.Fatalf("2 minutes after the ranks exited the tracer still follows %d processes and holds %d idle probes", st.Processes, st.Idle)
 		}
 		time.Sleep(pollInterval)
 	}
+	tr.closing.Wait()            // the detaches
 	time.Sleep(2 * pollInterval) // the notices made with the last exits
 }
 
