@@ -12,7 +12,8 @@
 # figure and anchor are free text ("3055 ns", "2318 ns (empty uprobe)"),
 # ratio is figure/anchor as a number, or "-" when there is none. This
 # script greps those lines out of the go test output, wherever the log
-# prefix puts them.
+# prefix puts them. go test runs with -v: without it, a benchmark's log is
+# cut to its first lines and later rows would be lost.
 #
 # Exit status: non-zero when go test failed (a benchmark calls b.Fatal when
 # it measured nothing or lost events), when no benchmark ran, or when no
@@ -22,7 +23,7 @@ cd "$(dirname "$0")/.."
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 set +e
-go test -run '^$' -bench "${BENCH:-.}" -benchtime=1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...} 2>&1 | tee "$out" |
+go test -v -run '^$' -bench "${BENCH:-.}" -benchtime=1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...} 2>&1 | tee "$out" |
 	grep -v '^ok\|no test files'
 status=${PIPESTATUS[0]}
 set -e
