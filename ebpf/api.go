@@ -40,12 +40,13 @@ type Options struct {
 
 // Notice tells what the tracer did or could not do for a process.
 type Notice struct {
-	Kind     string   // "attach", "missing", "exec", "exit", "error"
-	PID      int      // the process concerned; 0 for a library of Options.Libraries probed ahead
-	Library  string   // the library file (attach, missing, error)
-	Attached []string // symbols probed (attach)
-	Missing  []string // symbols the library lacks (missing)
-	Err      error    // what failed (error)
+	Kind     string    // "attach", "missing", "exec", "exit", "error"
+	PID      int       // the process concerned; 0 for a library of Options.Libraries probed ahead
+	Library  string    // the library file (attach, missing, error)
+	Attached []string  // symbols probed (attach)
+	Missing  []string  // symbols the library lacks (missing)
+	Err      error     // what failed (error)
+	Time     time.Time // when the tracer made the notice (an attach: when the probes were in)
 }
 
 // Stats counts what the tracer has seen.

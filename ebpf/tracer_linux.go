@@ -56,6 +56,11 @@ type Tracer struct {
 	multi   bool           // attach with uprobe_multi links (Linux 6.6+)
 	closing sync.WaitGroup // links detaching in the background
 
+	// onLoader, when set before Run, is called with t.mu held for each
+	// loader record (ld.so's r_brk) of a followed process, with its BPF
+	// time (CLOCK_MONOTONIC ns): for benchmarks of the attach latency.
+	onLoader func(pid int, ktime uint64)
+
 	mu      sync.Mutex
 	procs   map[int]*process
 	libs    map[libKey]*library
@@ -273,6 +278,7 @@ func procPath(pid int, path string) string {
 }
 
 func (t *Tracer) notice(n Notice) {
+	n.Time = time.Now()
 	if len(t.pending) < 4096 {
 		t.pending = append(t.pending, n)
 	}
@@ -391,6 +397,9 @@ func (t *Tracer) processEvent(raw *probesEvent, onEvent func(timer.Event)) {
 			t.dirty[pid] = time.Now()
 		}
 		t.names.mapped(pid)
+		if t.onLoader != nil {
+			t.onLoader(pid, raw.Time)
+		}
 	}
 	t.mu.Unlock()
 	if ev.Kind != timer.KindUnknown {

@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 )
@@ -34,9 +37,49 @@ var hostFaults = []string{testbed.FaultPythonSleep, testbed.FaultDeadlock, testb
 
 // outcome is one run of one cell.
 type outcome struct {
-	detected bool
-	latency  float64 // worst decision age past the timeout, seconds
-	why      string  // what failed
+	Detected bool
+	Latency  float64 // worst decision age past the timeout, seconds
+	Attach   float64 // seconds from the first rank's start line to the runtime's "attached" line; -1 when either is missing
+	Why      string  // what failed
+}
+
+// cell is one fault kind of one vendor at one fault step.
+type cell struct {
+	Vendor, Fault string
+	Step          int
+}
+
+// cellRuns is a cell with its runs, as TestFaultMatrix writes them to
+// XPU_TIMER_MATRIX_OUT for BenchmarkFaultMatrix.
+type cellRuns struct {
+	cell
+	Runs []outcome
+}
+
+// matrixCells are the cells of the matrix; XPU_TIMER_MATRIX_CELLS, a
+// regular expression matched against "vendor/fault/stepN", picks some.
+func matrixCells(t testing.TB) []cell {
+	var pick *regexp.Regexp
+	if expr := os.Getenv("XPU_TIMER_MATRIX_CELLS"); expr != "" {
+		var err error
+		if pick, err = regexp.Compile(expr); err != nil {
+			t.Fatalf("XPU_TIMER_MATRIX_CELLS: %v", err)
+		}
+	}
+	var cells []cell
+	for _, v := range []string{"cuda", "maca"} {
+		for _, f := range testbed.Faults {
+			for _, s := range matrixSteps {
+				if pick == nil || pick.MatchString(fmt.Sprintf("%s/%s/step%d", v, f, s)) {
+					cells = append(cells, cell{v, f, s})
+				}
+			}
+		}
+	}
+	if len(cells) == 0 {
+		t.Fatalf("XPU_TIMER_MATRIX_CELLS=%s picks no cell", pick)
+	}
+	return cells
 }
 
 // TestFaultMatrix runs every testbed fault, on CUDA and on MACA, at fault
@@ -52,30 +95,19 @@ func TestFaultMatrix(t *testing.T) {
 	}
 	b := testbed.Build(t)
 	runs := matrixRuns()
-	type cell struct {
-		vendor, fault string
-		step          int
-	}
-	var cells []cell
-	for _, v := range []string{"cuda", "maca"} {
-		for _, f := range testbed.Faults {
-			for _, s := range matrixSteps {
-				cells = append(cells, cell{v, f, s})
-			}
-		}
-	}
+	cells := matrixCells(t)
 	var mu sync.Mutex
 	results := map[cell][]outcome{}
 	t.Run("runs", func(t *testing.T) {
 		for i, c := range cells {
 			for run := range runs {
-				step := c.step
-				j := job{vendor: c.vendor, fault: c.fault, rank: (i + run) % nproc, at: &step, steps: step + 30}
-				t.Run(fmt.Sprintf("%s/%s/step%d/run%d", c.vendor, c.fault, c.step, run), func(t *testing.T) {
+				step := c.Step
+				j := job{vendor: c.Vendor, fault: c.Fault, rank: (i + run) % nproc, at: &step, steps: step + 30}
+				t.Run(fmt.Sprintf("%s/%s/step%d/run%d", c.Vendor, c.Fault, c.Step, run), func(t *testing.T) {
 					t.Parallel()
 					o := matrixRun(t, b, j)
-					if !o.detected {
-						t.Errorf("rank %d's %s at step %d: %s", j.rank, j.fault, step, o.why)
+					if !o.Detected {
+						t.Errorf("rank %d's %s at step %d: %s", j.rank, j.fault, step, o.Why)
 					}
 					mu.Lock()
 					results[c] = append(results[c], o)
@@ -84,26 +116,43 @@ func TestFaultMatrix(t *testing.T) {
 			}
 		}
 	})
-	var table strings.Builder
-	fmt.Fprintf(&table, "%-5s %-16s %5s %9s %14s %11s\n", "", "fault", "step", "detected", "latency med", "latency max")
+	var all []cellRuns
 	for _, c := range cells {
-		outs := results[c]
+		all = append(all, cellRuns{c, results[c]})
+	}
+	t.Logf("fault matrix on the default path:\n%s", matrixTable(all))
+	if out := os.Getenv("XPU_TIMER_MATRIX_OUT"); out != "" {
+		data, err := json.Marshal(all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(out, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// matrixTable prints a table of detection rates and latencies.
+func matrixTable(all []cellRuns) string {
+	var table strings.Builder
+	fmt.Fprintf(&table, "latency: decision age past the %v timeout, worst rank of a run; attach: a rank started -> runtime attached for it (upper bound)\n", timeout)
+	fmt.Fprintf(&table, "%-5s %-16s %5s %9s %12s %11s %11s %11s\n", "", "fault", "step", "detected", "latency med", "latency max", "attach med", "attach max")
+	for _, c := range all {
 		n := 0
-		var lat []float64
-		for _, o := range outs {
-			if o.detected {
+		var lat, att []float64
+		for _, o := range c.Runs {
+			if o.Detected {
 				n++
-				lat = append(lat, o.latency)
+				lat = append(lat, o.Latency)
+			}
+			if o.Attach >= 0 {
+				att = append(att, o.Attach)
 			}
 		}
-		slices.Sort(lat)
-		med, worst := 0.0, 0.0
-		if len(lat) > 0 {
-			med, worst = lat[len(lat)/2], lat[len(lat)-1]
-		}
-		fmt.Fprintf(&table, "%-5s %-16s %5d %4d of %-2d %12.2fs %10.2fs\n", c.vendor, c.fault, c.step, n, len(outs), med, worst)
+		fmt.Fprintf(&table, "%-5s %-16s %5d %4d of %-2d %11s %11s %11s %11s\n", c.Vendor, c.Fault, c.Step, n, len(c.Runs),
+			seconds(benchtable.Quantile(lat, 0.5)), seconds(maxOf(lat)), seconds(benchtable.Quantile(att, 0.5)), seconds(maxOf(att)))
 	}
-	t.Logf("fault matrix on the default path (latency: decision age past the %v timeout, worst rank of a run):\n%s", timeout, table.String())
+	return table.String()
 }
 
 // matrixRun runs one faulty job and says whether it was detected as a
@@ -114,8 +163,9 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 	dir := t.TempDir()
 	p := launch(t, b, j, dir, timeout)
 	defer p.kill()
+	attach := attachSeconds(p)
 	fail := func(format string, args ...any) outcome {
-		return outcome{why: fmt.Sprintf(format, args...) + "\n" + tail(p.output(), 40)}
+		return outcome{Attach: attach, Why: fmt.Sprintf(format, args...) + "\n" + tail(p.output(), 40)}
 	}
 	deadline := time.Now().Add(45 * time.Second)
 	for !dumpedAll(p) {
@@ -167,7 +217,29 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 	if want := fmt.Sprintf("Likely culprit: rank %d\n", j.rank); !strings.Contains(summary, want) {
 		return fail("the viewer does not say %q:\n%s", strings.TrimSpace(want), summary)
 	}
-	return outcome{detected: true, latency: worst}
+	return outcome{Detected: true, Latency: worst, Attach: attachSeconds(p)}
+}
+
+// attachedRe is the launcher's line for a runtime library it probed.
+var attachedRe = regexp.MustCompile(`msg=attached .*\bpid=(\d+) library=\S*/lib(?:cudart|mcruntime)\.so`)
+
+// attachSeconds is how long after a rank said it started (just before it
+// loads the libraries) the launcher logged the runtime library attached
+// for it, both lines stamped here as they arrived: an upper bound of the
+// attach latency (it holds the rank's dlopen and both pipes); -1 when a
+// line is missing.
+func attachSeconds(p *proc) float64 {
+	attached := p.matching(attachedRe)
+	if len(attached) == 0 {
+		return -1
+	}
+	pid := attachedRe.FindStringSubmatch(attached[0].text)[1]
+	for _, l := range p.matching(startedRe) {
+		if startedRe.FindStringSubmatch(l.text)[2] == pid {
+			return max(0, attached[0].at.Sub(l.at).Seconds())
+		}
+	}
+	return -1
 }
 
 // dumpedAll says whether the launcher logged the dumps of every rank.
