@@ -233,10 +233,10 @@ func attachSeconds(p *proc) float64 {
 	if len(attached) == 0 {
 		return -1
 	}
-	pid := attachedRe.FindStringSubmatch(attached[0].text)[1]
-	for _, l := range p.matching(startedRe) {
-		if startedRe.FindStringSubmatch(l.text)[2] == pid {
-			return max(0, attached[0].at.Sub(l.at).Seconds())
+	pid, _ := strconv.Atoi(attachedRe.FindStringSubmatch(attached[0].Text)[1])
+	for _, l := range p.Lines(0) {
+		if _, started, ok := testbed.Started(l.Text); ok && started == pid {
+			return max(0, attached[0].At.Sub(l.At).Seconds())
 		}
 	}
 	return -1
