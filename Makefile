@@ -5,6 +5,13 @@ GO    ?= go
 BIN   := bin
 export PATH := /usr/local/go/bin:$(PATH)
 
+# Stamped into every binary (--version, xpu_timer_build_info): the nearest
+# tag (docs/release.md), "dev" before the first one.
+VERSION  ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VPKG     := github.com/xpu-timer/xpu-timer/internal/version
+LDFLAGS  := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Revision=$(REVISION)
+
 .PHONY: all build test demo bench generate check-generate testbed deps clean
 
 all: build
@@ -14,7 +21,7 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 testbed: deps
 	@$(MAKE) -s -C testdata/fakegpu

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -16,12 +17,15 @@ type Exporter struct {
 	c   *collector
 }
 
-// New returns an exporter with its own registry. Until SetSource is called it
-// serves an empty snapshot.
+// New returns an exporter with its own registry: the node's families, the
+// build info, and the Go runtime and process collectors (the exporter's own
+// memory, CPU and descriptors). Until SetSource is called it serves an
+// empty snapshot.
 func New(static Static) *Exporter {
 	c := newCollector(static)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
+	reg.MustRegister(c, newBuildInfo(), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Exporter{reg: reg, c: c}
 }
 

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
@@ -23,7 +21,7 @@ type Monitor struct {
 	Addr   net.Addr // where /metrics is served; nil when the port was taken
 
 	log    *slog.Logger
-	server *http.Server
+	web    *metrics.Server
 	nvml   *gpu.Monitor
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -73,19 +71,7 @@ func OpenMonitor(cfg config.Config, mo MonitorOptions) (*Monitor, error) {
 		o.Pusher = metrics.NewPusher(cfg.Pushgateway, static, cfg.PushInterval)
 	}
 	m.Agent = New(o)
-	x := metrics.New(static)
-	x.SetSource(m.Agent.Snapshot)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", x.Handler())
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(cfg.Port))
-	if err != nil {
-		log.Warn("metrics not served: port unavailable", "port", cfg.Port, "err", err)
-	} else {
-		m.Addr = ln.Addr()
-		m.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = m.server.Serve(ln) }()
-		log.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
-	}
+	m.web, m.Addr = serveMetrics(cfg, m.Agent.Snapshot, static, log)
 	return m, nil
 }
 
@@ -123,13 +109,31 @@ func (m *Monitor) Close() error {
 			m.log.Warn("monitor did not stop in time")
 		}
 	}
-	if m.server != nil {
+	if m.web != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = m.server.Shutdown(ctx)
+		_ = m.web.Close(ctx)
 		cancel()
 	}
 	if m.nvml != nil {
 		m.nvml.Close()
 	}
 	return m.Tracer.Close()
+}
+
+// serveMetrics serves /metrics, /healthz and / on cfg's listen addresses
+// with its web configuration (TLS, basic auth). A problem there is logged
+// and costs the metrics only: it returns nil.
+func serveMetrics(cfg config.Config, source func() metrics.Snapshot, static metrics.Static, log *slog.Logger) (*metrics.Server, net.Addr) {
+	x := metrics.New(static)
+	x.SetSource(source)
+	h, err := x.WebHandler()
+	if err == nil {
+		var s *metrics.Server
+		if s, err = metrics.Serve(metrics.WebOptions{ListenAddresses: cfg.ListenAddresses(), ConfigFile: cfg.WebConfigFile, Logger: log}, h); err == nil {
+			log.Info("serving metrics", "addr", s.Addrs[0].String(), "path", "/metrics", "tls_auth_config", cfg.WebConfigFile)
+			return s, s.Addrs[0]
+		}
+	}
+	log.Warn("metrics not served", "addr", cfg.ListenAddresses(), "err", err)
+	return nil, nil
 }

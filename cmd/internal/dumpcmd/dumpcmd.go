@@ -11,28 +11,11 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
+
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 )
-
-// Exit statuses.
-const (
-	ExitNoProcess    = 3
-	ExitNotPermitted = 4
-	ExitExited       = 5
-)
-
-// ExitError carries the exit status of a failed dump (cli.Execute honours
-// any error with an ExitCode method).
-type ExitError struct {
-	Code int
-	Msg  string
-}
-
-func (e *ExitError) Error() string { return e.Msg }
-
-// ExitCode is the process exit status.
-func (e *ExitError) ExitCode() int { return e.Code }
 
 // New returns the dump command.
 func New() *cobra.Command {
@@ -47,7 +30,7 @@ func New() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pid <= 0 {
-				return errors.New("--pid is required")
+				return exitcode.Usagef("--pid is required")
 			}
 			o := dump.Options{}
 			if nativeOnly && !pythonOnly {
@@ -77,17 +60,18 @@ func New() *cobra.Command {
 	return cmd
 }
 
-// exitError turns a failed capture into the exit status and message.
-func exitError(pid int, err error) *ExitError {
+// exitError turns a failed capture into the exit status (package exitcode)
+// and message.
+func exitError(pid int, err error) error {
 	switch {
 	case errors.Is(err, dump.ErrNoProcess):
-		return &ExitError{Code: ExitNoProcess, Msg: fmt.Sprintf("process %d does not exist", pid)}
+		return exitcode.With(exitcode.NoProcess, fmt.Errorf("process %d does not exist", pid))
 	case errors.Is(err, dump.ErrNotPermitted):
-		return &ExitError{Code: ExitNotPermitted, Msg: fmt.Sprintf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid)}
+		return exitcode.With(exitcode.NotPermitted, fmt.Errorf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid))
 	case errors.Is(err, dump.ErrExited):
-		return &ExitError{Code: ExitExited, Msg: fmt.Sprintf("process %d exited during the dump", pid)}
+		return exitcode.With(exitcode.NoProcess, fmt.Errorf("process %d exited during the dump", pid))
 	}
-	return &ExitError{Code: 1, Msg: err.Error()}
+	return err
 }
 
 // Text writes a process's stacks the way py-spy dump does.

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"syscall"
+
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 )
 
 // Forwarded are the signals a launcher passes on to its child.
@@ -77,11 +80,11 @@ func StatusOf(ps *os.ProcessState, err error) (int, error) {
 	return ps.ExitCode(), nil
 }
 
-// ExitStatus is an error that carries a process exit status out of a
-// command (cli.Execute exits with ExitCode).
-type ExitStatus int
-
-func (e ExitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-// ExitCode is the status to exit with.
-func (e ExitStatus) ExitCode() int { return int(e) }
+// startStatus is the status of a command that could not be started, as a
+// shell gives it: 127 when it was not found, else 126.
+func startStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitcode.NotFound
+	}
+	return exitcode.CannotRun
+}

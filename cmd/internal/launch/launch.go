@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 )
 
 // Notice is printed once, to stderr, when the job runs unmonitored because
@@ -38,31 +39,24 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 	}
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
-			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch: no command given")
-			cmd.Usage()
-			return ExitStatus(2)
+			return exitcode.Usagef("no command given")
 		}
 		return nil
 	}
-	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
-		cmd.Usage()
-		return ExitStatus(2)
-	})
 	cmd.Flags().SetInterspersed(false)
 	b := config.Bind(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		fail := func(code int, err error) error {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
-			return ExitStatus(code)
+			return exitcode.Status(code)
 		}
 		cfg, err := b.Load()
 		if err != nil {
-			return fail(2, fmt.Errorf("configuration: %w", err))
+			return fail(exitcode.Usage, fmt.Errorf("configuration: %w", err))
 		}
-		log, closer, err := config.Logger(cfg.LoggingDir, "xpu_timer_launch", slog.LevelInfo)
+		log, closer, err := cfg.NewLogger("xpu_timer_launch")
 		if err != nil {
-			return fail(1, err)
+			return fail(exitcode.Failure, err)
 		}
 		defer closer.Close()
 		log = log.With("component", "xpu_timer_launch")
@@ -71,7 +65,7 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 			return fail(code, err)
 		}
 		if code != 0 {
-			return ExitStatus(code)
+			return exitcode.Status(code)
 		}
 		return nil
 	}
@@ -111,7 +105,7 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		if mon != nil {
 			mon.Close()
 		}
-		return 127, err
+		return startStatus(err), err
 	}
 	root = child.PID()
 	if mon != nil {

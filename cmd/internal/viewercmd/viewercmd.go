@@ -4,11 +4,12 @@
 package viewercmd
 
 import (
-	"fmt"
 	"io"
 	"log/slog"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 
 	"github.com/xpu-timer/xpu-timer/viewer"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
@@ -40,10 +41,10 @@ Frames are labelled func@file@STUCK|LEAK: the ranks that reached the frame and a
 			case "ranks":
 				w = flame.Ranks
 			default:
-				return fmt.Errorf("--weight %q: want stacks or ranks", weight)
+				return exitcode.Usagef("--weight %q: want stacks or ranks", weight)
 			}
 			if width < 200 {
-				return fmt.Errorf("--width %d: want at least 200", width)
+				return exitcode.Usagef("--width %d: want at least 200", width)
 			}
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			res, err := viewer.Run(viewer.Options{Dir: dir, Out: out, Weight: w, Width: width})
