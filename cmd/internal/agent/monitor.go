@@ -126,6 +126,7 @@ func (m *Monitor) Close() error {
 func serveMetrics(cfg config.Config, source func() metrics.Snapshot, static metrics.Static, log *slog.Logger) (*metrics.Server, net.Addr) {
 	x := metrics.New(static)
 	x.SetSource(source)
+	x.SetTopKernels(cfg.TopKernels)
 	h, err := x.WebHandler()
 	if err == nil {
 		var s *metrics.Server

@@ -84,10 +84,11 @@ func TestPrecedence(t *testing.T) {
 				c.Pushgateway, c.PushInterval, c.DebugMode, c.LoggingDir = "http://pgw:9091", 30*time.Second, true, "stdout"
 			}},
 		{name: "exporter conventions", args: []string{"--web.listen-address=127.0.0.1:9400, [::1]:9400", "--log.level=debug"},
-			env: map[string]string{"XPU_TIMER_WEB_CONFIG_FILE": "/etc/xpu-timer/web.yml", "XPU_TIMER_LOG_FORMAT": "json"},
+			env: map[string]string{"XPU_TIMER_WEB_CONFIG_FILE": "/etc/xpu-timer/web.yml", "XPU_TIMER_LOG_FORMAT": "json", "XPU_TIMER_METRICS_TOP_KERNELS": "20"},
 			want: func(c *Config) {
 				c.WebListenAddresses, c.WebConfigFile = []string{"127.0.0.1:9400", "[::1]:9400"}, "/etc/xpu-timer/web.yml"
 				c.LogLevel, c.LogFormat = slog.LevelDebug, "json"
+				c.TopKernels = 20
 			}},
 		{name: "port zero picks free port", env: map[string]string{"XPU_TIMER_PORT": "0"}, want: func(c *Config) { c.Port = 0 }},
 		{name: "empty env counts as unset", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": ""}, want: func(c *Config) {}},
@@ -140,6 +141,7 @@ func TestInvalid(t *testing.T) {
 		{name: "listen port", env: map[string]string{"XPU_TIMER_WEB_LISTEN_ADDRESS": ":99999"}, wantErr: "want a port number"},
 		{name: "log level", env: map[string]string{"XPU_TIMER_LOG_LEVEL": "loud"}, wantErr: "want debug, info, warn or error"},
 		{name: "log format", args: []string{"--log.format=xml"}, wantErr: "want logfmt or json"},
+		{name: "top kernels", env: map[string]string{"XPU_TIMER_METRICS_TOP_KERNELS": "-1"}, wantErr: "want a number 0-1024"},
 		{name: "empty timeline", args: []string{"--timeline-path="}, wantErr: "empty path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -160,7 +162,7 @@ func TestEveryVariableHasFlag(t *testing.T) {
 	for _, env := range []string{"XPU_TIMER_HANG_TIMEOUT", "XPU_TIMER_TIMELINE_PATH", "XPU_TIMER_HANG_KILL", "XPU_TIMER_PORT",
 		"XPU_TIMER_BASEPORT", "XPU_TIMER_CONFIG", "XPU_TIMER_LOGGING_DIR", "XPU_TIMER_DEBUG_MODE", "XPU_TIMER_PUSHGATEWAY",
 		"XPU_TIMER_PUSH_INTERVAL", "XPU_TIMER_LIBRARIES", "XPU_TIMER_JOB_NAME", "XPU_TIMER_POD_NAME", "XPU_TIMER_IP",
-		"XPU_TIMER_WEB_LISTEN_ADDRESS", "XPU_TIMER_WEB_CONFIG_FILE", "XPU_TIMER_LOG_LEVEL", "XPU_TIMER_LOG_FORMAT"} {
+		"XPU_TIMER_WEB_LISTEN_ADDRESS", "XPU_TIMER_WEB_CONFIG_FILE", "XPU_TIMER_LOG_LEVEL", "XPU_TIMER_LOG_FORMAT", "XPU_TIMER_METRICS_TOP_KERNELS"} {
 		found := false
 		fs.VisitAll(func(f *pflag.Flag) {
 			if strings.Contains(f.Usage, "[$"+env+"]") {

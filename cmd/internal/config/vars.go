@@ -33,6 +33,7 @@ type Config struct {
 
 	WebListenAddresses []string   // XPU_TIMER_WEB_LISTEN_ADDRESS: where /metrics is served; default ":<Port>"
 	WebConfigFile      string     // XPU_TIMER_WEB_CONFIG_FILE: exporter-toolkit TLS and basic auth file
+	TopKernels         int        // XPU_TIMER_METRICS_TOP_KERNELS: kernels named in the metrics besides their class
 	LogLevel           slog.Level // XPU_TIMER_LOG_LEVEL, default info
 	LogFormat          string     // XPU_TIMER_LOG_FORMAT: LogFormatText (default) or LogFormatJSON
 
@@ -162,6 +163,16 @@ var variables = []variable{
 	{env: "XPU_TIMER_WEB_CONFIG_FILE", flag: "web.config.file", kind: "string",
 		usage: "Prometheus exporter-toolkit web configuration file: TLS and basic auth for /metrics (docs: prometheus/exporter-toolkit)",
 		set:   func(c *Config, v string) error { c.WebConfigFile = v; return nil }},
+	{env: "XPU_TIMER_METRICS_TOP_KERNELS", flag: "metrics.top-kernels", def: "0", kind: "int",
+		usage: "name this many kernels of each rank, those with the most time, in xpu_timer_kernel_duration_seconds (each costs a histogram per rank); the rest are served by class",
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 0 || n > 1024 {
+				return fmt.Errorf("%q: want a number 0-1024", v)
+			}
+			c.TopKernels = n
+			return nil
+		}},
 	{env: "XPU_TIMER_LOG_LEVEL", flag: "log.level", def: "info", kind: "string",
 		usage: "log level: debug, info, warn or error",
 		set: func(c *Config, v string) error {
