@@ -18,7 +18,7 @@ func TestGrafanaImportAndFilters(t *testing.T) {
 		Inputs []struct {
 			Name, Type, PluginID string
 		} `json:"__inputs"`
-		Requires []struct{ Type, ID string } `json:"__requires"`
+		Requires   []struct{ Type, ID string } `json:"__requires"`
 		Templating struct {
 			List []struct{ Name string }
 		}
