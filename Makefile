@@ -5,7 +5,14 @@ GO    ?= go
 BIN   := bin
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: all build test demo bench generate check-generate testbed deps clean
+# Stamped into every binary (--version, xpu_timer_build_info): the nearest
+# tag (docs/release.md), "dev" before the first one.
+VERSION  ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+VPKG     := github.com/xpu-timer/xpu-timer/internal/version
+LDFLAGS  := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Revision=$(REVISION)
+
+.PHONY: all build dist test demo bench generate check-generate testbed deps clean
 
 all: build
 
@@ -14,7 +21,13 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+
+# Release files in dist/ (docs/release.md): tarball, .deb, wheel, OCI image
+# layout, all stamped with $(VERSION).
+dist: build
+	@rm -rf dist
+	$(GO) run ./scripts/dist -bin $(BIN) -out dist -version $(VERSION) -revision $(REVISION)
 
 testbed: deps
 	@$(MAKE) -s -C testdata/fakegpu
@@ -37,5 +50,5 @@ bench: deps testbed build
 	@scripts/bench.sh
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) dist
 	@$(MAKE) -s -C testdata/fakegpu clean

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -23,7 +22,7 @@ type Monitor struct {
 	Addr   net.Addr // where /metrics is served; nil when the port was taken
 
 	log    *slog.Logger
-	server *http.Server
+	web    *metrics.Server
 	nvml   *gpu.Monitor
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -43,6 +42,10 @@ type MonitorOptions struct {
 	Pushgateway  string        // Pushgateway URL; "" disables pushing
 	PushInterval time.Duration // re-push period while a rank stays hung
 	SymbolCache  int64         // bytes of parsed libraries kept across dumps; 0: symbols.DefaultCacheBytes
+
+	ListenAddresses []string // where /metrics is served; default ":<Port>"
+	WebConfigFile   string   // exporter-toolkit TLS and basic auth file
+	TopKernels      int      // kernels named in the metrics besides their class
 
 	Logger   *slog.Logger
 	OnReport func(Report)
@@ -88,17 +91,8 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	m.Agent = New(o)
 	x := metrics.New(static)
 	x.SetSource(m.Agent.Snapshot)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", x.Handler())
-	ln, err := net.Listen("tcp", ":"+strconv.Itoa(mo.Port))
-	if err != nil {
-		log.Warn("metrics not served: port unavailable", "port", mo.Port, "err", err)
-	} else {
-		m.Addr = ln.Addr()
-		m.server = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go func() { _ = m.server.Serve(ln) }()
-		log.Info("serving metrics", "addr", ln.Addr().String(), "path", "/metrics")
-	}
+	x.SetTopKernels(mo.TopKernels)
+	m.web, m.Addr = serveMetrics(x, mo, log)
 	return m, nil
 }
 
@@ -136,13 +130,33 @@ func (m *Monitor) Close() error {
 			m.log.Warn("monitor did not stop in time")
 		}
 	}
-	if m.server != nil {
+	if m.web != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = m.server.Shutdown(ctx)
+		_ = m.web.Close(ctx)
 		cancel()
 	}
 	if m.nvml != nil {
 		m.nvml.Close()
 	}
 	return m.Tracer.Close()
+}
+
+// serveMetrics serves /metrics, /healthz and / on cfg's listen addresses
+// with its web configuration (TLS, basic auth). A problem there is logged
+// and costs the metrics only: it returns nil.
+func serveMetrics(x *metrics.Exporter, mo MonitorOptions, log *slog.Logger) (*metrics.Server, net.Addr) {
+	addrs := mo.ListenAddresses
+	if len(addrs) == 0 {
+		addrs = []string{":" + strconv.Itoa(mo.Port)}
+	}
+	h, err := x.WebHandler()
+	if err == nil {
+		var s *metrics.Server
+		if s, err = metrics.Serve(metrics.WebOptions{ListenAddresses: addrs, ConfigFile: mo.WebConfigFile, Logger: log}, h); err == nil {
+			log.Info("serving metrics", "addr", s.Addrs[0].String(), "path", "/metrics", "tls_auth_config", mo.WebConfigFile)
+			return s, s.Addrs[0]
+		}
+	}
+	log.Warn("metrics not served", "addr", addrs, "err", err)
+	return nil, nil
 }

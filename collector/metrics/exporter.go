@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -17,12 +18,15 @@ type Exporter struct {
 	c   *collector
 }
 
-// New returns an exporter with its own registry. Until SetSource is called it
-// serves an empty snapshot.
+// New returns an exporter with its own registry: the node's families, the
+// build info, and the Go runtime and process collectors (the exporter's own
+// memory, CPU and descriptors). Until SetSource is called it serves an
+// empty snapshot.
 func New(static Static) *Exporter {
 	c := newCollector(static)
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(c)
+	reg.MustRegister(c, newBuildInfo(), collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return &Exporter{reg: reg, c: c}
 }
 
@@ -37,6 +41,15 @@ func (x *Exporter) SetSource(f func() Snapshot) {
 // Handler serves the registry in the Prometheus exposition formats.
 func (x *Exporter) Handler() http.Handler {
 	return promhttp.HandlerFor(x.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// SetTopKernels names the n kernels of each rank with the most time in
+// xpu_timer_kernel_duration_seconds (label kernel); the others are served
+// by class only. 0, the default, names none.
+func (x *Exporter) SetTopKernels(n int) {
+	x.c.mu.Lock()
+	x.c.topKernels = max(n, 0)
+	x.c.mu.Unlock()
 }
 
 // Gatherer returns the exporter's private registry (for tests and pushing).
@@ -61,8 +74,9 @@ func compatDesc(name, help string, extra ...string) *prometheus.Desc {
 type collector struct {
 	static []string // ip, job_name, pod_name values
 
-	mu     sync.Mutex
-	source func() Snapshot
+	mu         sync.Mutex
+	source     func() Snapshot
+	topKernels int
 
 	// DLRover xpu_timer compatibility families.
 	hang, startDump, endDump               *prometheus.Desc
@@ -114,7 +128,7 @@ func newCollector(s Static) *collector {
 		oldestAge:      d("xpu_timer_oldest_op_age_seconds", "Age of the rank's oldest outstanding GPU operation, 0 when none is outstanding.", rankLabels),
 		pendingOps:     d("xpu_timer_pending_ops", "GPU operations the rank has enqueued and not yet seen complete.", rankLabels),
 		dumpDuration:   d("xpu_timer_dump_duration_seconds", "How long the rank's last stack dump took, 0 if none.", rankLabels),
-		kernelDuration: d("xpu_timer_kernel_duration_seconds", "Durations of completed GPU kernels.", with(rankLabels, "kernel")),
+		kernelDuration: d("xpu_timer_kernel_duration_seconds", "Durations of completed GPU kernels by class (matmul, attention, collective, elementwise, copy, other); kernel names the top kernels by time when asked for, and is empty for the rest of the class.", with(rankLabels, "class", "kernel")),
 		collDuration:   d("xpu_timer_collective_duration_seconds", "Durations of completed collectives.", with(rankLabels, "operation", "dtype")),
 		busBandwidth:   d("xpu_timer_collective_bus_bandwidth_bytes_per_second", "Collective bus bandwidth (nccl-tests convention).", with(rankLabels, "operation", "dtype")),
 		gpuUtil:        d("xpu_timer_gpu_utilization_ratio", "GPU utilization of the rank's device (0-1) from NVML.", with(rankLabels, "gpu", "uuid")),
@@ -151,18 +165,18 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	start := time.Now()
 	c.mu.Lock()
-	source := c.source
+	source, top := c.source, c.topKernels
 	c.mu.Unlock()
 	var snap Snapshot
 	if source != nil {
 		snap = source()
 	}
-	c.collect(ch, snap)
+	c.collect(ch, snap, top)
 	ch <- prometheus.MustNewConstMetric(c.scrapeDuration, prometheus.GaugeValue, time.Since(start).Seconds(), c.static...)
 }
 
 // collect emits everything of snap but the scrape duration.
-func (c *collector) collect(ch chan<- prometheus.Metric, snap Snapshot) {
+func (c *collector) collect(ch chan<- prometheus.Metric, snap Snapshot, top int) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
@@ -194,7 +208,7 @@ func (c *collector) collect(ch chan<- prometheus.Metric, snap Snapshot) {
 			continue // the same rank twice (a restarted process): keep the first
 		}
 		seen[key] = true
-		c.collectRank(ch, r)
+		c.collectRank(ch, r, top)
 	}
 }
 
@@ -205,7 +219,7 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank) {
+func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank, top int) {
 	rl := with(c.static, strconv.Itoa(r.Rank), strconv.Itoa(r.LocalRank))
 	gauge := func(d *prometheus.Desc, v float64, extra ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, with(rl, extra...)...)
@@ -258,8 +272,8 @@ func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank) {
 		gauge(c.bw, o.BusBandwidth*8/1e9, lv[:]...)
 	}
 
-	for _, k := range mergeKernels(r.Kernels) {
-		ch <- prometheus.MustNewConstHistogram(c.kernelDuration, k.d.Count, k.d.Sum, buckets(k.d.Buckets), with(rl, k.name)...)
+	for _, k := range kernelSeriesOf(r.Kernels, top) {
+		ch <- prometheus.MustNewConstHistogram(c.kernelDuration, k.d.Count, k.d.Sum, buckets(k.d.Buckets), with(rl, k.class, k.kernel)...)
 	}
 	for _, o := range mergeCollectives(r.Collectives) {
 		ch <- prometheus.MustNewConstHistogram(c.collDuration, o.d.Count, o.d.Sum, buckets(o.d.Buckets), with(rl, o.op, o.dtype)...)

@@ -75,6 +75,20 @@ func gatewayLines(t *testing.T, url, prefix string) []string {
 	return lines
 }
 
+// gatewayDrained is gatewayLines once they are gone, or after 5 s: the
+// Pushgateway answers a DELETE with 202 and applies it a moment later.
+func gatewayDrained(t *testing.T, url, prefix string) []string {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		l := gatewayLines(t, url, prefix)
+		if len(l) == 0 || time.Now().After(deadline) {
+			return l
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func TestPusherAgainstPushgateway(t *testing.T) {
 	url := startPushgateway(t)
 	ctx := context.Background()
@@ -127,7 +141,7 @@ func TestPusherAgainstPushgateway(t *testing.T) {
 	if err := p.Sync(ctx, t0.Add(11*time.Second), healthy); err != nil {
 		t.Fatal(err)
 	}
-	if l := gatewayLines(t, url, "XPU_TIMER_COMMON_HANG"); len(l) != 0 {
+	if l := gatewayDrained(t, url, "XPU_TIMER_COMMON_HANG"); len(l) != 0 {
 		t.Fatalf("recovered rank still on the gateway: %v", l)
 	}
 	if len(p.Pushed()) != 0 {
@@ -144,7 +158,7 @@ func TestPusherAgainstPushgateway(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if l := gatewayLines(t, url, "XPU_TIMER_COMMON_HANG"); len(l) != 0 {
+	if l := gatewayDrained(t, url, "XPU_TIMER_COMMON_HANG"); len(l) != 0 {
 		t.Fatalf("group left after Close: %v", l)
 	}
 }

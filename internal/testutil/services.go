@@ -73,6 +73,14 @@ scrape_configs:
     static_configs:
       - targets: [%q]
 `, rules, target)
+	return PrometheusConfig(t, bin, dir, cfg)
+}
+
+// PrometheusConfig runs Prometheus (bin) on loopback with its data in dir
+// and the configuration cfg (prometheus.yml's text), and returns its
+// address once it is ready.
+func PrometheusConfig(t testing.TB, bin, dir, cfg string) string {
+	t.Helper()
 	file := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(file, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
@@ -41,9 +42,9 @@ host's PID namespace.`,
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := b.Load()
 		if err != nil {
-			return fmt.Errorf("configuration: %w", err)
+			return exitcode.With(exitcode.Usage, fmt.Errorf("configuration: %w", err))
 		}
-		log, closer, err := config.Logger(cfg.LoggingDir, "xpu_timer_agent", slog.LevelInfo)
+		log, closer, err := cfg.NewLogger("xpu_timer_agent")
 		if err != nil {
 			return err
 		}
@@ -54,7 +55,7 @@ host's PID namespace.`,
 		mon, err := agent.OpenMonitor(mo)
 		if err != nil {
 			if errors.Is(err, agent.ErrNotPermitted) {
-				return fmt.Errorf("the agent needs eBPF: run as root or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE: %w", err)
+				return exitcode.With(exitcode.NotPermitted, fmt.Errorf("the agent needs eBPF: run as root or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE: %w", err))
 			}
 			return err
 		}

@@ -1,22 +1,61 @@
 package cli
 
 import (
-	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
+	"github.com/xpu-timer/xpu-timer/internal/version"
 )
 
-// Execute runs cmd and maps its error to a process exit status: the status
-// of any error in the chain with an ExitCode method (process.ExitStatus, a
-// child's *exec.ExitError), else 1.
+// Execute runs cmd, prints its error and returns the exit status of the one
+// table in package exitcode: a bad flag, argument or missing required flag
+// is a usage error (2) in every command; other errors carry their own
+// status (exitcode.Of), else 1. Every binary answers --version.
 func Execute(cmd *cobra.Command) int {
-	err := cmd.Execute()
+	if cmd.Version == "" {
+		cmd.Version = version.String()
+		cmd.SetVersionTemplate("{{.Name}} {{.Version}}\n")
+	}
+	prepare(cmd)
+	c, err := cmd.ExecuteC()
 	if err == nil {
-		return 0
+		return exitcode.OK
 	}
-	var ec interface{ ExitCode() int }
-	if errors.As(err, &ec) {
-		return ec.ExitCode()
+	code := exitcode.Of(err)
+	if _, told := err.(exitcode.Status); !told { // a bare status has been told already
+		fmt.Fprintf(c.ErrOrStderr(), "%s: %v\n", c.CommandPath(), err)
+		if code == exitcode.Usage {
+			fmt.Fprintf(c.ErrOrStderr(), "Run '%s --help' for usage.\n", c.CommandPath())
+		}
 	}
-	return 1
+	return code
+}
+
+// prepare makes every command of the tree report command-line mistakes as
+// usage errors, and leaves the printing to Execute.
+func prepare(c *cobra.Command) {
+	c.SilenceErrors, c.SilenceUsage = true, true
+	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
+	if args := c.Args; args != nil {
+		c.Args = func(c *cobra.Command, a []string) error { return exitcode.With(exitcode.Usage, args(c, a)) }
+	}
+	// cobra checks required flags after PreRunE; check them first, as usage.
+	pre, preNoErr := c.PreRunE, c.PreRun
+	c.PreRunE = func(c *cobra.Command, a []string) error {
+		if err := c.ValidateRequiredFlags(); err != nil {
+			return exitcode.With(exitcode.Usage, err)
+		}
+		if pre != nil {
+			return pre(c, a)
+		}
+		if preNoErr != nil {
+			preNoErr(c, a)
+		}
+		return nil
+	}
+	for _, sub := range c.Commands() {
+		prepare(sub)
+	}
 }

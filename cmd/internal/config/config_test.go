@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -37,9 +38,12 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes}
+	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt"}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
+	}
+	if got := c.ListenAddresses(); !reflect.DeepEqual(got, []string{":18889"}) {
+		t.Fatalf("listen addresses %v", got)
 	}
 	s, ok := b.Lookup("XPU_TIMER_PORT")
 	if !ok || s.Value != "18889" || s.Source != SourceDefault {
@@ -84,6 +88,13 @@ func TestPrecedence(t *testing.T) {
 			want: func(c *Config) {
 				c.Pushgateway, c.PushInterval, c.DebugMode, c.LoggingDir = "http://pgw:9091", 30*time.Second, true, "stdout"
 			}},
+		{name: "exporter conventions", args: []string{"--web.listen-address=127.0.0.1:9400, [::1]:9400", "--log.level=debug"},
+			env: map[string]string{"XPU_TIMER_WEB_CONFIG_FILE": "/etc/xpu-timer/web.yml", "XPU_TIMER_LOG_FORMAT": "json", "XPU_TIMER_METRICS_TOP_KERNELS": "20"},
+			want: func(c *Config) {
+				c.WebListenAddresses, c.WebConfigFile = []string{"127.0.0.1:9400", "[::1]:9400"}, "/etc/xpu-timer/web.yml"
+				c.LogLevel, c.LogFormat = slog.LevelDebug, "json"
+				c.TopKernels = 20
+			}},
 		{name: "port zero picks free port", env: map[string]string{"XPU_TIMER_PORT": "0"}, want: func(c *Config) { c.Port = 0 }},
 		{name: "empty env counts as unset", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": ""}, want: func(c *Config) {}},
 	} {
@@ -92,7 +103,7 @@ func TestPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes}
+			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt"}
 			tc.want(&want)
 			if !reflect.DeepEqual(c, want) {
 				t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -131,6 +142,11 @@ func TestInvalid(t *testing.T) {
 		{name: "missing file", env: map[string]string{"XPU_TIMER_CONFIG": filepath.Join(dir, "nope")}, wantErr: "config file from environment XPU_TIMER_CONFIG", is: fs.ErrNotExist},
 		{name: "file syntax", args: []string{"--config", bad}, wantErr: "line 2: no '='", is: ErrSyntax},
 		{name: "file value", env: map[string]string{"XPU_TIMER_CONFIG": badValue}, wantErr: "from config file " + badValue},
+		{name: "listen address", args: []string{"--web.listen-address=9400"}, wantErr: `"9400": want host:port`},
+		{name: "listen port", env: map[string]string{"XPU_TIMER_WEB_LISTEN_ADDRESS": ":99999"}, wantErr: "want a port number"},
+		{name: "log level", env: map[string]string{"XPU_TIMER_LOG_LEVEL": "loud"}, wantErr: "want debug, info, warn or error"},
+		{name: "log format", args: []string{"--log.format=xml"}, wantErr: "want logfmt or json"},
+		{name: "top kernels", env: map[string]string{"XPU_TIMER_METRICS_TOP_KERNELS": "-1"}, wantErr: "want a number 0-1024"},
 		{name: "empty timeline", args: []string{"--timeline-path="}, wantErr: "empty path"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,7 +166,8 @@ func TestEveryVariableHasFlag(t *testing.T) {
 	Bind(fs)
 	for _, env := range []string{"XPU_TIMER_HANG_TIMEOUT", "XPU_TIMER_TIMELINE_PATH", "XPU_TIMER_HANG_KILL", "XPU_TIMER_PORT",
 		"XPU_TIMER_BASEPORT", "XPU_TIMER_CONFIG", "XPU_TIMER_LOGGING_DIR", "XPU_TIMER_DEBUG_MODE", "XPU_TIMER_PUSHGATEWAY",
-		"XPU_TIMER_PUSH_INTERVAL", "XPU_TIMER_LIBRARIES", "XPU_TIMER_JOB_NAME", "XPU_TIMER_POD_NAME", "XPU_TIMER_IP"} {
+		"XPU_TIMER_PUSH_INTERVAL", "XPU_TIMER_LIBRARIES", "XPU_TIMER_JOB_NAME", "XPU_TIMER_POD_NAME", "XPU_TIMER_IP",
+		"XPU_TIMER_WEB_LISTEN_ADDRESS", "XPU_TIMER_WEB_CONFIG_FILE", "XPU_TIMER_LOG_LEVEL", "XPU_TIMER_LOG_FORMAT", "XPU_TIMER_METRICS_TOP_KERNELS"} {
 		found := false
 		fs.VisitAll(func(f *pflag.Flag) {
 			if strings.Contains(f.Usage, "[$"+env+"]") {
@@ -287,7 +304,7 @@ func TestLoadLenient(t *testing.T) {
 			b := Bind(fs)
 			b.lookup = func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
 			c, bad := b.LoadLenient()
-			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes}
+			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt"}
 			if tc.want != nil {
 				tc.want(&want)
 			}
@@ -341,6 +358,31 @@ func TestSymbolCacheBytes(t *testing.T) {
 	for _, v := range []string{"0", "-1", "lots", "1TiB", "99999999999GiB", "MiB"} {
 		if _, _, err := load(t, []string{"--symbol-cache-bytes", v}, nil); err == nil {
 			t.Errorf("--symbol-cache-bytes %q accepted", v)
+		}
+	}
+}
+
+func TestNewLogger(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		c    Config
+		want string
+	}{
+		{Config{LoggingDir: dir, LogFormat: LogFormatJSON}, `"level":"INFO","msg":"hello","k":1}`},
+		{Config{LoggingDir: dir, LogFormat: LogFormatText, LogLevel: slog.LevelWarn}, ""},
+		{Config{LoggingDir: dir, LogFormat: LogFormatText, LogLevel: slog.LevelDebug}, "level=DEBUG msg=quiet"},
+	} {
+		os.Remove(filepath.Join(dir, "x.log"))
+		l, c, err := tc.c.NewLogger("x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Info("hello", "k", 1)
+		l.Debug("quiet")
+		c.Close()
+		data, _ := os.ReadFile(filepath.Join(dir, "x.log"))
+		if !strings.Contains(string(data), tc.want) || (tc.want == "" && strings.Contains(string(data), "hello")) {
+			t.Errorf("%+v: log %q, want %q", tc.c, data, tc.want)
 		}
 	}
 }

@@ -21,6 +21,10 @@ func (c Config) Monitor() agent.MonitorOptions {
 		Pushgateway:  c.Pushgateway,
 		PushInterval: c.PushInterval,
 		SymbolCache:  c.SymbolCacheBytes,
+
+		ListenAddresses: c.ListenAddresses(),
+		WebConfigFile:   c.WebConfigFile,
+		TopKernels:      c.TopKernels,
 	}
 }
 

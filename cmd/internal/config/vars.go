@@ -8,6 +8,8 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
+	"net"
 	"net/url"
 	"strconv"
 	"strings"
@@ -34,7 +36,12 @@ type Config struct {
 	PushInterval time.Duration // XPU_TIMER_PUSH_INTERVAL, default metrics.DefaultPushInterval: re-push period while hung
 	Libraries    []string      // XPU_TIMER_LIBRARIES: extra vendor library paths
 
-	SymbolCacheBytes int64 // XPU_TIMER_SYMBOL_CACHE_BYTES, default symbols.DefaultCacheBytes
+	SymbolCacheBytes   int64      // XPU_TIMER_SYMBOL_CACHE_BYTES, default symbols.DefaultCacheBytes
+	WebListenAddresses []string   // XPU_TIMER_WEB_LISTEN_ADDRESS: where /metrics is served; default ":<Port>"
+	WebConfigFile      string     // XPU_TIMER_WEB_CONFIG_FILE: exporter-toolkit TLS and basic auth file
+	TopKernels         int        // XPU_TIMER_METRICS_TOP_KERNELS: kernels named in the metrics besides their class
+	LogLevel           slog.Level // XPU_TIMER_LOG_LEVEL, default info
+	LogFormat          string     // XPU_TIMER_LOG_FORMAT: LogFormatText (default) or LogFormatJSON
 
 	JobName string // XPU_TIMER_JOB_NAME, else ELASTIC_JOB_NAME, else JOB_NAME
 	PodName string // XPU_TIMER_POD_NAME, else POD_NAME, else HOSTNAME
@@ -157,6 +164,54 @@ var variables = []variable{
 			c.SymbolCacheBytes, err = parseBytes(v)
 			return err
 		}},
+	{env: "XPU_TIMER_WEB_LISTEN_ADDRESS", flag: "web.listen-address", kind: "strings",
+		usage: "addresses to serve /metrics on, comma-separated host:port (default :PORT, every interface; 127.0.0.1:PORT for loopback only)",
+		set: func(c *Config, v string) error {
+			c.WebListenAddresses = nil
+			for _, a := range strings.Split(v, ",") {
+				if a = strings.TrimSpace(a); a == "" {
+					continue
+				}
+				if _, port, err := net.SplitHostPort(a); err != nil {
+					return fmt.Errorf("%q: want host:port", a)
+				} else if _, err := parsePort(port); err != nil {
+					return err
+				}
+				c.WebListenAddresses = append(c.WebListenAddresses, a)
+			}
+			return nil
+		}},
+	{env: "XPU_TIMER_WEB_CONFIG_FILE", flag: "web.config.file", kind: "string",
+		usage: "Prometheus exporter-toolkit web configuration file: TLS and basic auth for /metrics (docs: prometheus/exporter-toolkit)",
+		set:   func(c *Config, v string) error { c.WebConfigFile = v; return nil }},
+	{env: "XPU_TIMER_METRICS_TOP_KERNELS", flag: "metrics.top-kernels", def: "0", kind: "int",
+		usage: "name this many kernels of each rank, those with the most time, in xpu_timer_kernel_duration_seconds (each costs a histogram per rank); the rest are served by class",
+		set: func(c *Config, v string) error {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil || n < 0 || n > 1024 {
+				return fmt.Errorf("%q: want a number 0-1024", v)
+			}
+			c.TopKernels = n
+			return nil
+		}},
+	{env: "XPU_TIMER_LOG_LEVEL", flag: "log.level", def: "info", kind: "string",
+		usage: "log level: debug, info, warn or error",
+		set: func(c *Config, v string) error {
+			if err := c.LogLevel.UnmarshalText([]byte(strings.TrimSpace(v))); err != nil {
+				return fmt.Errorf("%q: want debug, info, warn or error", v)
+			}
+			return nil
+		}},
+	{env: "XPU_TIMER_LOG_FORMAT", flag: "log.format", def: LogFormatText, kind: "string",
+		usage: "log format: logfmt or json",
+		set: func(c *Config, v string) error {
+			switch v = strings.TrimSpace(v); v {
+			case LogFormatText, LogFormatJSON:
+				c.LogFormat = v
+				return nil
+			}
+			return fmt.Errorf("%q: want logfmt or json", v)
+		}},
 	{env: "XPU_TIMER_JOB_NAME", flag: "job-name", fallbacks: []string{"ELASTIC_JOB_NAME", "JOB_NAME"}, kind: "string",
 		usage: "job_name label (default $ELASTIC_JOB_NAME, then $JOB_NAME)",
 		set:   func(c *Config, v string) error { c.JobName = v; return nil }},
@@ -234,4 +289,13 @@ func parseBytes(v string) (int64, error) {
 		return 0, fmt.Errorf("%q: want a positive number of bytes (268435456, 256MiB)", v)
 	}
 	return n << shift, nil
+}
+
+// ListenAddresses are where /metrics is served: WebListenAddresses, else
+// every interface on Port.
+func (c Config) ListenAddresses() []string {
+	if len(c.WebListenAddresses) > 0 {
+		return c.WebListenAddresses
+	}
+	return []string{":" + strconv.Itoa(c.Port)}
 }

@@ -14,18 +14,11 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
-)
-
-// Exit statuses.
-const (
-	ExitNoProcess    = 3
-	ExitNotPermitted = 4
-	ExitExited       = 5
 )
 
 // New returns the dump command.
@@ -42,7 +35,7 @@ func New() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pid <= 0 {
-				return errors.New("--pid is required")
+				return exitcode.Usagef("--pid is required")
 			}
 			o := dump.Options{}
 			if nativeOnly && !pythonOnly {
@@ -100,19 +93,6 @@ func File(p *dump.Process) *dumpfile.File {
 	return f
 }
 
-// exitError turns a failed capture into the exit status and message.
-func exitError(pid int, err error) error {
-	switch {
-	case errors.Is(err, dump.ErrNoProcess):
-		return process.Exit(ExitNoProcess, fmt.Errorf("process %d does not exist", pid))
-	case errors.Is(err, dump.ErrNotPermitted):
-		return process.Exit(ExitNotPermitted, fmt.Errorf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid))
-	case errors.Is(err, dump.ErrExited):
-		return process.Exit(ExitExited, fmt.Errorf("process %d exited during the dump", pid))
-	}
-	return process.Exit(1, err)
-}
-
 // Text writes a process's stacks the way py-spy dump does.
 func Text(w io.Writer, p *dump.Process, o dump.Options) {
 	fmt.Fprintf(w, "Process %d: %s", p.PID, p.State)
@@ -166,4 +146,18 @@ func FrameText(f stack.Frame) string {
 		fmt.Fprintf(&b, " at %#x", f.Addr)
 	}
 	return b.String()
+}
+
+// exitError turns a failed capture into the exit status (package exitcode)
+// and message.
+func exitError(pid int, err error) error {
+	switch {
+	case errors.Is(err, dump.ErrNoProcess):
+		return exitcode.With(exitcode.NoProcess, fmt.Errorf("process %d does not exist", pid))
+	case errors.Is(err, dump.ErrNotPermitted):
+		return exitcode.With(exitcode.NotPermitted, fmt.Errorf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid))
+	case errors.Is(err, dump.ErrExited):
+		return exitcode.With(exitcode.NoProcess, fmt.Errorf("process %d exited during the dump", pid))
+	}
+	return err
 }

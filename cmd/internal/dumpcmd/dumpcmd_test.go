@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
@@ -132,15 +132,14 @@ func TestExitStatus(t *testing.T) {
 		code int
 		msg  string
 	}{
-		{fmt.Errorf("capture 7: %w", dump.ErrNoProcess), ExitNoProcess, "process 7 does not exist"},
-		{fmt.Errorf("capture 7: %w", dump.ErrNotPermitted), ExitNotPermitted, "not permitted to trace process 7"},
-		{fmt.Errorf("capture 7: %w", dump.ErrExited), ExitExited, "process 7 exited during the dump"},
-		{errors.New("read maps: boom"), 1, "read maps: boom"},
+		{fmt.Errorf("capture 7: %w", dump.ErrNoProcess), exitcode.NoProcess, "process 7 does not exist"},
+		{fmt.Errorf("capture 7: %w", dump.ErrNotPermitted), exitcode.NotPermitted, "not permitted to trace process 7"},
+		{fmt.Errorf("capture 7: %w", dump.ErrExited), exitcode.NoProcess, "process 7 exited during the dump"},
+		{errors.New("read maps: boom"), exitcode.Failure, "read maps: boom"},
 	} {
 		e := exitError(7, tc.err)
-		var st process.ExitStatus
-		if !errors.As(e, &st) || int(st) != tc.code || !strings.HasPrefix(e.Error(), tc.msg) {
-			t.Errorf("%v: exit %d %q, want %d %q", tc.err, st, e.Error(), tc.code, tc.msg)
+		if exitcode.Of(e) != tc.code || !strings.HasPrefix(e.Error(), tc.msg) {
+			t.Errorf("%v: exit %d %q, want %d %q", tc.err, exitcode.Of(e), e.Error(), tc.code, tc.msg)
 		}
 	}
 }
@@ -148,8 +147,7 @@ func TestExitStatus(t *testing.T) {
 func TestDumpErrors(t *testing.T) {
 	// A pid that does not exist: pid_max is at most 4194304.
 	out, err := runCmd("--pid", "4194999")
-	var st process.ExitStatus
-	if !errors.As(err, &st) || int(st) != ExitNoProcess || !strings.Contains(err.Error(), "does not exist") {
+	if exitcode.Of(err) != exitcode.NoProcess || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing pid: %v\n%s", err, out)
 	}
 	if _, err := runCmd(); err == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 )
 
@@ -42,23 +43,16 @@ stderr and its default taken, and CMD runs.`,
 	}
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) == 0 {
-			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch: no command given")
-			cmd.Usage()
-			return process.ExitStatus(2)
+			return exitcode.Usagef("no command given")
 		}
 		return nil
 	}
-	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
-		fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
-		cmd.Usage()
-		return process.ExitStatus(2)
-	})
 	cmd.Flags().SetInterspersed(false)
 	b := config.Bind(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		fail := func(code int, err error) error {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
-			return process.ExitStatus(code)
+			return exitcode.Status(code)
 		}
 		// A bad value on the command line was refused (exit 2) when the
 		// flags were parsed: the user typed it. One from the environment
@@ -68,10 +62,11 @@ stderr and its default taken, and CMD runs.`,
 		for _, inv := range bad {
 			fmt.Fprintln(cmd.ErrOrStderr(), SettingNotice(inv))
 		}
-		log, closer, err := config.Logger(cfg.LoggingDir, "xpu_timer_launch", slog.LevelInfo)
+		log, closer, err := cfg.NewLogger("xpu_timer_launch")
 		if err != nil {
 			fmt.Fprintf(cmd.ErrOrStderr(), "xpu_timer_launch: ignoring XPU_TIMER_LOGGING_DIR %q: %v; logging to stderr instead\n", cfg.LoggingDir, err)
-			log, closer, _ = config.Logger("", "xpu_timer_launch", slog.LevelInfo)
+			cfg.LoggingDir = ""
+			log, closer, _ = cfg.NewLogger("xpu_timer_launch")
 		}
 		defer closer.Close()
 		log = log.With("component", "xpu_timer_launch")
@@ -80,7 +75,7 @@ stderr and its default taken, and CMD runs.`,
 			return fail(code, err)
 		}
 		if code != 0 {
-			return process.ExitStatus(code)
+			return exitcode.Status(code)
 		}
 		return nil
 	}
@@ -130,7 +125,7 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		if mon != nil {
 			mon.Close()
 		}
-		return 127, err
+		return process.StartStatus(err), err
 	}
 	root = child.PID()
 	if mon != nil {

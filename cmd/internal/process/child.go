@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
 	"syscall"
+
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 )
 
 // Forwarded are the signals a launcher passes on to its child.
@@ -77,4 +80,13 @@ func StatusOf(ps *os.ProcessState, err error) (int, error) {
 		return ps.ExitCode(), err
 	}
 	return ps.ExitCode(), nil
+}
+
+// StartStatus is the status of a command that could not be started, as a
+// shell gives it: 127 when it was not found, else 126.
+func StartStatus(err error) int {
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+		return exitcode.NotFound
+	}
+	return exitcode.CannotRun
 }

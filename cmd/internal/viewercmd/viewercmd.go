@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
+
 	"github.com/xpu-timer/xpu-timer/viewer"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/svg"
@@ -45,10 +47,10 @@ files in --path (symbolic links, FIFOs, directories) are skipped and named.`,
 			case "ranks":
 				w = flame.Ranks
 			default:
-				return fmt.Errorf("--weight %q: want stacks or ranks", weight)
+				return exitcode.Usagef("--weight %q: want stacks or ranks", weight)
 			}
 			if width != 0 && width < 200 {
-				return fmt.Errorf("--width %d: want at least 200", width)
+				return exitcode.Usagef("--width %d: want at least 200", width)
 			}
 			o := viewer.Options{Dir: dir, Out: out, Weight: w, Width: width}
 			if inc >= 0 {

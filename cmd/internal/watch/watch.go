@@ -19,12 +19,10 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
-
-// ExitHang is the exit status of --exit-on-hang after a hang.
-const ExitHang = 3
 
 // seconds is a duration flag that also takes plain seconds ("5", "0.5").
 type seconds struct{ d *time.Duration }
@@ -71,8 +69,7 @@ when the command or every watched process ends (with the command's status),
 or, with --exit-on-hang, after the first hang (status 3): a command it started
 is then sent SIGTERM and, if still running after a grace period, killed with
 its descendants; processes given with --pid are left alone.`,
-		SilenceUsage:  true,
-		SilenceErrors: true, // printed below, except a bare exit status
+		SilenceUsage: true,
 	}
 	cmd.Flags().Var(seconds{&timeout}, "timeout", "hang timeout (seconds or a duration; default $XPU_TIMER_HANG_TIMEOUT, else 300s)")
 	cmd.Flags().BoolVar(&exitOnHang, "exit-on-hang", false, "exit after the first hang (status 3)")
@@ -81,15 +78,13 @@ its descendants; processes given with --pid are left alone.`,
 	cmd.Flags().DurationVar(&interval, "interval", agent.DefaultInterval, "how often hangs are checked")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if (len(pids) == 0) == (len(args) == 0) {
-			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch: give either --pid PID... or -- CMD ARGS...")
-			return process.ExitStatus(2)
+			return exitcode.Usagef("give either --pid PID... or -- CMD ARGS...")
 		}
 		// XPU_TIMER_HANG_TIMEOUT and friends from the environment and the
 		// config file; the flags here win.
 		cfg, err := config.Bind(pflag.NewFlagSet("env", pflag.ContinueOnError)).Load()
 		if err != nil {
-			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch: configuration:", err)
-			return process.ExitStatus(2)
+			return exitcode.With(exitcode.Usage, fmt.Errorf("configuration: %w", err))
 		}
 		if timeout > 0 {
 			cfg.HangTimeout = timeout
@@ -97,12 +92,7 @@ its descendants; processes given with --pid are left alone.`,
 		if len(libs) > 0 {
 			cfg.Libraries = libs
 		}
-		err = run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, interval, exitOnHang, pids, args)
-		var st process.ExitStatus
-		if err != nil && !errors.As(err, &st) {
-			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch:", err)
-		}
-		return err
+		return run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, interval, exitOnHang, pids, args)
 	}
 	return cmd
 }
@@ -117,7 +107,7 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 	tr, err := openTracer(cfg.Libraries)
 	if err != nil {
 		if errors.Is(err, agent.ErrNotPermitted) {
-			return fmt.Errorf("watch needs eBPF: run as root, or grant CAP_BPF and CAP_PERFMON: %w", err)
+			return exitcode.With(exitcode.NotPermitted, fmt.Errorf("watch needs eBPF: run as root, or grant CAP_BPF and CAP_PERFMON: %w", err))
 		}
 		return err
 	}
@@ -156,7 +146,7 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 	}
 	for _, pid := range pids {
 		if _, err := procfs.ReadStat(pid); err != nil {
-			return fmt.Errorf("watch %d: %w", pid, err)
+			return exitcode.With(exitcode.NoProcess, fmt.Errorf("watch %d: %w", pid, err))
 		}
 		if err := a.Follow(pid); err != nil {
 			return err
@@ -176,7 +166,7 @@ loop:
 		select {
 		case <-hung:
 			if exitOnHang {
-				code = ExitHang
+				code = exitcode.Hang
 				break loop
 			}
 		case code = <-childDone:
@@ -213,11 +203,11 @@ loop:
 	if last != nil {
 		emit(*last)
 	}
-	if child != nil && code == ExitHang {
+	if child != nil && code == exitcode.Hang {
 		endCommand(child, childDone, errw)
 	}
 	if code != 0 {
-		return process.ExitStatus(code)
+		return exitcode.Status(code)
 	}
 	return nil
 }

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/agent"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 	"github.com/xpu-timer/xpu-timer/timer"
@@ -77,9 +77,9 @@ func TestWatchPIDExitOnHang(t *testing.T) {
 	cmd.SetErr(&errb)
 	cmd.SetArgs([]string{"--timeout", "2", "--interval", "50ms", "--exit-on-hang", "--pid", strconv.Itoa(p.Process.Pid)})
 	err := cmd.Execute()
-	var st process.ExitStatus
-	if !errors.As(err, &st) || st != ExitHang {
-		t.Fatalf("error %v, want exit status %d; stderr %s", err, ExitHang, errb.String())
+	var st exitcode.Status
+	if !errors.As(err, &st) || st != exitcode.Hang {
+		t.Fatalf("error %v, want exit status %d; stderr %s", err, exitcode.Hang, errb.String())
 	}
 	var hang map[string]any
 	events := map[string]int{}
@@ -105,7 +105,7 @@ func TestWatchCommandExitStatus(t *testing.T) {
 	cmd.SetErr(&errb)
 	cmd.SetArgs([]string{"--timeout", "100s", "--", "sh", "-c", "echo to-stderr; exit 5"})
 	err := cmd.Execute()
-	var st process.ExitStatus
+	var st exitcode.Status
 	if !errors.As(err, &st) || st != 5 {
 		t.Fatalf("error %v, want exit status 5", err)
 	}
@@ -158,9 +158,9 @@ func TestWatchEndsStartedCommandOnHang(t *testing.T) {
 			// set its trap.
 			cmd.SetArgs([]string{"--timeout", "1", "--interval", "300ms", "--exit-on-hang", "--", "sh", "-c", tc.script})
 			err := cmd.Execute()
-			var st process.ExitStatus
-			if !errors.As(err, &st) || st != ExitHang {
-				t.Fatalf("error %v, want exit status %d; stderr %s", err, ExitHang, errb.String())
+			var st exitcode.Status
+			if !errors.As(err, &st) || st != exitcode.Hang {
+				t.Fatalf("error %v, want exit status %d; stderr %s", err, exitcode.Hang, errb.String())
 			}
 			pid := 0
 			for _, m := range lines(t, out.Bytes()) {

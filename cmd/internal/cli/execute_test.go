@@ -1,0 +1,80 @@
+package cli
+
+import (
+	"bytes"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/viewercmd"
+)
+
+// The exit statuses of README.md's table, for each binary, driven the way
+// main does: Execute on a fresh command tree.
+func TestExitStatuses(t *testing.T) {
+	empty := t.TempDir()
+	binaries := map[string]func() *cobra.Command{
+		"xpu-timer":                   NewRoot,
+		"xpu_timer_launch":            launch.New,
+		"xpu_timer_stacktrace_viewer": viewercmd.New,
+	}
+	for _, tc := range []struct {
+		bin    string
+		args   []string
+		want   int
+		stderr string // a part of what is printed on stderr
+		stdout string
+	}{
+		{bin: "xpu-timer", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu-timer dev (revision "},
+		{bin: "xpu_timer_launch", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu_timer_launch dev (revision "},
+		{bin: "xpu_timer_stacktrace_viewer", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu_timer_stacktrace_viewer dev (revision "},
+
+		{bin: "xpu-timer", args: nil, want: exitcode.Usage, stderr: "xpu-timer: no command given"},
+		{bin: "xpu-timer", args: []string{"bogus"}, want: exitcode.Usage, stderr: `unknown command "bogus"`},
+		{bin: "xpu-timer", args: []string{"--bogus"}, want: exitcode.Usage, stderr: "unknown flag: --bogus"},
+		{bin: "xpu-timer", args: []string{"watch", "--bogus"}, want: exitcode.Usage, stderr: "xpu-timer watch: unknown flag: --bogus"},
+		{bin: "xpu-timer", args: []string{"watch", "--timeout", "3s"}, want: exitcode.Usage, stderr: "give either --pid"},
+		{bin: "xpu-timer", args: []string{"watch", "--timeout", "soon", "--pid", "1"}, want: exitcode.Usage, stderr: "soon"},
+		{bin: "xpu-timer", args: []string{"watch", "--pid", "x"}, want: exitcode.Usage, stderr: "invalid argument"},
+		{bin: "xpu-timer", args: []string{"dump"}, want: exitcode.Usage, stderr: "--pid is required"},
+		{bin: "xpu-timer", args: []string{"dump", "--pid", "1", "extra"}, want: exitcode.Usage, stderr: `unknown command "extra"`},
+		{bin: "xpu-timer", args: []string{"dump", "--pid", "4194999"}, want: exitcode.NoProcess, stderr: "process 4194999 does not exist"},
+		{bin: "xpu-timer", args: []string{"agent", "extra"}, want: exitcode.Usage, stderr: `unknown command "extra"`},
+		{bin: "xpu-timer", args: []string{"agent", "--hang-timeout=-1"}, want: exitcode.Usage, stderr: "must be positive"},
+		{bin: "xpu-timer", args: []string{"agent", "--scan-interval", "often"}, want: exitcode.Usage, stderr: "invalid argument"},
+
+		{bin: "xpu_timer_launch", args: nil, want: exitcode.Usage, stderr: "xpu_timer_launch: no command given\nRun 'xpu_timer_launch --help' for usage."},
+		{bin: "xpu_timer_launch", args: []string{"--bogus", "true"}, want: exitcode.Usage, stderr: "unknown flag: --bogus"},
+		{bin: "xpu_timer_launch", args: []string{"--hang-timeout=abc", "true"}, want: exitcode.Usage, stderr: `invalid argument "abc"`},
+
+		// Without --path the viewer reads ./, as xpu_timer's does: here, no dumps.
+		{bin: "xpu_timer_stacktrace_viewer", args: nil, want: exitcode.Failure, stderr: "no readable *.stacktrace files in ./"},
+		{bin: "xpu_timer_stacktrace_viewer", args: []string{"--path", empty, "extra"}, want: exitcode.Usage, stderr: `unknown command "extra"`},
+		{bin: "xpu_timer_stacktrace_viewer", args: []string{"--path", empty, "--weight", "x"}, want: exitcode.Usage, stderr: "want stacks or ranks"},
+		{bin: "xpu_timer_stacktrace_viewer", args: []string{"--path", empty, "--width", "1"}, want: exitcode.Usage, stderr: "want at least 200"},
+		{bin: "xpu_timer_stacktrace_viewer", args: []string{"--bogus"}, want: exitcode.Usage, stderr: "unknown flag"},
+		{bin: "xpu_timer_stacktrace_viewer", args: []string{"--path", filepath.Join(empty, "none")}, want: exitcode.Failure, stderr: "xpu_timer_stacktrace_viewer: "},
+	} {
+		t.Run(tc.bin+" "+strings.Join(tc.args, " "), func(t *testing.T) {
+			cmd := binaries[tc.bin]()
+			var out, errb bytes.Buffer
+			cmd.SetOut(&out)
+			cmd.SetErr(&errb)
+			cmd.SetArgs(tc.args)
+			if tc.args == nil {
+				cmd.SetArgs([]string{})
+			}
+			got := Execute(cmd)
+			if got != tc.want || !strings.Contains(errb.String(), tc.stderr) || !strings.Contains(out.String(), tc.stdout) {
+				t.Fatalf("exit %d, want %d\nstdout %q (want %q)\nstderr %q (want %q)", got, tc.want, out.String(), tc.stdout, errb.String(), tc.stderr)
+			}
+			if tc.want == exitcode.Usage && !strings.Contains(errb.String(), "--help' for usage.") {
+				t.Errorf("usage error without the pointer to --help: %q", errb.String())
+			}
+		})
+	}
+}

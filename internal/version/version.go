@@ -1,0 +1,31 @@
+// Package version holds what `make build` stamps into every binary from git:
+//
+//	go build -ldflags "-X github.com/xpu-timer/xpu-timer/internal/version.Version=v0.1.0 \
+//	                   -X github.com/xpu-timer/xpu-timer/internal/version.Revision=$(git rev-parse HEAD)"
+//
+// A plain `go build` leaves Version "dev" and Revision "unknown".
+package version
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// Stamped at link time; see the package comment.
+var (
+	Version  = "dev"     // `git describe --tags --dirty`, "dev" without a tag
+	Revision = "unknown" // the full commit hash
+)
+
+// GoVersion is the Go release the binary was built with.
+func GoVersion() string { return runtime.Version() }
+
+// String is the one-line version every binary prints for --version:
+// "v0.1.0 (revision 0123abc, go1.26.8, linux/amd64)".
+func String() string {
+	rev := Revision
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	return fmt.Sprintf("%s (revision %s, %s, %s/%s)", Version, rev, GoVersion(), runtime.GOOS, runtime.GOARCH)
+}
