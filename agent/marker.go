@@ -14,10 +14,14 @@ import (
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
+// markerReadWait bounds how long a check waits for the marker file.
+const markerReadWait = 500 * time.Millisecond
+
 type markerState struct {
 	token   string // this agent's Marker.Agent
 	mod     time.Time
 	size    int64
+	bad     string // the last refusal logged, so a bad file is told once
 	seen    map[string]bool
 	written string // id of the marker this agent wrote last
 }
@@ -75,29 +79,47 @@ func (a *Agent) writeMarker(hangs []timer.Hang) {
 func (a *Agent) checkMarkers(ctx context.Context) {
 	tok := a.token()
 	path := a.markerPath()
-	st, err := os.Stat(path)
-	if err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			a.log.Debug("stat marker", "err", err)
-		}
+	// Read beside the loop, bounded: the directory is shared, and nothing
+	// in it may hold up the checks (ReadMarker neither follows links nor
+	// blocks on a FIFO, but the file system itself may be slow).
+	type read struct {
+		m    *dumpfile.Marker
+		mod  time.Time
+		size int64
+		err  error
+	}
+	done := make(chan read, 1)
+	go func() {
+		var r read
+		r.m, r.mod, r.size, r.err = dumpfile.ReadMarker(path)
+		done <- r
+	}()
+	var r read
+	select {
+	case r = <-done:
+	case <-time.After(markerReadWait):
+		a.log.Warn("marker read timed out; skipped this check", "path", path, "wait", markerReadWait)
+		return
+	}
+	if r.err != nil && errors.Is(r.err, fs.ErrNotExist) {
 		return
 	}
 	a.mu.Lock()
-	same := st.ModTime().Equal(a.markers.mod) && st.Size() == a.markers.size
-	a.markers.mod, a.markers.size = st.ModTime(), st.Size()
+	same := r.mod.Equal(a.markers.mod) && r.size == a.markers.size && r.err == nil
+	a.markers.mod, a.markers.size = r.mod, r.size
+	told := a.markers.bad == fmt.Sprint(r.err)
+	a.markers.bad = fmt.Sprint(r.err)
 	a.mu.Unlock()
+	if r.err != nil {
+		if !told {
+			a.log.Warn("ignoring marker", "path", path, "err", r.err)
+		}
+		return
+	}
 	if same {
 		return
 	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return
-	}
-	m, err := dumpfile.ParseMarker(b)
-	if err != nil {
-		a.log.Warn("ignoring marker", "path", path, "err", err)
-		return
-	}
+	m := r.m
 	a.mu.Lock()
 	seen := a.markers.seen[m.ID]
 	a.markers.seen[m.ID] = true

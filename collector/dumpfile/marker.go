@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -66,4 +69,48 @@ func ParseMarker(b []byte) (*Marker, error) {
 		return nil, fmt.Errorf("marker schema %q id %q: %w", m.Schema, m.ID, ErrBadMarker)
 	}
 	return &m, nil
+}
+
+// MaxMarkerBytes is the largest marker file read: markers are a few hundred
+// bytes, and the directory is shared with others.
+const MaxMarkerBytes = 64 << 10
+
+// ErrNotMarkerFile reports a marker path that is no regular file of at
+// most MaxMarkerBytes: a symbolic link, a FIFO, a device, a directory, or a
+// file too large. It is never followed, opened for long or read whole.
+var ErrNotMarkerFile = errors.New("not a regular marker file")
+
+// ReadMarker reads the marker at path from a directory others may write
+// to: opened without following a symbolic link and without blocking (a
+// FIFO there neither blocks nor is read), a regular file only, at most
+// MaxMarkerBytes. mod and size let the caller skip an unchanged file. A
+// missing file is an error matching fs.ErrNotExist.
+func ReadMarker(path string) (m *Marker, mod time.Time, size int64, err error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		if errors.Is(err, syscall.ELOOP) {
+			return nil, time.Time{}, 0, fmt.Errorf("%s: a symbolic link: %w", path, ErrNotMarkerFile)
+		}
+		return nil, time.Time{}, 0, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, time.Time{}, 0, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, time.Time{}, 0, fmt.Errorf("%s: %v: %w", path, st.Mode().Type(), ErrNotMarkerFile)
+	}
+	if st.Size() > MaxMarkerBytes {
+		return nil, time.Time{}, 0, fmt.Errorf("%s: %d bytes, over %d: %w", path, st.Size(), MaxMarkerBytes, ErrNotMarkerFile)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, MaxMarkerBytes+1))
+	if err != nil {
+		return nil, time.Time{}, 0, err
+	}
+	if len(b) > MaxMarkerBytes {
+		return nil, time.Time{}, 0, fmt.Errorf("%s: grew over %d bytes: %w", path, MaxMarkerBytes, ErrNotMarkerFile)
+	}
+	m, err = ParseMarker(b)
+	return m, st.ModTime(), st.Size(), err
 }
