@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -127,5 +128,29 @@ func TestHelpersDumpedWithRank(t *testing.T) {
 	names, _ := filepath.Glob(filepath.Join(dir, "*.stacktrace"))
 	if len(names) != 1 {
 		t.Errorf("dump files %v, want the rank's only", names)
+	}
+}
+
+// A restarted job's new incarnation dumps rank 0 where the first one did:
+// the earlier dump is moved aside, not overwritten nor mixed.
+func TestEarlierIncarnationMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	for inc, pid := range []int{100, 200} {
+		e := env(0, 1)
+		e["TORCHELASTIC_RUN_ID"], e["TORCHELASTIC_RESTART_COUNT"] = "job-7", fmt.Sprint(inc)
+		b := newBed(t, "node-a", dir, map[int]map[string]string{pid: e}, nil)
+		b.HandleEvent(timer.Event{Time: sec, PID: pid, TID: pid, Kind: timer.KindProcessExec})
+		work(b.Agent, pid, sec, false)
+		b.at(4 * sec)
+		b.Tick(context.Background())
+		b.Tick(context.Background())
+	}
+	cur, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(0, 1)))
+	if err != nil || cur.PID != 200 || cur.Incarnation != 1 || cur.Job != "job-7" {
+		t.Fatalf("current dump %+v %v", cur, err)
+	}
+	old, err := dumpfile.Read(filepath.Join(dir, IncarnationsDir, "job-7.0", dumpfile.Name(0, 1)))
+	if err != nil || old.PID != 100 || old.Incarnation != 0 {
+		t.Fatalf("earlier dump %+v %v", old, err)
 	}
 }
