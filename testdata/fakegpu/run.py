@@ -174,7 +174,7 @@ class Device:
             self.triton_fn = vp()
             self.check(self.drv.cuModuleGetFunction(ctypes.byref(self.triton_fn), mod, b"triton_fused_adam_kernel"),
                        "cuModuleGetFunction")
-        self.check(self.fn("SetDevice", [ctypes.c_int])(int(os.environ.get("LOCAL_RANK", "0"))), "SetDevice")
+        self.check(self.fn("SetDevice", [ctypes.c_int])(int(os.environ.get("LOCAL_RANK", os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", "0")))), "SetDevice")
 
     def fn(self, name, argtypes):
         f = getattr(self.rt, self.p + name)
@@ -551,8 +551,17 @@ def say(line):
     os.write(1, (line + "\n").encode())
 
 
+def identity():
+    """Rank and world size: torchrun's variables, else Open MPI's (mpirun
+    starts the ranks itself and sets no RANK)."""
+    env = os.environ
+    if "RANK" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"])
+    return int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"])
+
+
 def rank_main(args):
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    rank, world = identity()
     # SIGTERM keeps its default action: a rank blocked inside the GPU
     # library never returns to Python, so a Python handler would never run.
     say("xpu-fakegpu rank=%d pid=%d started" % (rank, os.getpid()))
