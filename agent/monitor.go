@@ -120,18 +120,21 @@ func (m *Monitor) Start(ctx context.Context) {
 	}()
 }
 
-// Close stops the loop, the server and the tracer.
+// Close stops the loop, the server and the tracer, in at most about 5 s
+// (the launcher exits with its job's status that soon after the job): 2 s
+// for the loop (a dump in progress stops between ranks), 1 s for the
+// server, 2 s for the tracer's links (ebpf.Tracer.Close).
 func (m *Monitor) Close() error {
 	if m.cancel != nil {
 		m.cancel()
 		select {
 		case <-m.done:
-		case <-time.After(10 * time.Second):
-			m.log.Warn("monitor did not stop in time")
+		case <-time.After(2 * time.Second):
+			m.log.Warn("monitor did not stop in time; closing the tracer under it")
 		}
 	}
 	if m.web != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = m.web.Close(ctx)
 		cancel()
 	}

@@ -42,7 +42,7 @@ const maxScanLag = 2 * time.Millisecond
 // closeWait bounds how long Close waits for links to detach: the kernel
 // may take long under load, and nothing is lost by returning first (the
 // links go with this process at the latest).
-const closeWait = 3 * time.Second
+const closeWait = 2 * time.Second
 
 // Tracer follows processes and reports their GPU API calls.
 type Tracer struct {
@@ -252,6 +252,9 @@ func (t *Tracer) scan(pid int) {
 			syms = map[string]uint64{}
 			if t.opts.wanted(m.Path) {
 				s, err := exportedProbeSymbols(procPath(pid, m.Path))
+				if gone(err) {
+					return // it exited (or exec'd) meanwhile: nothing to say, and nothing learnt of the file
+				}
 				if err != nil {
 					t.notice(Notice{Kind: "error", PID: pid, Library: m.Path, Err: err})
 				} else {
@@ -264,11 +267,20 @@ func (t *Tracer) scan(pid int) {
 			continue
 		}
 		if err := t.acquire(pid, m, syms); err != nil {
-			t.notice(Notice{Kind: "error", PID: pid, Library: m.Path, Err: err})
+			if !gone(err) {
+				t.notice(Notice{Kind: "error", PID: pid, Library: m.Path, Err: err})
+			}
 			continue
 		}
 		p.libs[m.Key] = true
 	}
+}
+
+// gone says whether err comes from a process that exited or exec'd while
+// its files were read through /proc/PID/root: a race with the job's own
+// life, not a problem to report.
+func gone(err error) bool {
+	return errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH)
 }
 
 // procPath is a file of a process as seen from here (it may live in

@@ -197,8 +197,9 @@ func (c *collector) collect(ch chan<- prometheus.Metric, snap Snapshot, top int)
 	if len(snap.Ranks) == 0 {
 		// DLRover calls a worker hung when every XPU_TIMER_COMMON_HANG line
 		// ends in 1, which is vacuously true of none: serve one "not hung"
-		// line until the first rank is known.
-		gauge(c.hang, 0, with(c.static, "-1", "-1")...)
+		// line until the first rank is known. It names no rank (empty rank
+		// labels, which Prometheus drops): no series of a rank -1.
+		gauge(c.hang, 0, with(c.static, "", "")...)
 		return
 	}
 	seen := make(map[[2]int]bool, len(snap.Ranks))

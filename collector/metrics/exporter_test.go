@@ -144,7 +144,7 @@ func TestEmptySnapshotNotSet(t *testing.T) {
 	want := `
 # HELP XPU_TIMER_COMMON_HANG xpu_timer compatibility: 1 if the rank is hung, else 0.
 # TYPE XPU_TIMER_COMMON_HANG gauge
-XPU_TIMER_COMMON_HANG{ip="NOT_SET",job_name="NOT_SET",local_rank="-1",pod_name="NOT_SET",rank="-1"} 0
+XPU_TIMER_COMMON_HANG{ip="NOT_SET",job_name="NOT_SET",local_rank="",pod_name="NOT_SET",rank=""} 0
 `
 	if err := testutil.GatherAndCompare(x.Gatherer(), strings.NewReader(want), "XPU_TIMER_COMMON_HANG"); err != nil {
 		t.Error(err)
