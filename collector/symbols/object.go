@@ -44,7 +44,8 @@ type Object struct {
 
 	cfiOnce sync.Once
 	cfiErr  error
-	fdes    frame.FrameDescriptionEntries
+	eh      *ehIndex                      // .eh_frame through its search table; nil when parsed whole
+	fdes    frame.FrameDescriptionEntries // .eh_frame parsed whole, and .debug_frame
 
 	lineOnce sync.Once
 	lines    *lineTable // nil when there is no DWARF
@@ -108,7 +109,7 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 		c.Close()
 		return o, nil
 	}
-	o.cfiOnce.Do(func() { o.cfiFrom(f) })
+	o.cfiOnce.Do(func() { o.cfiFrom(f, true) })
 	// What lies in a separate debug file (libc's symbols and DWARF, say:
 	// megabytes, compressed) is left for later, so that the unwinder,
 	// which needs only the call frame information, is not kept waiting.
@@ -430,6 +431,15 @@ func stripClone(name string) string {
 // virtual addresses.
 func (o *Object) FDE(vaddr uint64) (*frame.FrameDescriptionEntry, error) {
 	o.cfiOnce.Do(o.loadCFI)
+	if o.eh != nil {
+		fde, err := o.eh.lookup(vaddr)
+		if err == nil || !errors.Is(err, ErrNoFDE) || len(o.fdes) == 0 {
+			if err != nil {
+				return nil, fmt.Errorf("%s at %#x: %w", o.Path, vaddr, err)
+			}
+			return fde, nil
+		}
+	}
 	if o.cfiErr != nil && len(o.fdes) == 0 {
 		return nil, o.cfiErr
 	}
@@ -452,15 +462,31 @@ func (o *Object) loadCFI() {
 	if f.Section(".symtab") != nil || !o.mayHaveDebugFile(f) {
 		o.symOnce.Do(func() { o.symbolsFrom(f) })
 	}
-	o.cfiFrom(f)
+	o.cfiFrom(f, false)
 }
 
-// cfiFrom reads the call frame information of f, o's file. Called once,
-// from cfiOnce.
-func (o *Object) cfiFrom(f *elf.File) {
+// cfiFrom reads the call frame information of f, o's file: .eh_frame's
+// search table, then .eh_frame's entries one at a time through it, read
+// from the file as needed or, when whole, held in memory (a small file);
+// all of .eh_frame when there is no table. Called once, from cfiOnce.
+func (o *Object) cfiFrom(f *elf.File, whole bool) {
 	var all frame.FrameDescriptionEntries
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
-		if data, err := sectionBytes(s); err == nil {
+		var data []byte
+		var err error
+		if whole {
+			data, err = sectionBytes(s)
+		}
+		if err == nil {
+			o.eh, err = newEhIndex(f, data, o.open)
+		}
+		if err != nil && !errors.Is(err, errNoHdr) {
+			o.cfiErr = fmt.Errorf("read .eh_frame_hdr of %s: %w", o.Path, err)
+		}
+		if o.eh == nil && data == nil {
+			data, err = sectionBytes(s)
+		}
+		if o.eh == nil && err == nil {
 			fdes, err := ParseCFI(data, f.ByteOrder, s.Addr)
 			if err != nil {
 				o.cfiErr = fmt.Errorf("parse .eh_frame of %s: %w", o.Path, err)
@@ -477,7 +503,7 @@ func (o *Object) cfiFrom(f *elf.File) {
 			all = all.Append(fdes)
 		}
 	}
-	if len(all) == 0 && o.cfiErr == nil {
+	if len(all) == 0 && o.eh == nil && o.cfiErr == nil {
 		o.cfiErr = fmt.Errorf("%s: %w", o.Path, ErrNoFDE)
 	}
 	o.fdes = all
