@@ -245,7 +245,7 @@ func (ix *ehIndex) record(r io.ReaderAt, off uint64) ([]byte, error) {
 		return nil, fmt.Errorf("record at .eh_frame+%#x: bad length %#x", off, n)
 	}
 	if ix.frame != nil {
-		return b[:4+n:4+n], nil
+		return b[: 4+n : 4+n], nil
 	}
 	if uint64(len(b)) < 4+n {
 		b = make([]byte, 4+n)
