@@ -15,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 )
@@ -51,11 +52,11 @@ func servedFamilies(t *testing.T) map[string]bool {
 	x := metrics.New(metrics.Static{})
 	x.SetSource(func() metrics.Snapshot {
 		return metrics.Snapshot{
-			Xids: []metrics.Xid{{Xid: 79, Time: time.Unix(1, 0)}},
+			Xids: []dumpfile.Xid{{Xid: 79, Time: time.Unix(1, 0)}},
 			Ranks: []metrics.Rank{{
 				Kernels:     []metrics.Kernel{{Name: "k", Operation: "Matmul", Durations: d}},
 				Collectives: []metrics.Collective{{Operation: "AllReduce", Durations: d}},
-				GPU:         &metrics.GPU{},
+				GPU:         &dumpfile.GPU{},
 			}},
 		}
 	})

@@ -1,6 +1,9 @@
 package ebpf
 
-import "errors"
+import (
+	"errors"
+	"time"
+)
 
 // ErrNotPermitted reports that the caller may not load or attach BPF
 // programs: it needs root, or CAP_BPF and CAP_PERFMON.
@@ -26,6 +29,13 @@ type Options struct {
 	// exits, cudaMemcpy's exit, elapsed times and communicator creation
 	// are then not reported. Only for measuring their cost.
 	NoReturnProbes bool
+	// SingleProbes attaches one uprobe per symbol even where the kernel
+	// has uprobe_multi links (6.6+), which attach a library's probes in
+	// one call per program. For tests of the fallback and for measuring.
+	SingleProbes bool
+	// Linger is how long a library no followed process maps keeps its
+	// probes before they are detached; default 10 s.
+	Linger time.Duration
 }
 
 // Notice tells what the tracer did or could not do for a process.
@@ -43,5 +53,6 @@ type Stats struct {
 	Events    uint64 // events delivered
 	Lost      uint64 // events dropped because the ring buffer was full
 	Processes int    // processes followed now
-	Probes    int    // uprobes and uretprobes attached now (those of Options.Libraries stay until Close)
+	Probes    int    // uprobes and uretprobes of libraries followed processes map (those of Options.Libraries stay until Close)
+	Idle      int    // uprobes and uretprobes of libraries nobody maps now, kept for Options.Linger
 }

@@ -8,34 +8,40 @@ import (
 	"reflect"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 var descendants = procfs.Descendants
+
+// defaultLinger is how long a library nobody follows keeps its probes: a
+// process that execs (a shell or pyenv shim chain), a launcher that
+// restarts its ranks, or a scan that runs behind the events maps the same
+// file again within it, and detaching costs the kernel an RCU grace period
+// per link.
+const defaultLinger = 10 * time.Second
 
 // library is one probed library file, shared by every followed process
 // that maps it. Its uprobes carry no PID: the kernel puts them into every
 // process mapping the file (so a second rank that loads it is covered from
 // its first call) and the programs keep only followed thread groups.
 type library struct {
-	path  string
-	refs  int
-	links []link.Link
+	path   string
+	refs   int
+	idle   time.Time // when refs fell to 0; zero while referenced
+	links  []link.Link
+	probes int  // symbols probed, entry and return probes counted apart
+	gpu    bool // probes GPU calls (not only the loader's)
 }
 
-// close detaches every probe of the library. Detaching a uprobe costs the
-// kernel tens of milliseconds (it waits for an RCU grace period), so the
-// links are closed concurrently: 40 probes take one grace period, not 40.
-func (l *library) close() {
-	closeLinks(l.links)
-	l.links = nil
-}
-
+// closeLinks detaches links concurrently: a uprobe's detach waits for an
+// RCU grace period, so 40 links take one grace period, not 40. Never
+// called with t.mu held.
 func closeLinks(links []link.Link) {
 	var wg sync.WaitGroup
 	for _, k := range links {
@@ -48,11 +54,25 @@ func closeLinks(links []link.Link) {
 	wg.Wait()
 }
 
+// detach closes links in the background, so that neither the event loop
+// nor a lock waits on the kernel; Close waits for them, bounded.
+func (t *Tracer) detach(links []link.Link) {
+	if len(links) == 0 {
+		return
+	}
+	t.closing.Add(1)
+	go func() {
+		defer t.closing.Done()
+		closeLinks(links)
+	}()
+}
+
 // acquire takes a reference on a library for pid, attaching its probes
-// when it is the first; t.mu held.
-func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]bool) error {
+// when it is not attached yet; t.mu held.
+func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) error {
 	if l := t.libs[m.Key]; l != nil {
 		l.refs++
+		l.idle = time.Time{}
 		return nil
 	}
 	file := m.Path // preloaded (pid 0): as named here
@@ -103,47 +123,122 @@ func (t *Tracer) preload(path string) {
 	}
 }
 
-// release drops a reference and detaches the library with the last; t.mu held.
+// release drops a reference. A library nobody references keeps its probes
+// for Options.Linger (see expire); t.mu held.
 func (t *Tracer) release(k libKey) {
 	l := t.libs[k]
 	if l == nil {
 		return
 	}
 	if l.refs--; l.refs <= 0 {
-		l.close()
-		delete(t.libs, k)
+		l.refs = 0
+		l.idle = time.Now()
 	}
 }
 
-// attach probes every known symbol a library exports. A symbol the
-// library lacks is reported missing; any other failure detaches what was
-// attached and fails.
-func (t *Tracer) attach(path string, syms map[string]bool) (*library, []string, []string, error) {
+// expire detaches the libraries nobody has referenced for Options.Linger;
+// t.mu held (the links close in the background).
+func (t *Tracer) expire(now time.Time) {
+	linger := t.opts.Linger
+	if linger <= 0 {
+		linger = defaultLinger
+	}
+	for k, l := range t.libs {
+		if l.refs == 0 && !l.idle.IsZero() && now.Sub(l.idle) >= linger {
+			t.detach(l.links)
+			delete(t.libs, k)
+		}
+	}
+}
+
+// attach probes every known symbol a library exports, at the file offsets
+// the scan found. With uprobe_multi links (Linux 6.6+) each program takes
+// the library's symbols in one call, each with its cookie; otherwise one
+// uprobe per symbol. A symbol the library lacks is reported missing; any
+// other failure detaches what was attached and fails.
+func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string, []string, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	want, missing := plan(syms)
 	l := &library{}
-	var attached []string
 	for _, p := range want {
-		err := t.attachProbe(l, ex, p)
-		if errors.Is(err, link.ErrNoSymbol) {
-			missing = append(missing, p.Symbol)
-			continue
+		l.gpu = l.gpu || p.Group != loaderProbe.Group
+	}
+	var attached []string
+	if t.multi {
+		err = t.attachMulti(l, ex, want, syms)
+		for _, p := range want {
+			attached = append(attached, p.Symbol)
 		}
-		if err != nil {
-			l.close()
-			return nil, nil, nil, fmt.Errorf("attach %s in %s: %w", p.Symbol, path, err)
+	} else {
+		for _, p := range want {
+			err = t.attachProbe(l, ex, p, syms[p.Symbol])
+			if errors.Is(err, link.ErrNoSymbol) {
+				missing = append(missing, p.Symbol)
+				err = nil
+				continue
+			}
+			if err != nil {
+				err = fmt.Errorf("%s: %w", p.Symbol, err)
+				break
+			}
+			attached = append(attached, p.Symbol)
 		}
-		attached = append(attached, p.Symbol)
+	}
+	if err != nil {
+		t.detach(l.links)
+		return nil, nil, nil, fmt.Errorf("attach in %s: %w", path, err)
 	}
 	sort.Strings(missing)
 	return l, attached, missing, nil
 }
 
-func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe) error {
-	opts := &link.UprobeOptions{Cookie: p.Cookie()}
+// attachMulti attaches one uprobe_multi link per program (and one
+// uretprobe_multi link per exit program) covering every symbol it serves.
+func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms map[string]uint64) error {
+	type group struct{ offsets, cookies []uint64 }
+	entries, exits := map[string]*group{}, map[string]*group{}
+	add := func(m map[string]*group, prog string, p probe) {
+		g := m[prog]
+		if g == nil {
+			g = &group{}
+			m[prog] = g
+		}
+		l.probes++
+		g.offsets = append(g.offsets, syms[p.Symbol])
+		g.cookies = append(g.cookies, p.Cookie())
+	}
+	for _, p := range want {
+		if p.Entry != "" {
+			add(entries, p.Entry, p)
+		}
+		if p.Exit != "" && !t.opts.NoReturnProbes {
+			add(exits, p.Exit, p)
+		}
+	}
+	for _, side := range []struct {
+		groups map[string]*group
+		attach func([]string, *ebpf.Program, *link.UprobeMultiOptions) (link.Link, error)
+	}{{entries, ex.UprobeMulti}, {exits, ex.UretprobeMulti}} {
+		for name, g := range side.groups {
+			prog, err := t.program(name)
+			if err != nil {
+				return err
+			}
+			k, err := side.attach(nil, prog, &link.UprobeMultiOptions{Addresses: g.offsets, Cookies: g.cookies})
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			l.links = append(l.links, k)
+		}
+	}
+	return nil
+}
+
+func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe, offset uint64) error {
+	opts := &link.UprobeOptions{Cookie: p.Cookie(), Address: offset}
 	if p.Entry != "" {
 		prog, err := t.program(p.Entry)
 		if err != nil {
@@ -154,6 +249,7 @@ func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe) error {
 			return err
 		}
 		l.links = append(l.links, k)
+		l.probes++
 	}
 	if p.Exit != "" && !t.opts.NoReturnProbes {
 		prog, err := t.program(p.Exit)
@@ -165,6 +261,7 @@ func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe) error {
 			return err
 		}
 		l.links = append(l.links, k)
+		l.probes++
 	}
 	return nil
 }

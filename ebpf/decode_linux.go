@@ -10,12 +10,13 @@ import (
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
-// Process record kinds of probes.bpf.c (EV_*), beyond every timer.Kind.
+// Process record kinds of probes.bpf.c (enum proc_kind, EV_*), beyond
+// every timer.Kind, as struct event's one-byte kind.
 const (
-	evFork = 100
-	evExec = 101
-	evExit = 102
-	evMmap = 103
+	evFork = uint8(probesProcKindEV_FORK)
+	evExec = uint8(probesProcKindEV_EXEC)
+	evExit = uint8(probesProcKindEV_EXIT)
+	evMmap = uint8(probesProcKindEV_MMAP)
 )
 
 // rawEvent views a ring buffer sample as the C struct event.

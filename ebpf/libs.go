@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // libKey names a library file: the device and inode of its mapping.
@@ -45,14 +45,16 @@ func execMappings(pid int) ([]mappedLib, error) {
 
 // exportedProbeSymbols reads the dynamic (and, when present, the static)
 // symbol table of an ELF file and returns which of our probe symbols it
-// defines as functions. A library stripped to .dynsym is enough.
-func exportedProbeSymbols(path string) (map[string]bool, error) {
+// defines as functions, each with its file offset (what a uprobe is
+// attached at): attaching then needs no second read of the symbols. A
+// library stripped to .dynsym is enough.
+func exportedProbeSymbols(path string) (map[string]uint64, error) {
 	f, err := elf.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer f.Close()
-	out := map[string]bool{}
+	out := map[string]uint64{}
 	for _, read := range []func() ([]elf.Symbol, error){f.DynamicSymbols, f.Symbols} {
 		syms, err := read()
 		if err != nil {
@@ -65,12 +67,29 @@ func exportedProbeSymbols(path string) (map[string]bool, error) {
 			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 {
 				continue
 			}
-			if _, ok := probeBySymbol[s.Name]; ok {
-				out[s.Name] = true
+			if _, ok := probeBySymbol[s.Name]; !ok {
+				continue
+			}
+			if _, done := out[s.Name]; done {
+				continue
+			}
+			if off, ok := fileOffset(f, s.Value); ok {
+				out[s.Name] = off
 			}
 		}
 	}
 	return out, nil
+}
+
+// fileOffset converts a symbol's virtual address to its offset in the
+// file, through the executable PT_LOAD segment that holds it.
+func fileOffset(f *elf.File, addr uint64) (uint64, bool) {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr <= addr && addr < p.Vaddr+p.Memsz {
+			return addr - p.Vaddr + p.Off, true
+		}
+	}
+	return 0, false
 }
 
 // wanted reports whether a mapped file deserves a symbol scan: a known

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
@@ -30,9 +31,18 @@ func launches(evs []timer.Event, pid int) int {
 // library loaded after the first launches are named; the process's exit
 // releases the probes.
 func TestLateLibraryAndExit(t *testing.T) {
+	for _, single := range []bool{false, true} {
+		t.Run(fmt.Sprintf("single=%v", single), func(t *testing.T) { lateLibraryAndExit(t, single) })
+	}
+}
+
+func lateLibraryAndExit(t *testing.T, single bool) {
 	privileged.Root(t)
 	s := buildStubs(t)
-	tr := newTracer(t, Options{})
+	tr := newTracer(t, Options{SingleProbes: single, Linger: 200 * time.Millisecond})
+	if want := !single && features.HaveBPFLinkUprobeMulti() == nil; tr.multi != want {
+		t.Fatalf("uprobe_multi links used: %v, want %v", tr.multi, want)
+	}
 	rec := record(t, tr)
 	bed := testbed.Build(t)
 	p := start(t, s.Calls, "late", bed.Lib("libcudart.so.12"), "cuda", bed.Lib("libfakekernels.so"))
@@ -72,6 +82,8 @@ func TestLateLibraryAndExit(t *testing.T) {
 	if st := tr.Stats(); st.Probes != 0 || st.Processes != 0 {
 		t.Errorf("after exit: %+v, want no probes and no processes", st)
 	}
+	// Nobody maps the libraries now: their probes go after Options.Linger.
+	waitStats(t, tr, "idle probes detached", func(st Stats) bool { return st.Idle == 0 && st.Probes == 0 })
 	for _, e := range rec.of(p.pid()) {
 		if e.Kind == timer.KindLaunch && (e.Grid[1] != 1 || e.Kernel != "xpu::test::vector_add" && e.Kernel != "noop_kernel") {
 			t.Errorf("launch %+v", e)
@@ -227,5 +239,18 @@ func TestPreloadLibraries(t *testing.T) {
 	}
 	if !attached || !missingFile || !noSyms {
 		t.Errorf("attached %v, missing file %v, no symbols %v: %+v", attached, missingFile, noSyms, rec.notices)
+	}
+}
+
+// waitStats polls the tracer's stats (its housekeeping runs on the reader's
+// poll interval) until ok holds, or fails after 5 s.
+func waitStats(t *testing.T, tr *Tracer, what string, ok func(Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !ok(tr.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: stats %+v", what, tr.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/xpu-timer/xpu-timer/collector/symbols"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // kernelNames names the func pointer of a launch, cached per process and

@@ -2,15 +2,18 @@
 
 /*
  * probes.bpf.c: uprobes on the CUDA runtime and driver, NCCL, MACA and MCCL
- * calls of REFERENCE.md §5, and the scheduler hooks that follow a process
- * tree. Loaded by tracer_linux.go; bpf2go turns it into probes_x86_bpfel.o.
+ * calls listed below (where each argument sits), and the scheduler hooks
+ * that follow a process tree. Loaded by tracer_linux.go; bpf2go turns it
+ * into probes_x86_bpfel.o.
  *
  * Contract with the Go side
  * -------------------------
  * Every record on the ring buffer `events` is one `struct event` (below,
  * exported to Go with bpf2go -type event, so the layouts cannot drift).
- * kind holds a timer.Kind (1..19) or one of the EV_* process kinds
- * (>= 100). Fields a kind does not use are zero.
+ * kind holds an enum kind, whose values are timer.Kind's, or an enum
+ * proc_kind (EV_*, >= 100, beyond every timer.Kind). Both enums are
+ * exported too (bpf2go -type kind -type proc_kind); kinds_linux_test.go
+ * checks them against timer. Fields a kind does not use are zero.
  *
  * Each program serves the CUDA and the MACA name of a call; the attach
  * cookie says which: bits 0-7 vendor (0 CUDA, 1 MACA), bits 8-15 the
@@ -81,7 +84,7 @@ char __license[] SEC("license") = "Dual BSD/GPL";
 #define ARG5(ctx) ((ctx)->r8)
 #define ARG6(ctx) ((ctx)->r9)
 
-enum {
+enum proc_kind {
 	EV_FORK = 100, /* a followed process forked: pid is the child, handle the parent */
 	EV_EXEC = 101, /* a followed process called exec */
 	EV_EXIT = 102, /* a followed process (thread group) exited */
@@ -89,7 +92,7 @@ enum {
 };
 
 /* timer.Kind values. */
-enum {
+enum kind {
 	K_LAUNCH = 1,
 	K_GRAPH_LAUNCH = 2,
 	K_MEMCPY_ASYNC = 3,
@@ -227,8 +230,11 @@ struct {
 	__type(value, __u64);
 } returns SEC(".maps");
 
-/* Keeps struct event in the BTF, for bpf2go -type event. */
+/* Keep struct event and the kind enums in the BTF, for bpf2go -type: Go
+ * sees the same values (probes_x86_bpfel.go, checked in kinds_test.go). */
 const struct event *unused_event __attribute__((unused));
+const enum kind *unused_kind __attribute__((unused));
+const enum proc_kind *unused_proc_kind __attribute__((unused));
 
 static __always_inline int is_followed(__u32 tgid)
 {

@@ -58,6 +58,37 @@ type probesFuncName struct {
 	Name [128]int8
 }
 
+type probesKind uint32
+
+const (
+	probesKindK_LAUNCH            probesKind = 1
+	probesKindK_GRAPH_LAUNCH      probesKind = 2
+	probesKindK_MEMCPY_ASYNC      probesKind = 3
+	probesKindK_MEMCPY            probesKind = 4
+	probesKindK_EVENT_RECORD      probesKind = 5
+	probesKindK_EVENT_QUERY       probesKind = 6
+	probesKindK_EVENT_SYNC        probesKind = 7
+	probesKindK_STREAM_SYNC       probesKind = 8
+	probesKindK_STREAM_QUERY      probesKind = 9
+	probesKindK_STREAM_WAIT_EVENT probesKind = 10
+	probesKindK_DEVICE_SYNC       probesKind = 11
+	probesKindK_EVENT_ELAPSED     probesKind = 12
+	probesKindK_COMM_INIT         probesKind = 13
+	probesKindK_COMM_DESTROY      probesKind = 14
+	probesKindK_COLLECTIVE        probesKind = 15
+	probesKindK_GROUP_START       probesKind = 16
+	probesKindK_GROUP_END         probesKind = 17
+)
+
+type probesProcKind uint32
+
+const (
+	probesProcKindEV_FORK probesProcKind = 100
+	probesProcKindEV_EXEC probesProcKind = 101
+	probesProcKindEV_EXIT probesProcKind = 102
+	probesProcKindEV_MMAP probesProcKind = 103
+)
+
 type probesRetKey struct {
 	_    structs.HostLayout
 	Tid  uint32
@@ -120,6 +151,8 @@ const (
 	probesProgStreamSyncEnter  = "stream_sync_enter"
 	probesProgStreamWaitEvent  = "stream_wait_event"
 	probesVarUnusedEvent       = "unused_event"
+	probesVarUnusedKind        = "unused_kind"
+	probesVarUnusedProcKind    = "unused_proc_kind"
 )
 
 // loadProbes returns the embedded CollectionSpec for probes.
@@ -216,7 +249,9 @@ type probesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesVariableSpecs struct {
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedKind     *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedProcKind *ebpf.VariableSpec `ebpf:"unused_proc_kind"`
 }
 
 // probesObjects contains all objects after they have been loaded into the kernel.
@@ -262,7 +297,9 @@ func (m *probesMaps) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesVariables struct {
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
+	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
+	UnusedKind     *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedProcKind *ebpf.Variable `ebpf:"unused_proc_kind"`
 }
 
 // probesPrograms contains all programs after they have been loaded into the kernel.

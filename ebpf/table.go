@@ -151,16 +151,17 @@ func hasPrefix(path string, prefixes []string) bool {
 
 // plan picks, from the symbols a library exports, the probes to attach,
 // and the symbols it lacks among the groups it serves (twins excepted).
-func plan(exported map[string]bool) (attach []probe, missing []string) {
+func plan(exported map[string]uint64) (attach []probe, missing []string) {
 	groups := map[string]bool{}
 	for _, p := range probes {
-		if exported[p.Symbol] {
+		if _, ok := exported[p.Symbol]; ok {
 			groups[p.Group+"/"+p.Vendor.String()] = true
 		}
 	}
 	for _, p := range probes {
+		_, ok := exported[p.Symbol]
 		switch {
-		case exported[p.Symbol]:
+		case ok:
 			attach = append(attach, p)
 		case !p.Twin && !p.Optional && groups[p.Group+"/"+p.Vendor.String()]:
 			missing = append(missing, p.Symbol)

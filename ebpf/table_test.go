@@ -8,7 +8,7 @@ import (
 )
 
 func TestPlanReportsMissingPerGroup(t *testing.T) {
-	exported := map[string]bool{"cudaLaunchKernel": true, "cudaEventQuery": true, "ncclAllReduce": true}
+	exported := map[string]uint64{"cudaLaunchKernel": 0x100, "cudaEventQuery": 0x200, "ncclAllReduce": 0x300}
 	attach, missing := plan(exported)
 	var names []string
 	for _, p := range attach {

@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
@@ -37,21 +39,28 @@ const pollInterval = 20 * time.Millisecond
 // that a burst of mmaps (a Python import) costs one read of the maps.
 const maxScanLag = 2 * time.Millisecond
 
+// closeWait bounds how long Close waits for links to detach: the kernel
+// may take long under load, and nothing is lost by returning first (the
+// links go with this process at the latest).
+const closeWait = 3 * time.Second
+
 // Tracer follows processes and reports their GPU API calls.
 type Tracer struct {
-	opts   Options
-	objs   probesObjects
-	hooks  []link.Link // scheduler hooks
-	rd     *ringbuf.Reader
-	progs  map[string]*ebpf.Program
-	names  *kernelNames
-	events atomic.Uint64
+	opts    Options
+	objs    probesObjects
+	hooks   []link.Link // scheduler hooks
+	rd      *ringbuf.Reader
+	progs   map[string]*ebpf.Program
+	names   *kernelNames
+	events  atomic.Uint64
+	multi   bool           // attach with uprobe_multi links (Linux 6.6+)
+	closing sync.WaitGroup // links detaching in the background
 
 	mu      sync.Mutex
 	procs   map[int]*process
 	libs    map[libKey]*library
-	scanned map[libKey]map[string]bool // exported probe symbols by file
-	dirty   map[int]time.Time          // processes whose maps to read again, and when
+	scanned map[libKey]map[string]uint64 // exported probe symbols (file offsets) by file
+	dirty   map[int]time.Time            // processes whose maps to read again, and when
 	pending []Notice
 	comms   map[int]*commIDs
 	closed  bool
@@ -76,9 +85,20 @@ func NewTracer(opts Options) (*Tracer, error) {
 		opts:    opts,
 		procs:   map[int]*process{},
 		libs:    map[libKey]*library{},
-		scanned: map[libKey]map[string]bool{},
+		scanned: map[libKey]map[string]uint64{},
 		dirty:   map[int]time.Time{},
 		comms:   map[int]*commIDs{},
+	}
+	// uprobe_multi attaches a library's probes in one call per program,
+	// with the cookies: the programs must be loaded for that attach type,
+	// and are then not attachable as single uprobes.
+	if !opts.SingleProbes && features.HaveBPFLinkUprobeMulti() == nil {
+		t.multi = true
+		for _, ps := range spec.Programs {
+			if ps.Type == ebpf.Kprobe && (strings.HasPrefix(ps.SectionName, "uprobe") || strings.HasPrefix(ps.SectionName, "uretprobe")) {
+				ps.AttachType = ebpf.AttachTraceUprobeMulti
+			}
+		}
 	}
 	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
 		return nil, loadError(err)
@@ -121,32 +141,6 @@ func loadError(err error) error {
 		return fmt.Errorf("load probes: %w (%s): %w", ErrNotPermitted, missingCaps(), err)
 	}
 	return fmt.Errorf("load probes: %w", err)
-}
-
-// missingCaps says which capabilities the process lacks for BPF tracing.
-func missingCaps() string {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return "run as root, or with CAP_BPF and CAP_PERFMON"
-	}
-	has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
-	if has(unix.CAP_SYS_ADMIN) {
-		return "CAP_SYS_ADMIN is held, but the kernel refused: check kernel.unprivileged_bpf_disabled and lockdown"
-	}
-	var miss []string
-	for _, c := range []struct {
-		n    uint
-		name string
-	}{{unix.CAP_BPF, "CAP_BPF"}, {unix.CAP_PERFMON, "CAP_PERFMON"}} {
-		if !has(c.n) {
-			miss = append(miss, c.name)
-		}
-	}
-	if len(miss) == 0 {
-		return "run as root: this kernel may predate CAP_BPF (5.8) and need CAP_SYS_ADMIN"
-	}
-	return "missing " + strings.Join(miss, " and ") + "; run as root or grant them"
 }
 
 // startHooks attaches the process lifecycle hooks fork, exec and exit:
@@ -240,13 +234,17 @@ func (t *Tracer) scan(pid int) {
 	if err != nil {
 		return // exited: its exit event releases it
 	}
+	// Known vendor libraries first: a symbol scan of a large unknown
+	// library (libtorch) must not delay the probes of the CUDA runtime
+	// loaded beside it.
+	sort.SliceStable(libs, func(i, j int) bool { return knownName(libs[i].Path) && !knownName(libs[j].Path) })
 	for _, m := range libs {
 		if p.libs[m.Key] {
 			continue
 		}
 		syms, ok := t.scanned[m.Key]
 		if !ok {
-			syms = map[string]bool{}
+			syms = map[string]uint64{}
 			if t.opts.wanted(m.Path) {
 				s, err := exportedProbeSymbols(procPath(pid, m.Path))
 				if err != nil {
@@ -334,6 +332,7 @@ func (t *Tracer) wait() time.Duration {
 func (t *Tracer) housekeep(onNotice func(Notice)) {
 	t.mu.Lock()
 	now := time.Now()
+	t.expire(now)
 	drained := t.rd.AvailableBytes() == 0
 	for pid, due := range t.dirty {
 		if lag := now.Sub(due); lag >= 0 && (drained || lag >= maxScanLag) {
@@ -364,17 +363,19 @@ func (t *Tracer) processEvent(raw *probesEvent, onEvent func(timer.Event)) {
 		t.notice(Notice{Kind: "exec", PID: pid})
 		ev.Kind = timer.KindProcessExec
 	case evExec:
-		// A new image: what the old one mapped is gone.
-		if p := t.procs[pid]; p != nil {
-			for k := range p.libs {
-				t.release(k)
-			}
-			p.libs = map[libKey]bool{}
-		}
-		t.addProcess(pid)
+		// A new image: what the old one mapped is gone. The new image's
+		// libraries are taken before the old ones are released, so a
+		// library both map (ld.so, or all of them when this record is read
+		// after the process has loaded more) keeps its probes.
+		p := t.addProcess(pid)
+		old := p.libs
+		p.libs = map[libKey]bool{}
 		delete(t.comms, pid)
 		t.names.forget(pid)
 		t.scan(pid)
+		for k := range old {
+			t.release(k)
+		}
 		t.dirty[pid] = time.Now().Add(rescanDelay)
 		t.notice(Notice{Kind: "exec", PID: pid})
 		ev.Kind = timer.KindProcessExec
@@ -413,9 +414,29 @@ func (t *Tracer) Stats() Stats {
 	defer t.mu.Unlock()
 	s.Processes = len(t.procs)
 	for _, l := range t.libs {
-		s.Probes += len(l.links)
+		if l.refs > 0 {
+			s.Probes += l.probes
+		} else {
+			s.Idle += l.probes
+		}
 	}
 	return s
+}
+
+// Probed reports whether pid maps a library whose GPU calls are probed
+// (CUDA, NCCL, MACA or MCCL): false for a process only the loader probe
+// watches, whose hangs the probes cannot see.
+func (t *Tracer) Probed(pid int) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p := t.procs[pid]; p != nil {
+		for k := range p.libs {
+			if l := t.libs[k]; l != nil && l.gpu {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // Close detaches everything and unloads the programs. Run returns.
@@ -434,7 +455,16 @@ func (t *Tracer) Close() error {
 	}
 	t.procs = map[int]*process{}
 	t.mu.Unlock()
-	closeLinks(links)
+	t.detach(links)
+	done := make(chan struct{})
+	go func() {
+		t.closing.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(closeWait):
+	}
 	var errs []error
 	if t.rd != nil {
 		errs = append(errs, t.rd.Close())
@@ -451,11 +481,7 @@ func (t *Tracer) Close() error {
 // of thread tid, while the probed call is in flight: what an unwinder must
 // use instead of the trampoline to go on to the caller.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
-	key := struct {
-		TID  uint32
-		Pad  uint32
-		Slot uint64
-	}{TID: uint32(tid), Slot: slot}
+	key := probesRetKey{Tid: uint32(tid), Slot: slot}
 	var ra uint64
 	if err := t.objs.Returns.Lookup(&key, &ra); err != nil {
 		return 0, false

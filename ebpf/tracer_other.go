@@ -23,5 +23,6 @@ func (*Tracer) Run(context.Context, func(timer.Event), func(Notice)) error {
 	return errors.ErrUnsupported
 }
 func (*Tracer) Stats() Stats                             { return Stats{} }
+func (*Tracer) Probed(int) bool                          { return false }
 func (*Tracer) Close() error                             { return nil }
 func (*Tracer) ReturnAddress(int, uint64) (uint64, bool) { return 0, false }

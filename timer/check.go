@@ -64,9 +64,12 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 		p := v.p
 		if h := p.hang; h != nil {
 			var still bool
-			if h.Kind == "gpu" {
+			switch {
+			case h.Kind == "gpu":
 				still = v.stuck != nil
-			} else {
+			case h.Stall != nil:
+				still = p.stillSince() != 0
+			default:
 				_, still = e.hostStalled(views, v, now)
 				still = still && p.lastWork <= h.DetectedAt-h.AgeNs
 			}
@@ -103,6 +106,18 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 				op := o.op
 				h.Oldest = &op
 			}
+			p.hang = &h
+			out = append(out, h)
+			continue
+		}
+		if st, ok := e.stalled(views, v, now); ok {
+			kind := "stalled"
+			if st.Spinning {
+				kind = "host"
+			}
+			h := e.decision(p, kind, now)
+			h.AgeNs = now - st.Since
+			h.Stall = st
 			p.hang = &h
 			out = append(out, h)
 		}

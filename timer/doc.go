@@ -78,6 +78,38 @@
 // reached does not. A process that never issued GPU work nor created a
 // communicator (a launcher, a data loader worker) is never stalled.
 //
+// # Silent ranks
+//
+// Probes see nothing of a rank stuck before its first GPU call, in a
+// rendezvous store, a gloo collective, a Python lock, or one whose job hung
+// before tracing began. For those the caller looks, about once a check,
+// at the main thread of every rank from outside (Observe with a Look: its
+// scheduler state and counters, where it waits, its Python frames) and the
+// engine keeps, per process, since when the main thread has made no
+// progress:
+//   - asleep ('S', 'D' or 'T') and not put on a CPU since the previous
+//     look, waiting at the same place: no progress since it went to sleep
+//     (Look.LastRan when known, else the first look that saw it asleep);
+//   - running, in the same Python frames as at the previous look, for at
+//     least half the time between the two looks: spinning, no progress
+//     since the first of those looks;
+//   - anything else is progress.
+//
+// GPU work issued later than that moves the start forward.
+//
+// A process is "stalled" when its main thread has not progressed for
+// longer than the timeout, no thread of it nor of an undecided peer waits
+// on GPU work (the "gpu" and "host" rules judge those, with sequence
+// numbers), and every other looked-at process is decided already or has
+// not progressed for longer than the timeout either (the ranks of a hung
+// job are decided together, when the last of them crosses the timeout).
+// A rank that finished and waits while its peers still train is not
+// stalled, nor one whose peers wait a moment in a collective, nor one in a
+// wait shorter than the timeout. A spinning process is decided
+// "host" (Hang.Stall.Spinning), and only while some peer is stuck rather
+// than spinning: ranks that all compute in one Python function for long
+// are busy, not hung. Either clears when the main thread progresses.
+//
 // Check fires a decision once per process; Recovered reports a process
 // whose condition cleared (its waiters' work completed or the waits ended,
 // or for "host" it issued work again or the peers stopped waiting), after

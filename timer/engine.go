@@ -110,6 +110,9 @@ func (e *Engine) Handle(ev Event) {
 		ev.Stream = 0 // cudaStreamLegacy is the legacy default stream
 	}
 	p := e.proc(ev.PID, ev.Time)
+	if p.lastWork == 0 {
+		p.lastWork = ev.Time // first event of a process known from looks only
+	}
 	if ev.Time > p.lastActivity {
 		p.lastActivity = ev.Time
 	}

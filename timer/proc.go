@@ -20,6 +20,7 @@ type proc struct {
 	lastWork     int64
 
 	hang  *Hang
+	still *still // from looks at the main thread (Observe); nil before the first
 	stats procStats
 }
 

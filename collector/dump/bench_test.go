@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/native"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // The benchmark's target: benchThreads threads, all but the main one

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/native"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/python"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
-	"github.com/xpu-timer/xpu-timer/collector/symbols"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // Sentinel errors, shared with the native unwinder.

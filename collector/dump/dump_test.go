@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/native"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // interpreters are the CPython builds of the test image (REFERENCE §6).

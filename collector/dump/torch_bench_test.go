@@ -17,20 +17,22 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/native"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // torchPython is Debian's interpreter, the one python3-torch installs for.
 const torchPython = "/usr/bin/python3"
 
-// torchRanks is how many ranks testdata/torchjob/job.py starts.
+// torchRanks is how many ranks the job starts; the last one hangs.
 const torchRanks = 4
 
 // BenchmarkTorchJob measures a first dump of the processes of a hung
-// PyTorch job (Debian's torch 1.13: 4 DDP ranks on gloo, 3 blocked in an
-// allreduce, 1 asleep; the stripped 120 MB libtorch_cpu.so with its 9.9
-// MB .eh_frame mapped in each), and on each rank, one after the other:
+// PyTorch job (testdata/torchjob on Debian's torch 1.13: 4 DDP ranks on
+// gloo, 3 blocked in an allreduce, 1 asleep in Python; the stripped 120 MB
+// libtorch_cpu.so with its 9.9 MB .eh_frame mapped in each), and on each
+// rank, one after the other:
 //   - `xpu-timer dump --pid` as a new process (cli): time, peak RSS, the
 //     longest stop;
 //   - a dump inside a running process, as the agent does it (agent): a
@@ -206,11 +208,17 @@ func cliDump(b *testing.B, bin string, pid int) torchRun {
 	if err != nil {
 		b.Fatalf("xpu-timer dump --pid %d: %v\n%s", pid, err, out)
 	}
-	var p Process
-	if err := json.Unmarshal(out, &p); err != nil {
+	// The dump file's fields (docs/stacktrace-schema.md) that are counted.
+	var f struct {
+		PID        int            `json:"pid"`
+		StoppedFor time.Duration  `json:"stopped_for_ns"`
+		Threads    []stack.Thread `json:"threads"`
+		Errors     []string       `json:"errors"`
+	}
+	if err := json.Unmarshal(out, &f); err != nil {
 		b.Fatalf("xpu-timer dump --pid %d: %v\n%s", pid, err, out)
 	}
-	r := counted(b, "xpu-timer dump", &p)
+	r := counted(b, "xpu-timer dump", &Process{PID: f.PID, StoppedFor: f.StoppedFor, Threads: f.Threads, Errors: f.Errors})
 	r.took, r.cpu, r.rssKB = took, cpu, rss
 	return r
 }
@@ -255,15 +263,15 @@ func counted(b *testing.B, name string, p *Process) torchRun {
 	return r
 }
 
-// startTorchJob starts testdata/torchjob/job.py and returns its ranks'
-// pids once every thread of every rank sleeps, the job hung. The job is
+// startTorchJob starts testdata/torchjob/job.py, its last rank asleep in
+// Python at its third step, and returns the ranks' pids once every thread
+// of every rank sleeps: the others hung in the allreduce. The job is
 // killed at cleanup.
 func startTorchJob(b *testing.B) []int {
 	b.Helper()
-	port := 20000 + time.Now().Nanosecond()%20000
-	cmd := exec.Command(torchPython, "testdata/torchjob/job.py", strconv.Itoa(port))
+	cmd := exec.Command(torchPython, "../../testdata/torchjob/job.py", "--spawn", strconv.Itoa(torchRanks),
+		"--fault", "sleep", "--fault-rank", strconv.Itoa(torchRanks-1), "--fault-step", "2", "--step-ms", "10")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Env = append(cmd.Environ(), "OMP_NUM_THREADS=2")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -290,18 +298,21 @@ func startTorchJob(b *testing.B) []int {
 	for len(pids) < torchRanks {
 		select {
 		case line, ok := <-lines:
-			var rank, pid int
 			if !ok {
 				b.Fatalf("job ended: %s", stderr.String())
 			}
-			if _, err := fmt.Sscanf(line, "rank %d pid %d", &rank, &pid); err != nil {
-				b.Fatalf("job said %q", line)
+			var rank, pid int
+			if _, err := fmt.Sscanf(line, "xpu-torchjob rank=%d pid=%d started", &rank, &pid); err == nil {
+				pids = append(pids, pid)
 			}
-			pids = append(pids, pid)
 		case <-timeout:
 			b.Fatalf("%d of %d ranks started: %s", len(pids), torchRanks, stderr.String())
 		}
 	}
+	go func() {
+		for range lines {
+		}
+	}()
 	slices.Sort(pids)
 	for _, pid := range pids {
 		waitSettled(b, pid)

@@ -24,7 +24,8 @@
 //	local_rank, local_world_size, host, pid
 //	ip, job_name, pod_name, cmdline           omitted when empty
 //	state             process state as /proc/PID/stat spells it, with its meaning: "S (sleeping)", "D (disk sleep)"
-//	reason            "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual"
+//	python            the CPython version ("3.12.3") of a CPython process; omitted otherwise
+//	reason            "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual" (xpu-timer dump)
 //	dumped_at, dump_duration_ns, stopped_for_ns
 //	hang              timer.Hang: this rank's own decision (kind "gpu" or "host", oldest op, waiters, comms); omitted when it did not hang
 //	comms             []timer.CommState: per communicator id, rank, nranks, issued and completed sequence numbers, last_op
@@ -55,4 +56,12 @@
 // early: a copy cut short), ErrForeign (valid JSON that is not ours: no or
 // another schema) or ErrCorrupt (anything else, including a rank outside the
 // world size).
+//
+// # Markers
+//
+// Beside the dumps, an agent whose node has a hung rank writes
+// hang-<job>.marker (MarkerName), a small JSON object with schema
+// "xpu-timer.marker/1" (Marker): agents of the same job on other nodes that
+// share the directory dump their own ranks once, with reason "marker".
+// ParseMarker rejects anything else with ErrBadMarker.
 package dumpfile

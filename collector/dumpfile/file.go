@@ -81,11 +81,11 @@ func Write(dir string, f *File) (string, error) {
 	}
 	data := buf.Bytes()
 	path := filepath.Join(dir, Name(f.Rank, f.WorldSize))
-	if err := writeAtomic(path, data); err != nil {
+	if err := WriteAtomic(path, data); err != nil {
 		return "", err
 	}
 	txt := strings.TrimSuffix(path, Ext) + TextExt
-	if err := writeAtomic(txt, []byte(Text(f))); err != nil {
+	if err := WriteAtomic(txt, []byte(Text(f))); err != nil {
 		return path, err
 	}
 	return path, nil
@@ -93,7 +93,7 @@ func Write(dir string, f *File) (string, error) {
 
 // writeAtomic writes data to path through a synced temporary file in the
 // same directory and a rename.
-func writeAtomic(path string, data []byte) error {
+func WriteAtomic(path string, data []byte) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {

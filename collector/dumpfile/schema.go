@@ -30,8 +30,10 @@ type File struct {
 	// State is the process state as /proc/PID/stat spells it, with its
 	// meaning: "S (sleeping)", "D (disk sleep)", "R (running)".
 	State string `json:"state"`
+	// Python is the CPython version, for a CPython process.
+	Python string `json:"python,omitempty"`
 
-	Reason       string        `json:"reason"` // "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual"
+	Reason       string        `json:"reason"` // one of the Reason constants
 	DumpedAt     time.Time     `json:"dumped_at"`
 	DumpDuration time.Duration `json:"dump_duration_ns"`
 	StoppedFor   time.Duration `json:"stopped_for_ns"` // longest time any thread was stopped
@@ -44,19 +46,23 @@ type File struct {
 	GPU     *GPU           `json:"gpu,omitempty"`
 }
 
-// GPU is what NVML said of the rank's device at dump time.
+// GPU is what NVML says of a device: in a dump, of the rank's device at
+// dump time; collector/gpu reads it and collector/metrics exports it.
 type GPU struct {
-	Index       int        `json:"index"`
-	UUID        string     `json:"uuid,omitempty"`
-	Name        string     `json:"name,omitempty"`
-	Utilization uint32     `json:"utilization_percent"`
-	MemoryUsed  uint64     `json:"memory_used_bytes"`
-	MemoryTotal uint64     `json:"memory_total_bytes"`
-	Xids        []XidEvent `json:"xids,omitempty"`
+	Index       int    `json:"index"`
+	UUID        string `json:"uuid,omitempty"`
+	Name        string `json:"name,omitempty"`
+	Utilization uint32 `json:"utilization_percent"` // busy percent over NVML's last sample period
+	MemoryUsed  uint64 `json:"memory_used_bytes"`
+	MemoryTotal uint64 `json:"memory_total_bytes"`
+	Xids        []Xid  `json:"xids,omitempty"` // in a dump: the device's recent Xid events
 }
 
-// XidEvent is one Xid error reported by the driver.
-type XidEvent struct {
-	Xid  uint64    `json:"xid"`
-	Time time.Time `json:"time"`
+// Xid is one Xid error reported by the driver. In a dump it sits in its
+// device's GPU, so Device and UUID are not written there.
+type Xid struct {
+	Device int       `json:"-"`   // device index
+	UUID   string    `json:"-"`   // device UUID
+	Xid    uint64    `json:"xid"` // Xid code
+	Time   time.Time `json:"time"`
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 )
 
 // ErrUnavailable means NVML cannot be used here: no library or no driver.
@@ -27,23 +29,6 @@ const DefaultXidWindow = 15 * time.Minute
 // maxXids bounds the Xid events kept in the window.
 const maxXids = 256
 
-// Device holds facts of one GPU.
-type Device struct {
-	Index       int
-	UUID, Name  string
-	Utilization float64 // GPU busy ratio over NVML's last sample period, 0..1
-	MemoryUsed  uint64  // bytes
-	MemoryTotal uint64  // bytes
-}
-
-// Xid is one Xid critical error event.
-type Xid struct {
-	Device int    // device index
-	UUID   string // device UUID
-	Xid    uint64 // Xid code
-	Time   time.Time
-}
-
 // Monitor is an initialised NVML library. Its methods are safe for
 // concurrent use.
 type Monitor struct {
@@ -52,7 +37,7 @@ type Monitor struct {
 	now    func() time.Time
 
 	mu   sync.Mutex
-	xids []Xid
+	xids []dumpfile.Xid
 }
 
 // Open initialises NVML from the system library (libnvidia-ml.so.1).
@@ -100,20 +85,20 @@ func (m *Monitor) Count() (int, error) {
 // Device returns the facts of device index (a rank's LOCAL_RANK or its
 // CUDA_VISIBLE_DEVICES entry). UUID and name are required; utilization and
 // memory are left zero where the device does not report them.
-func (m *Monitor) Device(index int) (Device, error) {
+func (m *Monitor) Device(index int) (dumpfile.GPU, error) {
 	d, ret := m.lib.DeviceGetHandleByIndex(index)
 	if ret != nvml.SUCCESS {
-		return Device{}, fmt.Errorf("device %d: handle: %s", index, errorString(m.lib, ret))
+		return dumpfile.GPU{}, fmt.Errorf("device %d: handle: %s", index, errorString(m.lib, ret))
 	}
-	dev := Device{Index: index}
+	dev := dumpfile.GPU{Index: index}
 	if dev.UUID, ret = d.GetUUID(); ret != nvml.SUCCESS {
-		return Device{}, fmt.Errorf("device %d: uuid: %s", index, errorString(m.lib, ret))
+		return dumpfile.GPU{}, fmt.Errorf("device %d: uuid: %s", index, errorString(m.lib, ret))
 	}
 	if dev.Name, ret = d.GetName(); ret != nvml.SUCCESS {
-		return Device{}, fmt.Errorf("device %d: name: %s", index, errorString(m.lib, ret))
+		return dumpfile.GPU{}, fmt.Errorf("device %d: name: %s", index, errorString(m.lib, ret))
 	}
 	if u, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
-		dev.Utilization = float64(u.Gpu) / 100
+		dev.Utilization = u.Gpu
 	}
 	if mem, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
 		dev.MemoryUsed, dev.MemoryTotal = mem.Used, mem.Total
@@ -163,7 +148,7 @@ func (m *Monitor) WatchXids(ctx context.Context) error {
 		if e.EventType&nvml.EventTypeXidCriticalError == 0 {
 			continue
 		}
-		x := Xid{Device: -1, Xid: e.EventData, Time: m.now()}
+		x := dumpfile.Xid{Device: -1, Xid: e.EventData, Time: m.now()}
 		if e.Device != nil {
 			x.UUID, _ = e.Device.GetUUID()
 			if i, ok := uuids[x.UUID]; ok {
@@ -175,7 +160,7 @@ func (m *Monitor) WatchXids(ctx context.Context) error {
 	return nil
 }
 
-func (m *Monitor) record(x Xid) {
+func (m *Monitor) record(x dumpfile.Xid) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.xids = append(m.xids, x)
@@ -186,7 +171,7 @@ func (m *Monitor) record(x Xid) {
 
 // Xids returns the Xid events that happened within the window before now,
 // oldest first, and forgets older ones.
-func (m *Monitor) Xids(now time.Time) []Xid {
+func (m *Monitor) Xids(now time.Time) []dumpfile.Xid {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	keep := m.xids[:0]
@@ -196,7 +181,7 @@ func (m *Monitor) Xids(now time.Time) []Xid {
 		}
 	}
 	m.xids = keep
-	return append([]Xid(nil), keep...)
+	return append([]dumpfile.Xid(nil), keep...)
 }
 
 // errorString describes ret without calling into a library that failed to

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 )
 
@@ -52,8 +54,8 @@ func TestDeviceFacts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Device{Index: 1, UUID: "GPU-1", Name: "NVIDIA H100 80GB HBM3", Utilization: 0.97, MemoryUsed: 10 << 30, MemoryTotal: 80 << 30}
-	if d != want {
+	want := dumpfile.GPU{Index: 1, UUID: "GPU-1", Name: "NVIDIA H100 80GB HBM3", Utilization: 97, MemoryUsed: 10 << 30, MemoryTotal: 80 << 30}
+	if !reflect.DeepEqual(d, want) {
 		t.Fatalf("got %+v, want %+v", d, want)
 	}
 	if _, err := m.Device(2); err == nil {
@@ -142,7 +144,7 @@ func TestXidsAgeOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := m.Xids(t0.Add(45 * time.Second))
-	if len(got) != 2 || got[0] != (Xid{Device: 1, UUID: "GPU-1", Xid: 79, Time: t0}) || got[1].Xid != 48 {
+	if len(got) != 2 || got[0] != (dumpfile.Xid{Device: 1, UUID: "GPU-1", Xid: 79, Time: t0}) || got[1].Xid != 48 {
 		t.Fatalf("within window: %+v", got)
 	}
 	if got := m.Xids(t0.Add(61 * time.Second)); len(got) != 1 || got[0].Xid != 48 {

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -69,12 +70,13 @@ type collector struct {
 	collAvg, collMax, collP99, collMin, bw *prometheus.Desc
 
 	// Our own families.
-	rankHung, oldestAge, pendingOps, dumpDuration *prometheus.Desc
-	kernelDuration, collDuration, busBandwidth    *prometheus.Desc
-	gpuUtil, gpuMemUsed, gpuMemTotal              *prometheus.Desc
-	probeEvents, lostEvents, attached, probes     *prometheus.Desc
-	dumps, dumpFailures, xid                      *prometheus.Desc
-	scrapeDuration                                *prometheus.Desc
+	rankHung, detectors                        *prometheus.Desc
+	oldestAge, pendingOps, dumpDuration        *prometheus.Desc
+	kernelDuration, collDuration, busBandwidth *prometheus.Desc
+	gpuUtil, gpuMemUsed, gpuMemTotal           *prometheus.Desc
+	probeEvents, lostEvents, attached, probes  *prometheus.Desc
+	dumps, dumpFailures, xid                   *prometheus.Desc
+	scrapeDuration                             *prometheus.Desc
 }
 
 var mmLabels = []string{"dtype", "level", "operation"}
@@ -107,7 +109,8 @@ func newCollector(s Static) *collector {
 		collMin:   compatDesc("XPU_TIMER_COLL_KERNEL_MIN_LATENCY", "xpu_timer compatibility: minimum collective latency in microseconds.", collLabels...),
 		bw:        compatDesc("XPU_TIMER_COLL_KERNEL_BANDWIDTH", "xpu_timer compatibility: collective bus bandwidth in Gbit/s.", collLabels...),
 
-		rankHung:       d("xpu_timer_rank_hung", "Whether the rank is hung (1) or not (0), by kind of hang: gpu (GPU work outstanding past the timeout) or host (no GPU call past the timeout while peers wait).", with(rankLabels, "kind")),
+		rankHung:       d("xpu_timer_rank_hung", "Whether the rank is hung (1) or not (0), by kind of hang: gpu (GPU work outstanding past the timeout), host (no GPU call past the timeout while peers wait, or spinning in the same Python frames while they are stuck) or stalled (main thread waiting in place past the timeout while no peer progresses).", with(rankLabels, "kind")),
+		detectors:      d("xpu_timer_rank_detectors", "Whether a detector watches the rank (1) or not (0): gpu (eBPF probes on a CUDA/NCCL library the rank maps) or stacks (looks at its main thread, which see a rank stuck where no probe fires).", with(rankLabels, "detector")),
 		oldestAge:      d("xpu_timer_oldest_op_age_seconds", "Age of the rank's oldest outstanding GPU operation, 0 when none is outstanding.", rankLabels),
 		pendingOps:     d("xpu_timer_pending_ops", "GPU operations the rank has enqueued and not yet seen complete.", rankLabels),
 		dumpDuration:   d("xpu_timer_dump_duration_seconds", "How long the rank's last stack dump took, 0 if none.", rankLabels),
@@ -134,7 +137,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.hang, c.startDump, c.endDump,
 		c.mmAvg, c.mmMax, c.mmP99, c.mmMin, c.mmFlops,
 		c.collAvg, c.collMax, c.collP99, c.collMin, c.bw,
-		c.rankHung, c.oldestAge, c.pendingOps, c.dumpDuration,
+		c.rankHung, c.detectors, c.oldestAge, c.pendingOps, c.dumpDuration,
 		c.kernelDuration, c.collDuration, c.busBandwidth,
 		c.gpuUtil, c.gpuMemUsed, c.gpuMemTotal,
 		c.probeEvents, c.lostEvents, c.attached, c.probes,
@@ -211,11 +214,15 @@ func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank) {
 	gauge(c.startDump, b2f(r.DumpStarted))
 	gauge(c.endDump, r.DumpSeconds)
 	kind := r.HangKind
-	if kind != KindHost {
+	if kind != KindHost && kind != KindStalled {
 		kind = KindGPU // a hang of unknown kind counts as a GPU hang
 	}
-	gauge(c.rankHung, b2f(r.Hung && kind == KindGPU), KindGPU)
-	gauge(c.rankHung, b2f(r.Hung && kind == KindHost), KindHost)
+	for _, k := range []string{KindGPU, KindHost, KindStalled} {
+		gauge(c.rankHung, b2f(r.Hung && kind == k), k)
+	}
+	for _, d := range []string{DetectorGPU, DetectorStacks} {
+		gauge(c.detectors, b2f(slices.Contains(r.Detectors, d)), d)
+	}
 	gauge(c.oldestAge, r.OldestAgeSeconds)
 	gauge(c.pendingOps, float64(r.PendingOps))
 	gauge(c.dumpDuration, r.DumpSeconds)
@@ -261,7 +268,7 @@ func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank) {
 
 	if g := r.GPU; g != nil {
 		gl := []string{strconv.Itoa(g.Index), g.UUID}
-		gauge(c.gpuUtil, g.Utilization, gl...)
+		gauge(c.gpuUtil, float64(g.Utilization)/100, gl...)
 		gauge(c.gpuMemUsed, float64(g.MemoryUsed), gl...)
 		gauge(c.gpuMemTotal, float64(g.MemoryTotal), gl...)
 	}

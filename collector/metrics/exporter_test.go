@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 )
 
 var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker-1"}
@@ -19,7 +21,7 @@ var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker
 func hungSnapshot() Snapshot {
 	return Snapshot{
 		ProbeEvents: 1000, LostEvents: 3, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
-		Xids: []Xid{
+		Xids: []dumpfile.Xid{
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000000, 0)},
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000010, 0)},
 		},
@@ -35,8 +37,10 @@ func hungSnapshot() Snapshot {
 					{Operation: "AllReduce", DType: "fp16", Algorithm: "RING_LL", Transport: "IntraNode", Level: "1", Small: true, BusBandwidth: 1e9,
 						Durations: Durations{Count: 2, Sum: 0.0002, Min: 0.0001, Max: 0.0001, Avg: 0.0001, P99: 0.0001, Buckets: []Bucket{{0.001, 2}, {0.01, 2}}}},
 				},
-				GPU: &GPU{Index: 0, UUID: "GPU-a", Name: "H100", Utilization: 0.97, MemoryUsed: 1 << 30, MemoryTotal: 80 << 30}},
-			{Rank: 1, LocalRank: 1, PID: 101, Hung: true, HangKind: KindGPU, DumpStarted: true, DumpSeconds: 0.5, PendingOps: 3, OldestAgeSeconds: 301},
+				GPU:       &dumpfile.GPU{Index: 0, UUID: "GPU-a", Name: "H100", Utilization: 97, MemoryUsed: 1 << 30, MemoryTotal: 80 << 30},
+				Detectors: []string{DetectorGPU, DetectorStacks}},
+			{Rank: 1, LocalRank: 1, PID: 101, Hung: true, HangKind: KindGPU, DumpStarted: true, DumpSeconds: 0.5, PendingOps: 3, OldestAgeSeconds: 301,
+				Detectors: []string{DetectorStacks}},
 		},
 	}
 }
@@ -94,12 +98,20 @@ xpu_timer_oldest_op_age_seconds{ip="10.0.0.7",job_name="llama",local_rank="1",po
 # HELP xpu_timer_probe_lost_events_total Events the eBPF probes dropped because the ring buffer was full.
 # TYPE xpu_timer_probe_lost_events_total counter
 xpu_timer_probe_lost_events_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 3
-# HELP xpu_timer_rank_hung Whether the rank is hung (1) or not (0), by kind of hang: gpu (GPU work outstanding past the timeout) or host (no GPU call past the timeout while peers wait).
+# HELP xpu_timer_rank_detectors Whether a detector watches the rank (1) or not (0): gpu (eBPF probes on a CUDA/NCCL library the rank maps) or stacks (looks at its main thread, which see a rank stuck where no probe fires).
+# TYPE xpu_timer_rank_detectors gauge
+xpu_timer_rank_detectors{detector="gpu",ip="10.0.0.7",job_name="llama",local_rank="0",pod_name="llama-worker-1",rank="0"} 1
+xpu_timer_rank_detectors{detector="gpu",ip="10.0.0.7",job_name="llama",local_rank="1",pod_name="llama-worker-1",rank="1"} 0
+xpu_timer_rank_detectors{detector="stacks",ip="10.0.0.7",job_name="llama",local_rank="0",pod_name="llama-worker-1",rank="0"} 1
+xpu_timer_rank_detectors{detector="stacks",ip="10.0.0.7",job_name="llama",local_rank="1",pod_name="llama-worker-1",rank="1"} 1
+# HELP xpu_timer_rank_hung Whether the rank is hung (1) or not (0), by kind of hang: gpu (GPU work outstanding past the timeout), host (no GPU call past the timeout while peers wait, or spinning in the same Python frames while they are stuck) or stalled (main thread waiting in place past the timeout while no peer progresses).
 # TYPE xpu_timer_rank_hung gauge
 xpu_timer_rank_hung{ip="10.0.0.7",job_name="llama",kind="gpu",local_rank="0",pod_name="llama-worker-1",rank="0"} 0
 xpu_timer_rank_hung{ip="10.0.0.7",job_name="llama",kind="gpu",local_rank="1",pod_name="llama-worker-1",rank="1"} 1
 xpu_timer_rank_hung{ip="10.0.0.7",job_name="llama",kind="host",local_rank="0",pod_name="llama-worker-1",rank="0"} 0
 xpu_timer_rank_hung{ip="10.0.0.7",job_name="llama",kind="host",local_rank="1",pod_name="llama-worker-1",rank="1"} 0
+xpu_timer_rank_hung{ip="10.0.0.7",job_name="llama",kind="stalled",local_rank="0",pod_name="llama-worker-1",rank="0"} 0
+xpu_timer_rank_hung{ip="10.0.0.7",job_name="llama",kind="stalled",local_rank="1",pod_name="llama-worker-1",rank="1"} 0
 `
 
 func newTestExporter(s Snapshot) *Exporter {
@@ -117,7 +129,7 @@ func TestExposition(t *testing.T) {
 		t.Error(err)
 	}
 	if err := testutil.GatherAndCompare(x.Gatherer(), strings.NewReader(wantOwn),
-		"xpu_timer_rank_hung", "xpu_timer_oldest_op_age_seconds", "xpu_timer_collective_duration_seconds",
+		"xpu_timer_rank_hung", "xpu_timer_rank_detectors", "xpu_timer_oldest_op_age_seconds", "xpu_timer_collective_duration_seconds",
 		"xpu_timer_collective_bus_bandwidth_bytes_per_second", "xpu_timer_gpu_utilization_ratio",
 		"xpu_timer_gpu_xid_last_timestamp_seconds", "xpu_timer_probe_lost_events_total"); err != nil {
 		t.Error(err)

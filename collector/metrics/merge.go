@@ -1,6 +1,10 @@
 package metrics
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+)
 
 // Our own families aggregate coarser than the compatibility families (by
 // kernel name; by operation and dtype), so entries that differ only in
@@ -78,14 +82,14 @@ func addDurations(a, b Durations) Durations {
 }
 
 // latestXids keeps the latest event per (device, uuid, xid), the series key.
-func latestXids(xs []Xid) []Xid {
+func latestXids(xs []dumpfile.Xid) []dumpfile.Xid {
 	type key struct {
 		dev  int
 		uuid string
 		xid  uint64
 	}
 	idx := map[key]int{}
-	var out []Xid
+	var out []dumpfile.Xid
 	for _, x := range xs {
 		k := key{x.Device, x.UUID, x.Xid}
 		if i, ok := idx[k]; ok {

@@ -32,12 +32,15 @@ type Pusher struct {
 	pushed map[int]time.Time // rank -> time of its last successful push
 }
 
+// DefaultPushInterval is how often a hung rank is pushed again.
+const DefaultPushInterval = 15 * time.Second
+
 // NewPusher returns a pusher to the Pushgateway at url that pushes a hung
 // rank at once and then again every interval while it stays hung.
 func NewPusher(url string, static Static, interval time.Duration) *Pusher {
 	c := newCollector(static)
 	if interval <= 0 {
-		interval = 15 * time.Second
+		interval = DefaultPushInterval
 	}
 	return &Pusher{
 		url: url, job: c.static[1], static: c.static, interval: interval,

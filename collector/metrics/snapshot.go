@@ -9,7 +9,7 @@
 // Prometheus conventions (xpu_timer_*, base units).
 package metrics
 
-import "time"
+import "github.com/xpu-timer/xpu-timer/collector/dumpfile"
 
 // NotSet is the label value xpu_timer uses for an unknown ip, job or pod.
 const NotSet = "NOT_SET"
@@ -30,13 +30,20 @@ type Snapshot struct {
 	Dumps             uint64 // stack dumps written since start
 	DumpFailures      uint64 // stack dumps that failed (capture or write) since start
 
-	Xids []Xid // GPU Xid events still inside their reporting window
+	Xids []dumpfile.Xid // GPU Xid events still inside their reporting window
 }
 
 // Hang kinds, as in timer.Hang.Kind.
 const (
-	KindGPU  = "gpu"  // GPU work outstanding past the timeout while the host waits
-	KindHost = "host" // the host issued nothing past the timeout while peers wait
+	KindGPU     = "gpu"     // GPU work outstanding past the timeout while the host waits
+	KindHost    = "host"    // the host issued nothing past the timeout while peers wait, or spins while they are stuck
+	KindStalled = "stalled" // the main thread waits in place past the timeout while no peer progresses (no GPU call needed)
+)
+
+// Detectors, as in Rank.Detectors.
+const (
+	DetectorGPU    = "gpu"    // eBPF probes on a CUDA/NCCL (MACA/MCCL) library the rank maps
+	DetectorStacks = "stacks" // looks at the rank's main thread (the silent-rank rule)
 )
 
 // Rank is one training process.
@@ -45,7 +52,12 @@ type Rank struct {
 	PID             int
 
 	Hung     bool
-	HangKind string // KindGPU or KindHost while Hung
+	HangKind string // KindGPU, KindHost or KindStalled while Hung
+
+	// Detectors that watch the rank now (DetectorGPU, DetectorStacks): a
+	// rank without DetectorGPU maps no probed library, and only a stall
+	// of its main thread is seen.
+	Detectors []string
 
 	DumpStarted bool    // a dump of this rank was started (XPU_TIMER_COMMON_START_DUMP)
 	DumpSeconds float64 // how long the last dump of this rank took, 0 if none (XPU_TIMER_COMMON_END_DUMP)
@@ -56,7 +68,7 @@ type Rank struct {
 	Kernels     []Kernel
 	Collectives []Collective
 
-	GPU *GPU // nil when NVML is unavailable
+	GPU *dumpfile.GPU // NVML facts of the rank's device; nil when NVML is unavailable
 }
 
 // Durations summarises the completed durations of one kind of operation, in
@@ -134,21 +146,4 @@ type Collective struct {
 
 	Durations    Durations
 	BusBandwidth float64 // bytes per second, nccl-tests bus bandwidth convention
-}
-
-// GPU holds NVML facts of the rank's device.
-type GPU struct {
-	Index       int
-	UUID, Name  string
-	Utilization float64 // 0..1
-	MemoryUsed  uint64  // bytes
-	MemoryTotal uint64  // bytes
-}
-
-// Xid is one GPU Xid error event.
-type Xid struct {
-	Device int    // NVML device index
-	UUID   string // device UUID
-	Xid    uint64 // Xid code
-	Time   time.Time
 }

@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
-	"github.com/xpu-timer/xpu-timer/collector/symbols"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // launchers start a target as our child (stopped through the helper

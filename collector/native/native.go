@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
-	"github.com/xpu-timer/xpu-timer/collector/symbols"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // Sentinel errors of Dump.

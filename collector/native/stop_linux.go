@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
-	"github.com/xpu-timer/xpu-timer/collector/symbols"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // releaseWait bounds how long a dump keeps waiting, after it returned, for

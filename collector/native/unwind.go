@@ -12,7 +12,7 @@ import (
 	"github.com/go-delve/delve/pkg/dwarf/regnum"
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
-	"github.com/xpu-timer/xpu-timer/collector/symbols"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // SignalFrame is the name of the frame of a signal trampoline, as gdb prints it.

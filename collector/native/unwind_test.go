@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
-	"github.com/xpu-timer/xpu-timer/collector/symbols"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // TestSyntheticFrames unwinds made-up registers of a live process whose pc

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // image is what the reader needs from the ELF file holding the interpreter

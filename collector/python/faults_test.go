@@ -13,8 +13,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 

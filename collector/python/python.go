@@ -16,8 +16,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 var (

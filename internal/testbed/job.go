@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // ErrTimeout is returned when a job does not reach a state in time.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 var vendors = []string{"cuda", "maca"}

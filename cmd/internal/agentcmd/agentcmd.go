@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // New returns the agent command.
@@ -49,7 +49,9 @@ host's PID namespace.`,
 		}
 		defer closer.Close()
 		log = log.With("component", "agent")
-		mon, err := agent.OpenMonitor(cfg, agent.MonitorOptions{Logger: log})
+		mo := cfg.Monitor()
+		mo.Logger = log
+		mon, err := agent.OpenMonitor(mo)
 		if err != nil {
 			if errors.Is(err, agent.ErrNotPermitted) {
 				return fmt.Errorf("the agent needs eBPF: run as root or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE: %w", err)

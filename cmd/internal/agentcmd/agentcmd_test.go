@@ -5,7 +5,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 func TestMapsVendor(t *testing.T) {

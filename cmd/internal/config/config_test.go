@@ -236,3 +236,15 @@ func TestLogger(t *testing.T) {
 		t.Fatal("want error for unwritable dir")
 	}
 }
+
+// Environ resolves another process's labels from its environment, with the
+// platform fallbacks.
+func TestEnviron(t *testing.T) {
+	cfg, err := Environ(map[string]string{"ELASTIC_JOB_NAME": "llama", "POD_NAME": "w-1", "XPU_TIMER_IP": "10.0.0.7", "XPU_TIMER_HANG_TIMEOUT": "5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := cfg.Labels(); l.JobName != "llama" || l.PodName != "w-1" || l.IP != "10.0.0.7" || cfg.HangTimeout != 5*time.Second {
+		t.Errorf("labels %+v, timeout %v", l, cfg.HangTimeout)
+	}
+}

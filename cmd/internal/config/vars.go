@@ -12,21 +12,25 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/xpu-timer/xpu-timer/agent"
+	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Config is the resolved configuration.
 type Config struct {
-	HangTimeout  time.Duration // XPU_TIMER_HANG_TIMEOUT, default 300s
-	TimelinePath string        // XPU_TIMER_TIMELINE_PATH, default /root/timeline
+	HangTimeout  time.Duration // XPU_TIMER_HANG_TIMEOUT, default timer.DefaultHangTimeout
+	TimelinePath string        // XPU_TIMER_TIMELINE_PATH, default agent.DefaultTimelinePath
 	HangKill     bool          // XPU_TIMER_HANG_KILL
 	Port         int           // XPU_TIMER_PORT, default BasePort+1
-	BasePort     int           // XPU_TIMER_BASEPORT, default 18888
+	BasePort     int           // XPU_TIMER_BASEPORT, default DefaultBasePort
 	ConfigFile   string        // XPU_TIMER_CONFIG
 	LoggingDir   string        // XPU_TIMER_LOGGING_DIR; "stdout" logs to stdout, "" to stderr
 	DebugMode    bool          // XPU_TIMER_DEBUG_MODE
 
 	Pushgateway  string        // XPU_TIMER_PUSHGATEWAY: Pushgateway URL, "" disables pushing
-	PushInterval time.Duration // XPU_TIMER_PUSH_INTERVAL, default 15s: re-push period while hung
+	PushInterval time.Duration // XPU_TIMER_PUSH_INTERVAL, default metrics.DefaultPushInterval: re-push period while hung
 	Libraries    []string      // XPU_TIMER_LIBRARIES: extra vendor library paths
 
 	JobName string // XPU_TIMER_JOB_NAME, else ELASTIC_JOB_NAME, else JOB_NAME
@@ -34,13 +38,11 @@ type Config struct {
 	IP      string // XPU_TIMER_IP, else POD_IP
 }
 
-// Default values.
-const (
-	DefaultHangTimeout  = 300 * time.Second
-	DefaultTimelinePath = "/root/timeline"
-	DefaultBasePort     = 18888
-	DefaultPushInterval = 15 * time.Second
-)
+// DefaultBasePort is the base port of DLRover's xpu_timer; the metrics
+// port is the one after it. The other defaults belong to the packages that
+// use them: timer.DefaultHangTimeout, agent.DefaultTimelinePath,
+// metrics.DefaultPushInterval.
+const DefaultBasePort = 18888
 
 // variable describes one setting: its names, default and how it is parsed.
 type variable struct {
@@ -56,13 +58,13 @@ type variable struct {
 // variables lists every setting; the order is the order of flags and of
 // printed settings.
 var variables = []variable{
-	{env: "XPU_TIMER_HANG_TIMEOUT", flag: "hang-timeout", def: "300", kind: "duration",
+	{env: "XPU_TIMER_HANG_TIMEOUT", flag: "hang-timeout", def: seconds(timer.DefaultHangTimeout), kind: "duration",
 		usage: "how long GPU work may stay outstanding before the rank counts as hung (seconds, or a duration like 5s)",
 		set: func(c *Config, v string) (err error) {
 			c.HangTimeout, err = parseSeconds(v)
 			return err
 		}},
-	{env: "XPU_TIMER_TIMELINE_PATH", flag: "timeline-path", def: DefaultTimelinePath, kind: "string",
+	{env: "XPU_TIMER_TIMELINE_PATH", flag: "timeline-path", def: agent.DefaultTimelinePath, kind: "string",
 		usage: "directory for hang stack dumps",
 		set: func(c *Config, v string) error {
 			if v == "" {
@@ -118,7 +120,7 @@ var variables = []variable{
 			c.Pushgateway = v
 			return nil
 		}},
-	{env: "XPU_TIMER_PUSH_INTERVAL", flag: "push-interval", def: "15", kind: "duration",
+	{env: "XPU_TIMER_PUSH_INTERVAL", flag: "push-interval", def: seconds(metrics.DefaultPushInterval), kind: "duration",
 		usage: "how often hang events are pushed again while a rank stays hung (seconds or a duration)",
 		set: func(c *Config, v string) (err error) {
 			c.PushInterval, err = parseSeconds(v)
@@ -164,6 +166,10 @@ func parseSeconds(v string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// seconds spells a default duration the way the variables are written:
+// whole seconds.
+func seconds(d time.Duration) string { return strconv.FormatInt(int64(d/time.Second), 10) }
 
 // parseBool accepts what strconv does plus yes/no/on/off.
 func parseBool(v string) (bool, error) {

@@ -1,5 +1,6 @@
 // Package dumpcmd is `xpu-timer dump`: print every thread's native and
-// Python stacks of a live process.
+// Python stacks of a live process, as text or as the agent's dump file
+// (reason "manual"), and write that file where the viewer merges it.
 package dumpcmd
 
 import (
@@ -11,8 +12,13 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xpu-timer/xpu-timer/agent"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // Exit statuses.
@@ -22,24 +28,13 @@ const (
 	ExitExited       = 5
 )
 
-// ExitError carries the exit status of a failed dump (cli.Execute honours
-// any error with an ExitCode method).
-type ExitError struct {
-	Code int
-	Msg  string
-}
-
-func (e *ExitError) Error() string { return e.Msg }
-
-// ExitCode is the process exit status.
-func (e *ExitError) ExitCode() int { return e.Code }
-
 // New returns the dump command.
 func New() *cobra.Command {
 	var (
 		pid                    int
 		nativeOnly, pythonOnly bool
 		asJSON                 bool
+		outDir                 string
 	)
 	cmd := &cobra.Command{
 		Use:   "dump --pid PID",
@@ -60,34 +55,62 @@ func New() *cobra.Command {
 			if err != nil {
 				return exitError(pid, err)
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				enc.SetEscapeHTML(false) // "<module>", not "\u003cmodule\u003e"
-				return enc.Encode(p)
+			if !asJSON && outDir == "" {
+				Text(cmd.OutOrStdout(), p, o)
+				return nil
 			}
-			Text(cmd.OutOrStdout(), p, o)
-			return nil
+			f := File(p)
+			if outDir != "" {
+				path, err := dumpfile.Write(outDir, f)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s and its %s\n", path, dumpfile.TextExt)
+			}
+			if !asJSON {
+				Text(cmd.OutOrStdout(), p, o)
+				return nil
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			enc.SetEscapeHTML(false) // "<module>", not "\u003cmodule\u003e"
+			return enc.Encode(f)
 		},
 	}
 	cmd.Flags().IntVar(&pid, "pid", 0, "process to dump")
 	cmd.Flags().BoolVar(&nativeOnly, "native", false, "native stacks (with --python: both, the default)")
 	cmd.Flags().BoolVar(&pythonOnly, "python", false, "Python stacks (with --native: both, the default)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the dump file's JSON (docs/stacktrace-schema.md), reason \"manual\"")
+	cmd.Flags().StringVar(&outDir, "out", "", "also write RRRRR-WWWWW.stacktrace and .txt into this directory, as the agent does, for the viewer")
 	return cmd
 }
 
+// File is the dump file of p, as the agent writes it, with reason
+// "manual": rank, world size and labels from p's environment (what the
+// launcher would have used). What could not be read is in its errors.
+func File(p *dump.Process) *dumpfile.File {
+	env, err := procfs.Environ(p.PID)
+	cfg, cerr := config.Environ(env)
+	f := agent.ManualFile(p, env, cfg.Labels())
+	if err != nil {
+		f.Errors = append(f.Errors, fmt.Sprintf("identity: %v", err))
+	} else if cerr != nil {
+		f.Errors = append(f.Errors, fmt.Sprintf("labels: %v", cerr))
+	}
+	return f
+}
+
 // exitError turns a failed capture into the exit status and message.
-func exitError(pid int, err error) *ExitError {
+func exitError(pid int, err error) error {
 	switch {
 	case errors.Is(err, dump.ErrNoProcess):
-		return &ExitError{Code: ExitNoProcess, Msg: fmt.Sprintf("process %d does not exist", pid)}
+		return process.Exit(ExitNoProcess, fmt.Errorf("process %d does not exist", pid))
 	case errors.Is(err, dump.ErrNotPermitted):
-		return &ExitError{Code: ExitNotPermitted, Msg: fmt.Sprintf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid)}
+		return process.Exit(ExitNotPermitted, fmt.Errorf("not permitted to trace process %d (run as root or with CAP_SYS_PTRACE)", pid))
 	case errors.Is(err, dump.ErrExited):
-		return &ExitError{Code: ExitExited, Msg: fmt.Sprintf("process %d exited during the dump", pid)}
+		return process.Exit(ExitExited, fmt.Errorf("process %d exited during the dump", pid))
 	}
-	return &ExitError{Code: 1, Msg: err.Error()}
+	return process.Exit(1, err)
 }
 
 // Text writes a process's stacks the way py-spy dump does.

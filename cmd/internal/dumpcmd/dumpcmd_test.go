@@ -3,18 +3,23 @@ package dumpcmd
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/viewer"
 )
 
 func runCmd(args ...string) (string, error) {
@@ -27,8 +32,10 @@ func runCmd(args ...string) (string, error) {
 	return out.String(), err
 }
 
-func sleeper(t *testing.T) int {
+// sleeper starts sleep(1) with env added to this process's environment.
+func sleeper(t *testing.T, env ...string) int {
 	cmd := exec.Command("sleep", "1000")
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -60,14 +67,19 @@ func TestDumpText(t *testing.T) {
 
 func TestDumpJSON(t *testing.T) {
 	privileged.Root(t)
-	pid := sleeper(t)
+	pid := sleeper(t, "RANK=2", "WORLD_SIZE=4", "LOCAL_RANK=0", "ELASTIC_JOB_NAME=llama")
 	out, err := runCmd("--pid", strconv.Itoa(pid), "--json", "--native")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	var p dump.Process
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
+	// The dump file's schema, as the agent writes it.
+	p, err := dumpfile.Parse([]byte(out))
+	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+	if p.Schema != dumpfile.Schema || p.Reason != dumpfile.ReasonManual || p.Rank != 2 || p.WorldSize != 4 || p.LocalRank != 0 ||
+		p.JobName != "llama" || p.Host == "" || p.DumpedAt.IsZero() || !strings.Contains(out, `"stopped_for_ns"`) {
+		t.Errorf("identity or reason wrong: %+v", p)
 	}
 	if p.PID != pid || len(p.Threads) != 1 || p.Threads[0].TID != pid || len(p.Threads[0].Native) < 2 {
 		t.Fatalf("unexpected dump: %s", out)
@@ -104,8 +116,8 @@ func TestDumpPythonJSON(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	var p dump.Process
-	if err := json.Unmarshal([]byte(out), &p); err != nil {
+	p, err := dumpfile.Parse([]byte(out))
+	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	if p.Python == "" || len(p.Threads) != 1 || len(p.Threads[0].Native) > 0 || len(p.Threads[0].Python) != 2 ||
@@ -126,8 +138,9 @@ func TestExitStatus(t *testing.T) {
 		{errors.New("read maps: boom"), 1, "read maps: boom"},
 	} {
 		e := exitError(7, tc.err)
-		if e.ExitCode() != tc.code || !strings.HasPrefix(e.Error(), tc.msg) {
-			t.Errorf("%v: exit %d %q, want %d %q", tc.err, e.ExitCode(), e.Error(), tc.code, tc.msg)
+		var st process.ExitStatus
+		if !errors.As(e, &st) || int(st) != tc.code || !strings.HasPrefix(e.Error(), tc.msg) {
+			t.Errorf("%v: exit %d %q, want %d %q", tc.err, st, e.Error(), tc.code, tc.msg)
 		}
 	}
 }
@@ -135,11 +148,47 @@ func TestExitStatus(t *testing.T) {
 func TestDumpErrors(t *testing.T) {
 	// A pid that does not exist: pid_max is at most 4194304.
 	out, err := runCmd("--pid", "4194999")
-	var ee *ExitError
-	if !errors.As(err, &ee) || ee.Code != ExitNoProcess || !strings.Contains(err.Error(), "does not exist") {
+	var st process.ExitStatus
+	if !errors.As(err, &st) || int(st) != ExitNoProcess || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("missing pid: %v\n%s", err, out)
 	}
 	if _, err := runCmd(); err == nil {
 		t.Error("no --pid: no error")
+	}
+}
+
+// A manual dump written with --out is named and shaped like the agent's,
+// so the viewer merges it; a process without RANK is rank 0 of 1.
+func TestDumpOutMergesInViewer(t *testing.T) {
+	privileged.Root(t)
+	dir := t.TempDir()
+	pid := sleeper(t, "RANK=1", "WORLD_SIZE=2")
+	if out, err := runCmd("--pid", strconv.Itoa(pid), "--out", dir); err != nil || !strings.Contains(out, "Thread "+strconv.Itoa(pid)) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, name := range []string{"00001-00002.stacktrace", "00001-00002.txt"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := dumpfile.Read(filepath.Join(dir, "00001-00002.stacktrace"))
+	if err != nil || f.Reason != dumpfile.ReasonManual || f.PID != pid {
+		t.Fatalf("%v %+v", err, f)
+	}
+	_, res, err := viewer.Merge(viewer.Options{Dir: dir, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Files != 1 || res.World != 2 || len(res.Skipped) != 0 || !slices.Equal(res.Missing, []int{0}) {
+		t.Errorf("viewer: %d files, world %d, missing %v, skipped %v", res.Files, res.World, res.Missing, res.Skipped)
+	}
+
+	lone := t.TempDir()
+	pid = sleeper(t, "RANK=")
+	if out, err := runCmd("--pid", strconv.Itoa(pid), "--out", lone, "--json"); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if _, err := dumpfile.Read(filepath.Join(lone, "00000-00001.stacktrace")); err != nil {
+		t.Fatal(err)
 	}
 }

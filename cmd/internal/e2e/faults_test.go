@@ -34,7 +34,16 @@ type job struct {
 	fault  string // "" is healthy
 	rank   int    // the faulty rank
 	steps  int
+	at     *int     // the fault's step; nil is faultStep
 	extra  []string // more run.py arguments
+}
+
+// step is the step at which the fault strikes.
+func (j job) step() int {
+	if j.at != nil {
+		return *j.at
+	}
+	return faultStep
 }
 
 // args is the job's command line.
@@ -43,7 +52,7 @@ func (j job) args(b *testbed.Bed) []string {
 	if steps == 0 {
 		steps = 30
 	}
-	o := testbed.JobOptions{NProc: nproc, Steps: steps, Vendor: j.vendor, Fault: j.fault, FaultRank: j.rank, FaultStep: faultStep, Args: j.extra}
+	o := testbed.JobOptions{NProc: nproc, Steps: steps, Vendor: j.vendor, Fault: j.fault, FaultRank: j.rank, FaultStep: j.step(), Args: j.extra}
 	return b.JobCommand(o).Args
 }
 
@@ -110,7 +119,8 @@ var dumpedRe = regexp.MustCompile(`msg="dumped ranks" .*ranks=(\d+) of=(\d+) sec
 // faultCase is one fault and what the detector must make of it.
 type faultCase struct {
 	job
-	host bool // rank is stuck on the host (no GPU call), the others on the GPU
+	host bool     // rank is stuck on the host (no GPU call), the others on the GPU
+	env  []string // more environment for the launcher
 	// finding is what summary.txt must say of the faulty rank (%d), as a
 	// regular expression.
 	finding string
@@ -159,9 +169,19 @@ func TestFaults(t *testing.T) {
 		timeout, strings.Join(report, "\n"))
 }
 
+// TestNamedLibraries names the testbed's libraries (--libraries, here
+// through XPU_TIMER_LIBRARIES), so they are probed before any rank maps
+// them: the whole fault check passes as on the default path.
+func TestNamedLibraries(t *testing.T) {
+	privileged.Root(t)
+	b := testbed.Build(t)
+	c := faultCase{job: job{fault: testbed.FaultSkipCollective, rank: 1}, finding: behind, env: []string{named(b, "")}}
+	t.Logf("%s", checkFault(t, b, c))
+}
+
 func checkFault(t *testing.T, b *testbed.Bed, c faultCase) string {
 	dir := t.TempDir()
-	p := launch(t, b, c.job, dir, timeout, named(b, c.vendor))
+	p := launch(t, b, c.job, dir, timeout, c.env...)
 	url := p.metricsURL(30 * time.Second)
 
 	// The decisions and the dumps.

@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // The commands under test, built once for the whole package.

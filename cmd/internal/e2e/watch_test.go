@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 )

@@ -11,8 +11,9 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
 )
 
 // Notice is printed once, to stderr, when the job runs unmonitored because
@@ -40,21 +41,21 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 		if len(args) == 0 {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch: no command given")
 			cmd.Usage()
-			return ExitStatus(2)
+			return process.ExitStatus(2)
 		}
 		return nil
 	}
 	cmd.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error {
 		fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
 		cmd.Usage()
-		return ExitStatus(2)
+		return process.ExitStatus(2)
 	})
 	cmd.Flags().SetInterspersed(false)
 	b := config.Bind(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		fail := func(code int, err error) error {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu_timer_launch:", err)
-			return ExitStatus(code)
+			return process.ExitStatus(code)
 		}
 		cfg, err := b.Load()
 		if err != nil {
@@ -71,7 +72,7 @@ CMD's own flags pass through. Every flag also reads its XPU_TIMER_* variable.`,
 			return fail(code, err)
 		}
 		if code != 0 {
-			return ExitStatus(code)
+			return process.ExitStatus(code)
 		}
 		return nil
 	}
@@ -92,11 +93,11 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		ctx = context.Background()
 	}
 	var root int
-	mon, err := agent.OpenMonitor(cfg, agent.MonitorOptions{
-		Logger: log,
-		// The job runs in the launcher's process group: end the job's tree.
-		Kill: func(int) error { return agent.KillTree(root) },
-	})
+	mo := cfg.Monitor()
+	mo.Logger = log
+	// The job runs in the launcher's process group: end the job's tree.
+	mo.Kill = func(int) error { return agent.KillTree(root) }
+	mon, err := agent.OpenMonitor(mo)
 	if err != nil {
 		if errors.Is(err, agent.ErrNotPermitted) {
 			fmt.Fprint(st.Err, Notice)
@@ -106,7 +107,7 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		}
 		mon = nil
 	}
-	child, err := Start(args, st.In, st.Out, st.Err)
+	child, err := process.Start(args, st.In, st.Out, st.Err)
 	if err != nil {
 		if mon != nil {
 			mon.Close()

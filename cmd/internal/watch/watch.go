@@ -17,10 +17,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
+	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // ExitHang is the exit status of --exit-on-hang after a hang.
@@ -82,14 +82,14 @@ its descendants; processes given with --pid are left alone.`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if (len(pids) == 0) == (len(args) == 0) {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch: give either --pid PID... or -- CMD ARGS...")
-			return launch.ExitStatus(2)
+			return process.ExitStatus(2)
 		}
 		// XPU_TIMER_HANG_TIMEOUT and friends from the environment and the
 		// config file; the flags here win.
 		cfg, err := config.Bind(pflag.NewFlagSet("env", pflag.ContinueOnError)).Load()
 		if err != nil {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch: configuration:", err)
-			return launch.ExitStatus(2)
+			return process.ExitStatus(2)
 		}
 		if timeout > 0 {
 			cfg.HangTimeout = timeout
@@ -98,7 +98,7 @@ its descendants; processes given with --pid are left alone.`,
 			cfg.Libraries = libs
 		}
 		err = run(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), cfg, interval, exitOnHang, pids, args)
-		var st launch.ExitStatus
+		var st process.ExitStatus
 		if err != nil && !errors.As(err, &st) {
 			fmt.Fprintln(cmd.ErrOrStderr(), "xpu-timer watch:", err)
 		}
@@ -137,15 +137,15 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		}
 	}
 	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
-	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log})
+	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log, Looker: &agent.ProcLooker{}})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	var child *launch.Child
+	var child *process.Child
 	childDone := make(chan int, 1)
 	if len(args) > 0 {
 		// The command's stdout goes to stderr: stdout carries JSON only.
-		if child, err = launch.Start(args, os.Stdin, errw, errw); err != nil {
+		if child, err = process.Start(args, os.Stdin, errw, errw); err != nil {
 			return err
 		}
 		pids = []int{child.PID()}
@@ -217,7 +217,7 @@ loop:
 		endCommand(child, childDone, errw)
 	}
 	if code != 0 {
-		return launch.ExitStatus(code)
+		return process.ExitStatus(code)
 	}
 	return nil
 }
@@ -227,7 +227,7 @@ var endGrace = 5 * time.Second
 
 // endCommand ends a command watch started and is leaving (--exit-on-hang):
 // SIGTERM, then, after endGrace, SIGKILL to it and its descendants.
-func endCommand(child *launch.Child, done <-chan int, errw io.Writer) {
+func endCommand(child *process.Child, done <-chan int, errw io.Writer) {
 	_ = child.Cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-done:

@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/cmd/internal/agent"
-	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
+	"github.com/xpu-timer/xpu-timer/agent"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -25,21 +26,22 @@ import (
 type stuckTracer struct{ pids chan int }
 
 func (s *stuckTracer) Follow(pid int) error { s.pids <- pid; return nil }
-func (s *stuckTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(agent.Notice)) error {
+func (s *stuckTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error {
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case pid := <-s.pids:
 			t := agent.Monotonic() - int64(10*time.Second)
-			onNotice(agent.Notice{Kind: "attach", PID: pid, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
+			onNotice(ebpf.Notice{Kind: "attach", PID: pid, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
 			onEvent(timer.Event{Time: t, PID: pid, TID: pid, Kind: timer.KindCollective, Op: timer.OpAllReduce, Comm: 1, Stream: 3, Count: 8, Dtype: 7})
 			onEvent(timer.Event{Time: t + 1, PID: pid, TID: pid, Kind: timer.KindStreamSynchronize, Stream: 3})
 		}
 	}
 }
-func (s *stuckTracer) Stats() agent.TracerStats { return agent.TracerStats{} }
-func (s *stuckTracer) Close() error             { return nil }
+func (s *stuckTracer) Stats() ebpf.Stats { return ebpf.Stats{} }
+func (s *stuckTracer) Probed(int) bool   { return true }
+func (s *stuckTracer) Close() error      { return nil }
 
 func useStuck(t *testing.T) {
 	old := openTracer
@@ -75,7 +77,7 @@ func TestWatchPIDExitOnHang(t *testing.T) {
 	cmd.SetErr(&errb)
 	cmd.SetArgs([]string{"--timeout", "2", "--interval", "50ms", "--exit-on-hang", "--pid", strconv.Itoa(p.Process.Pid)})
 	err := cmd.Execute()
-	var st launch.ExitStatus
+	var st process.ExitStatus
 	if !errors.As(err, &st) || st != ExitHang {
 		t.Fatalf("error %v, want exit status %d; stderr %s", err, ExitHang, errb.String())
 	}
@@ -103,7 +105,7 @@ func TestWatchCommandExitStatus(t *testing.T) {
 	cmd.SetErr(&errb)
 	cmd.SetArgs([]string{"--timeout", "100s", "--", "sh", "-c", "echo to-stderr; exit 5"})
 	err := cmd.Execute()
-	var st launch.ExitStatus
+	var st process.ExitStatus
 	if !errors.As(err, &st) || st != 5 {
 		t.Fatalf("error %v, want exit status 5", err)
 	}
@@ -156,7 +158,7 @@ func TestWatchEndsStartedCommandOnHang(t *testing.T) {
 			// set its trap.
 			cmd.SetArgs([]string{"--timeout", "1", "--interval", "300ms", "--exit-on-hang", "--", "sh", "-c", tc.script})
 			err := cmd.Execute()
-			var st launch.ExitStatus
+			var st process.ExitStatus
 			if !errors.As(err, &st) || st != ExitHang {
 				t.Fatalf("error %v, want exit status %d; stderr %s", err, ExitHang, errb.String())
 			}

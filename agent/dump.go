@@ -10,17 +10,8 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/timer"
-)
-
-// Dump reasons, as in dumpfile.File.Reason.
-const (
-	ReasonHang   = "hang"   // this rank hung
-	ReasonPeer   = "peer"   // another rank of the job on this node hung
-	ReasonMarker = "marker" // another node's agent reported a hang
 )
 
 // dumpHangs dumps, for new decisions, the hung ranks and every other rank
@@ -54,7 +45,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 		}
 		if h, ok := hung[p.pid]; ok && d.file.Hang == nil {
 			hc := h
-			d.file.Hang, d.file.Reason = &hc, ReasonHang
+			d.file.Hang, d.file.Reason = &hc, dumpfile.ReasonHang
 			rewrite = append(rewrite, d)
 		}
 	}
@@ -67,12 +58,12 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 	start := time.Now()
 	n := a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
 		if h, ok := hung[pid]; ok {
-			return ReasonHang, &h
+			return dumpfile.ReasonHang, &h
 		}
 		if h, ok := a.engine.Hung(pid); ok {
-			return ReasonHang, &h
+			return dumpfile.ReasonHang, &h
 		}
-		return ReasonPeer, nil
+		return dumpfile.ReasonPeer, nil
 	})
 	if len(todo) > 0 {
 		a.log.Info("dumped ranks", "ranks", n, "of", len(todo), "seconds", time.Since(start).Seconds(), "path", a.o.TimelinePath)
@@ -99,13 +90,11 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 		a.report(Report{Event: "dump_failed", Path: a.o.TimelinePath, Error: err.Error()})
 		return 0
 	}
-	a.mu.Lock()
-	for _, p := range ranks {
-		if q := a.procs[p.pid]; q != nil {
-			q.dumpStarted = true
-		}
+	pids := make([]int, len(ranks))
+	for i, p := range ranks {
+		pids[i] = p.pid
 	}
-	a.mu.Unlock()
+	a.book.setDumpStarted(true, pids...)
 	a.kick()
 	sem := make(chan struct{}, a.o.Parallel)
 	var wg sync.WaitGroup
@@ -137,45 +126,20 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 // flight recorder trace.
 func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	start := time.Now()
-	f := &dumpfile.File{
-		Rank: p.id.Rank, WorldSize: p.id.World, LocalRank: max(p.id.LocalRank, 0), LocalWorldSize: p.id.LocalWorld,
-		Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName, PID: p.pid,
-		Reason: reason, Hang: h, Comms: a.engine.Comms(p.pid),
-	}
-	if p.id.LocalRank < 0 {
-		f.LocalRank = p.id.Rank
-	}
-	f.Cmdline, _ = procfs.Cmdline(p.pid)
+	comms := a.engine.Comms(p.pid)
 	c, err := a.o.Capturer.Capture(p.pid)
-	if c != nil {
-		f.State, f.Threads, f.StoppedFor = c.State, c.Threads, c.StoppedFor
-		f.Errors = append(f.Errors, c.Errors...)
-	}
-	if err != nil {
-		f.Errors = append(f.Errors, fmt.Sprintf("capture: %v", err))
-	}
-	if f.State == "" {
-		if st, err := procfs.ReadStat(p.pid); err == nil {
-			f.State = procfs.StateName(st.State)
-		} else {
-			f.State = "X (gone)"
-		}
-	}
-	if f.Threads == nil {
-		f.Threads = []stack.Thread{}
-	}
+	f := NewFile(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
+	f.Reason, f.Hang, f.Comms = reason, h, comms
 	if a.o.GPU != nil {
-		f.GPU = a.o.GPU.Dump(f.LocalRank)
+		f.GPU = a.o.GPU.GPU(f.LocalRank)
 	}
 	f.DumpedAt = a.o.Now()
 	f.DumpDuration = time.Since(start)
 	path, werr := a.writeDump(f)
 	a.writeTrace(p, f)
 	secs := time.Since(start).Seconds()
+	a.book.setDumpSeconds(p.pid, secs)
 	a.mu.Lock()
-	if q := a.procs[p.pid]; q != nil {
-		q.dumpSeconds = secs
-	}
 	if werr != nil {
 		a.failures++
 	} else {
@@ -183,14 +147,15 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 		a.episode[p.pid] = &dumped{file: f, path: path}
 	}
 	a.mu.Unlock()
-	r := Report{Event: "dump", PID: p.pid, Path: path, Reason: reason, Seconds: secs}
+	site := waitSite(p.pid, f.Threads)
+	r := Report{Event: "dump", PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
 	r.setRank(p.id)
 	r.WorldSize = p.id.World
 	if werr != nil {
 		r.Event, r.Error = "dump_failed", werr.Error()
 		a.log.Error("write dump", "rank", p.id.Rank, "pid", p.pid, "err", werr)
 	} else {
-		a.log.Info("dump", "rank", p.id.Rank, "pid", p.pid, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors))
+		a.log.Info("dump", "rank", p.id.Rank, "pid", p.pid, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors), "main_thread_at", site)
 	}
 	a.report(r)
 	return werr == nil
@@ -219,38 +184,10 @@ func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
 		return
 	}
 	path := filepath.Join(a.o.TimelinePath, trace.Name(p.id.Rank, p.id.World))
-	if err := WriteAtomic(path, buf.Bytes()); err != nil {
+	if err := dumpfile.WriteAtomic(path, buf.Bytes()); err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()
 		a.log.Error("write trace", "rank", p.id.Rank, "err", err)
 	}
-}
-
-// WriteAtomic writes data to path through a temporary file in the same
-// directory, synced and renamed into place.
-func WriteAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("create temporary file for %s: %w", path, err)
-	}
-	name := tmp.Name()
-	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(name, 0o644)
-	}
-	if err == nil {
-		err = os.Rename(name, path)
-	}
-	if err != nil {
-		os.Remove(name)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

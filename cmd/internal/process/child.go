@@ -1,4 +1,6 @@
-package launch
+// Package process starts the command a launcher runs and carries exit
+// statuses out of commands.
+package process
 
 import (
 	"errors"
@@ -76,12 +78,3 @@ func StatusOf(ps *os.ProcessState, err error) (int, error) {
 	}
 	return ps.ExitCode(), nil
 }
-
-// ExitStatus is an error that carries a process exit status out of a
-// command (cli.Execute exits with ExitCode).
-type ExitStatus int
-
-func (e ExitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-// ExitCode is the status to exit with.
-func (e ExitStatus) ExitCode() int { return int(e) }

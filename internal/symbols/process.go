@@ -6,7 +6,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 

@@ -14,6 +14,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.lastTick = now
 	a.mu.Unlock()
 	a.settle()
+	a.lookAll(now)
 
 	hangs := a.engine.Check(now)
 	for _, pid := range a.engine.Recovered(now) {
@@ -34,8 +35,12 @@ func (a *Agent) Tick(ctx context.Context) {
 					}
 				}
 			}
-			a.log.Warn("hang", "pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
-				"age", float64(h.AgeNs)/1e9, "waiters", len(h.Waiters))
+			attrs := []any{"pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
+				"age", float64(h.AgeNs) / 1e9, "waiters", len(h.Waiters)}
+			if s := h.Stall; s != nil {
+				attrs = append(attrs, "state", s.State, "spinning", s.Spinning, "syscall", s.Site, "python", s.Python)
+			}
+			a.log.Warn("hang", attrs...)
 			a.report(r)
 		}
 		a.kick()
@@ -54,11 +59,9 @@ func (a *Agent) recovered(pid int) {
 	id, known := a.identity(pid)
 	a.mu.Lock()
 	delete(a.episode, pid)
-	if p := a.procs[pid]; p != nil {
-		p.dumpStarted = false
-	}
-	exited := a.procs[pid] == nil || a.procs[pid].exited
 	a.mu.Unlock()
+	a.book.setDumpStarted(false, pid)
+	exited := a.book.gone(pid)
 	a.kick()
 	if exited {
 		return

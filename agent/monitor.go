@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 	"github.com/xpu-timer/xpu-timer/collector/gpu"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 )
@@ -29,19 +28,31 @@ type Monitor struct {
 	done   chan struct{}
 }
 
-// MonitorOptions are the parts of Options a command chooses beyond the
-// configuration.
+// MonitorOptions is what a Monitor runs with: the settings (the commands
+// map their configuration onto these) and what a command chooses beyond
+// them.
 type MonitorOptions struct {
+	Libraries    []string      // extra vendor library paths to probe
+	HangTimeout  time.Duration // see Options
+	TimelinePath string        // see Options
+	HangKill     bool          // see Options
+	JobName      string        // metric labels, marker name and dump labels
+	PodName, IP  string        // metric and dump labels
+	Port         int           // /metrics port; 0 picks a free one
+	Pushgateway  string        // Pushgateway URL; "" disables pushing
+	PushInterval time.Duration // re-push period while a rank stays hung
+
 	Logger   *slog.Logger
 	OnReport func(Report)
 	Kill     func(pid int) error // nil: KillGroup
 	Interval time.Duration
 }
 
-// OpenMonitor loads the tracer and prepares the loop from cfg. It fails with
+// OpenMonitor loads the tracer and prepares the loop from mo. It fails with
 // an error matching ErrNotPermitted when eBPF is not permitted; a missing
 // ptrace permission only turns stack capture into state-only dumps (logged).
-func OpenMonitor(cfg config.Config, mo MonitorOptions) (*Monitor, error) {
+func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
+	cfg := mo
 	log := mo.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -60,7 +71,7 @@ func OpenMonitor(cfg config.Config, mo MonitorOptions) (*Monitor, error) {
 	o := Options{
 		Tracer: tr, Capturer: capt, HangTimeout: cfg.HangTimeout, TimelinePath: cfg.TimelinePath, HangKill: cfg.HangKill,
 		JobName: cfg.JobName, PodName: cfg.PodName, IP: cfg.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
-		Interval: mo.Interval,
+		Interval: mo.Interval, Looker: &ProcLooker{},
 	}
 	if nv, err := gpu.Open(); err != nil {
 		log.Info("GPU facts off: NVML unavailable", "err", err)

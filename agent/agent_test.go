@@ -17,9 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -29,9 +31,10 @@ const sec = int64(time.Second)
 type fakeTracer struct {
 	mu       sync.Mutex
 	followed []int
-	stats    TracerStats
+	stats    ebpf.Stats
 	events   []timer.Event // delivered by Run
 	ran      chan struct{}
+	unprobed bool // Probed says no for every process
 }
 
 func (f *fakeTracer) Follow(pid int) error {
@@ -41,11 +44,11 @@ func (f *fakeTracer) Follow(pid int) error {
 	return nil
 }
 
-func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(Notice)) error {
+func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error {
 	for _, ev := range f.events {
 		onEvent(ev)
 	}
-	onNotice(Notice{Kind: "attach", PID: 100, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
+	onNotice(ebpf.Notice{Kind: "attach", PID: 100, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
 	if f.ran != nil {
 		close(f.ran)
 	}
@@ -53,7 +56,10 @@ func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotic
 	return ctx.Err()
 }
 
-func (f *fakeTracer) Stats() TracerStats {
+// Probed says every process maps a probed library, unless unprobed.
+func (f *fakeTracer) Probed(int) bool { return !f.unprobed }
+
+func (f *fakeTracer) Stats() ebpf.Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.stats
@@ -84,14 +90,14 @@ func (f *fakeCapture) warmed() map[int]int {
 	return maps.Clone(f.warms)
 }
 
-func (f *fakeCapture) Capture(pid int) (*Capture, error) {
+func (f *fakeCapture) Capture(pid int) (*dump.Process, error) {
 	f.mu.Lock()
 	if f.calls == nil {
 		f.calls = map[int]int{}
 	}
 	f.calls[pid]++
 	f.mu.Unlock()
-	return &Capture{PID: pid, State: "S (sleeping)", Threads: []stack.Thread{{TID: pid, Name: "python3",
+	return &dump.Process{PID: pid, State: "S (sleeping)", Threads: []stack.Thread{{TID: pid, Name: "python3",
 		Native: []stack.Frame{{Func: "cudaStreamSynchronize", Module: "libcudart.so.12"}, {Func: "main", Module: "python3"}}}}}, nil
 }
 
@@ -205,9 +211,9 @@ func TestHangDumpsEveryRank(t *testing.T) {
 		if f.PID != pid || f.Host != "node-a" || f.State != "S (sleeping)" || len(f.Threads) != 1 || f.WorldSize != 3 {
 			t.Errorf("rank %d dump %+v", rank, f)
 		}
-		wantReason := ReasonPeer
+		wantReason := dumpfile.ReasonPeer
 		if rank == 1 {
-			wantReason = ReasonHang
+			wantReason = dumpfile.ReasonHang
 			if f.Hang == nil || f.Hang.Oldest == nil || f.Hang.Oldest.Kernel != "gemm_bf16_kernel" {
 				t.Errorf("rank 1 decision %+v", f.Hang)
 			}
@@ -231,7 +237,7 @@ func TestHangDumpsEveryRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk, err := ParseMarker(m)
+	mk, err := dumpfile.ParseMarker(m)
 	if err != nil || !slices.Equal(mk.Ranks, []int{1}) || mk.Host != "node-a" {
 		t.Fatalf("marker %+v %v", mk, err)
 	}
@@ -334,7 +340,7 @@ func TestMarkerDumpsOtherNodeOnce(t *testing.T) {
 		t.Fatalf("node b captures %v", b.capture.calls)
 	}
 	f, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(3, 4)))
-	if err != nil || f.Reason != ReasonMarker || f.Host != "node-b" {
+	if err != nil || f.Reason != dumpfile.ReasonMarker || f.Host != "node-b" {
 		t.Fatalf("node b dump %+v %v", f, err)
 	}
 	if ms := b.events("marker"); len(ms) != 1 || ms[0].From != "node-a" {
@@ -347,12 +353,12 @@ func TestMarkerDumpsOtherNodeOnce(t *testing.T) {
 	// A marker older than the agent's start is ignored.
 	late := newBed(t, "node-d", dir, map[int]map[string]string{400: env(0, 4)}, nil)
 	past := time.Now().Add(-time.Hour)
-	os.Chtimes(filepath.Join(dir, MarkerName("job1")), past, past)
-	mk, _ := os.ReadFile(filepath.Join(dir, MarkerName("job1")))
-	m, _ := ParseMarker(mk)
+	os.Chtimes(filepath.Join(dir, dumpfile.MarkerName("job1")), past, past)
+	mk, _ := os.ReadFile(filepath.Join(dir, dumpfile.MarkerName("job1")))
+	m, _ := dumpfile.ParseMarker(mk)
 	m.Time, m.ID = past, "old"
 	nb, _ := json.Marshal(m)
-	os.WriteFile(filepath.Join(dir, MarkerName("job1")), nb, 0o644)
+	os.WriteFile(filepath.Join(dir, dumpfile.MarkerName("job1")), nb, 0o644)
 	work(late.Agent, 400, 1*sec, true)
 	late.Tick(ctx)
 	if late.capture.count(400) != 0 {
@@ -384,27 +390,6 @@ func TestUnwritableTimelineKeepsRunning(t *testing.T) {
 	b.Tick(context.Background())
 	if len(b.events("hang")) != 2 {
 		t.Fatal("loop stopped detecting after a failed write")
-	}
-}
-
-func TestWriteAtomicFailureLeavesNothing(t *testing.T) {
-	dir := t.TempDir()
-	target := filepath.Join(dir, "sub") // a directory in the way of the rename
-	os.Mkdir(target, 0o755)
-	os.WriteFile(filepath.Join(target, "x"), nil, 0o644)
-	if err := WriteAtomic(target, []byte("data")); err == nil {
-		t.Fatal("rename over a non-empty directory succeeded")
-	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 {
-		t.Fatalf("temporary file left behind: %v", ents)
-	}
-	p := filepath.Join(dir, "ok")
-	if err := WriteAtomic(p, []byte("data")); err != nil {
-		t.Fatal(err)
-	}
-	if b, _ := os.ReadFile(p); string(b) != "data" {
-		t.Fatalf("content %q", b)
 	}
 }
 
@@ -469,7 +454,7 @@ func TestNoRankNumberedByOrder(t *testing.T) {
 
 func TestLostEventsReported(t *testing.T) {
 	b := newBed(t, "node-a", t.TempDir(), nil, nil)
-	b.tracer.stats = TracerStats{Events: 10, Lost: 5, Processes: 1, Probes: 20}
+	b.tracer.stats = ebpf.Stats{Events: 10, Lost: 5, Processes: 1, Probes: 20}
 	b.Tick(context.Background())
 	b.Tick(context.Background())
 	b.tracer.stats.Lost = 7
@@ -538,32 +523,6 @@ func TestIdentityOf(t *testing.T) {
 	}
 	if id := IdentityOf(map[string]string{"RANK": "x"}); id.FromEnv || id.Rank != -1 {
 		t.Fatalf("bad RANK accepted: %+v", id)
-	}
-}
-
-func FuzzParseMarker(f *testing.F) {
-	f.Add([]byte(`{"schema":"xpu-timer.marker/1","id":"a","time":"2026-01-01T00:00:00Z","ranks":[1]}`))
-	f.Add([]byte(`{}`))
-	f.Add([]byte(`not json`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseMarker(b)
-		if err != nil {
-			if !errors.Is(err, ErrBadMarker) {
-				t.Fatalf("error %v is not ErrBadMarker", err)
-			}
-			return
-		}
-		if m.Schema != MarkerSchema || m.ID == "" {
-			t.Fatalf("accepted %+v", m)
-		}
-	})
-}
-
-func TestMarkerName(t *testing.T) {
-	for in, want := range map[string]string{"": "hang-default.marker", "job/1 x": "hang-job_1_x.marker", "a.b-c_d": "hang-a.b-c_d.marker"} {
-		if got := MarkerName(in); got != want {
-			t.Errorf("MarkerName(%q) = %q, want %q", in, got, want)
-		}
 	}
 }
 

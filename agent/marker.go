@@ -8,63 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
-
-// MarkerSchema names the marker format.
-const MarkerSchema = "xpu-timer.marker/1"
-
-// ErrBadMarker reports a marker file that is not one of ours.
-var ErrBadMarker = errors.New("not an xpu-timer hang marker")
-
-// Marker is the file an agent writes beside its dumps when a rank of its
-// node hangs: hang-<job>.marker. Agents of the same job on other nodes that
-// share the timeline directory see a marker newer than their own start and
-// dump their ranks once (reason "marker"), so a rank stuck on a quiet node
-// is not missed.
-type Marker struct {
-	Schema   string    `json:"schema"`
-	ID       string    `json:"id"`    // unique per hang episode
-	Agent    string    `json:"agent"` // host/pid/start of the writing agent
-	Job      string    `json:"job"`
-	Host     string    `json:"host"`
-	Time     time.Time `json:"time"`
-	Ranks    []int     `json:"ranks"` // ranks that hung
-	PIDs     []int     `json:"pids"`
-	Kinds    []string  `json:"kinds"` // their decision kinds
-	Op       string    `json:"op,omitempty"`
-	Timeline string    `json:"timeline"`
-}
-
-// MarkerName is the marker file name of a job ("default" when unnamed).
-func MarkerName(job string) string {
-	if job == "" {
-		job = "default"
-	}
-	clean := strings.Map(func(r rune) rune {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
-			return r
-		}
-		return '_'
-	}, job)
-	return "hang-" + clean + ".marker"
-}
-
-// ParseMarker decodes and checks a marker file's content.
-func ParseMarker(b []byte) (*Marker, error) {
-	var m Marker
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("decode marker: %w: %w", ErrBadMarker, err)
-	}
-	if m.Schema != MarkerSchema || m.ID == "" || m.Time.IsZero() {
-		return nil, fmt.Errorf("marker schema %q id %q: %w", m.Schema, m.ID, ErrBadMarker)
-	}
-	return &m, nil
-}
 
 type markerState struct {
 	token   string // this agent's Marker.Agent
@@ -75,7 +23,7 @@ type markerState struct {
 }
 
 func (a *Agent) markerPath() string {
-	return filepath.Join(a.o.TimelinePath, MarkerName(a.o.JobName))
+	return filepath.Join(a.o.TimelinePath, dumpfile.MarkerName(a.o.JobName))
 }
 
 func (a *Agent) token() string {
@@ -92,7 +40,7 @@ func (a *Agent) token() string {
 func (a *Agent) writeMarker(hangs []timer.Hang) {
 	tok := a.token()
 	now := a.o.Now()
-	m := Marker{Schema: MarkerSchema, Agent: tok, Job: a.o.JobName, Host: a.o.Hostname, Time: now, Timeline: a.o.TimelinePath,
+	m := dumpfile.Marker{Schema: dumpfile.MarkerSchema, Agent: tok, Job: a.o.JobName, Host: a.o.Hostname, Time: now, Timeline: a.o.TimelinePath,
 		ID: fmt.Sprintf("%s/%d", tok, now.UnixNano())}
 	for _, h := range hangs {
 		id, ok := a.identity(h.PID)
@@ -112,7 +60,7 @@ func (a *Agent) writeMarker(hangs []timer.Hang) {
 	a.markers.written = m.ID
 	a.markers.seen[m.ID] = true
 	a.mu.Unlock()
-	if err := WriteAtomic(a.markerPath(), append(b, '\n')); err != nil {
+	if err := dumpfile.WriteAtomic(a.markerPath(), append(b, '\n')); err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()
@@ -145,7 +93,7 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	m, err := ParseMarker(b)
+	m, err := dumpfile.ParseMarker(b)
 	if err != nil {
 		a.log.Warn("ignoring marker", "path", path, "err", err)
 		return
@@ -170,8 +118,8 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 	a.mu.Unlock()
 	a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
 		if h, ok := a.engine.Hung(pid); ok {
-			return ReasonHang, &h
+			return dumpfile.ReasonHang, &h
 		}
-		return ReasonMarker, nil
+		return dumpfile.ReasonMarker, nil
 	})
 }

@@ -26,7 +26,7 @@ type Report struct {
 	Error    string   `json:"error,omitempty"`
 
 	// "hang": the decision's fields, flattened for grep and jq.
-	Kind       string            `json:"kind,omitempty"` // "gpu" or "host"
+	Kind       string            `json:"kind,omitempty"` // "gpu", "host" or "stalled" (timer.Hang.Kind)
 	Op         string            `json:"op,omitempty"`   // what the waiters are blocked behind: collective op, else kernel name, "memcpy", "graph"
 	OpKind     string            `json:"op_kind,omitempty"`
 	Kernel     string            `json:"kernel,omitempty"`
@@ -40,6 +40,8 @@ type Report struct {
 	Waiters    []timer.Waiter    `json:"waiters,omitempty"`
 	Comms      []timer.CommState `json:"comms,omitempty"`
 	Lagging    *timer.Lag        `json:"lagging,omitempty"`
+	Stall      *timer.Stall      `json:"stall,omitempty"` // "stalled", or "host" decided on looks: where and since when the main thread stopped progressing
+	Site       string            `json:"site,omitempty"`  // dump: where the main thread is (innermost Python frame, innermost native frame outside the C runtimes)
 	Pending    int               `json:"pending,omitempty"`
 	OldestOp   string            `json:"oldest_op,omitempty"` // the oldest op not known complete (a kernel for a collective hang, usually)
 	Oldest     *timer.Op         `json:"oldest,omitempty"`
@@ -80,7 +82,7 @@ func (r *Report) setRank(id Identity) {
 func hangReport(h timer.Hang, id Identity, known bool) Report {
 	r := Report{Event: "hang", PID: h.PID, Kind: h.Kind, AgeSeconds: float64(h.AgeNs) / 1e9,
 		Timeout: float64(h.Timeout) / 1e9, Waiters: h.Waiters, Comms: h.Comms, Lagging: h.Lagging,
-		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective}
+		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall}
 	if known {
 		r.setRank(id)
 	} else if h.Rank >= 0 {

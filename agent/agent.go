@@ -6,25 +6,30 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"slices"
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/ebpf"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/timer"
-	"golang.org/x/sys/unix"
 )
+
+// DefaultTimelinePath is where dumps, traces and markers go by default
+// (xpu_timer's XPU_TIMER_TIMELINE_PATH default).
+const DefaultTimelinePath = "/root/timeline"
 
 // Options configure an Agent. Zero values take the defaults noted.
 type Options struct {
 	Tracer   Tracer   // required
 	Capturer Capturer // nil: detect and report only, never dump (watch)
 
-	HangTimeout  time.Duration // default 300 s
-	TimelinePath string        // where dumps and markers go; "" with a Capturer: "/root/timeline"
+	HangTimeout  time.Duration // default timer.DefaultHangTimeout
+	TimelinePath string        // where dumps and markers go; default DefaultTimelinePath
 	HangKill     bool          // end the hung process group after the dump
 	JobName      string        // marker name and dump labels
 	PodName, IP  string        // dump labels
@@ -35,6 +40,7 @@ type Options struct {
 	OnReport func(Report)    // every notable event, called from the loop's goroutines (serialise yourself)
 	Pusher   *metrics.Pusher // nil: no push
 	GPU      GPUSource       // nil: no GPU facts
+	Looker   Looker          // nil: no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 
 	// Injected for tests.
 	Monotonic func() int64     // CLOCK_MONOTONIC ns
@@ -45,13 +51,6 @@ type Options struct {
 	Hostname  string
 }
 
-// GPUSource supplies NVML facts of a rank's device; nil results mean
-// unknown.
-type GPUSource interface {
-	Dump(localRank int) *dumpfile.GPU
-	Metrics(localRank int) *metrics.GPU
-}
-
 // Agent is the node loop. Create with New, feed pids with Follow, run with Run.
 type Agent struct {
 	o      Options
@@ -60,9 +59,9 @@ type Agent struct {
 	rec    *trace.Recorder
 	start  time.Time
 
+	book *rankBook // the traced processes and their identities
+
 	mu        sync.Mutex
-	procs     map[int]*procInfo
-	order     int             // next number for a process without RANK
 	episode   map[int]*dumped // pids dumped since the last time nothing was hung
 	killed    map[int]bool
 	lost      uint64
@@ -71,21 +70,9 @@ type Agent struct {
 	writeErrs uint64
 	markers   markerState
 	lastTick  int64
+	watched   map[int]*watchState // detectors watching each rank (look.go)
 
 	pushCh chan struct{}
-}
-
-// procInfo is what the loop knows of one traced process.
-type procInfo struct {
-	pid       int
-	id        Identity
-	idTries   int
-	gpu       bool // made a GPU call: a rank
-	exited    bool
-	announced bool
-
-	dumpStarted bool
-	dumpSeconds float64
 }
 
 // dumped is one rank's dump of the current episode.
@@ -100,7 +87,7 @@ func New(o Options) *Agent {
 		o.HangTimeout = timer.DefaultHangTimeout
 	}
 	if o.TimelinePath == "" {
-		o.TimelinePath = "/root/timeline"
+		o.TimelinePath = DefaultTimelinePath
 	}
 	if o.Interval <= 0 {
 		o.Interval = time.Second
@@ -135,9 +122,10 @@ func New(o Options) *Agent {
 		engine:  timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout}),
 		rec:     trace.New(0),
 		start:   o.Now(),
-		procs:   make(map[int]*procInfo),
+		book:    newRankBook(),
 		episode: make(map[int]*dumped),
 		killed:  make(map[int]bool),
+		watched: make(map[int]*watchState),
 		pushCh:  make(chan struct{}, 1),
 	}
 }
@@ -217,6 +205,7 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 	case timer.KindProcessExit:
 		a.exited(ev.PID)
 	case timer.KindProcessExec:
+		a.forgetLooks(ev.PID)
 		a.see(ev.PID, false, true)
 	default:
 		a.see(ev.PID, true, false)
@@ -224,7 +213,7 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 }
 
 // HandleNotice consumes one tracer notice (the tracer's callback).
-func (a *Agent) HandleNotice(n Notice) {
+func (a *Agent) HandleNotice(n ebpf.Notice) {
 	r := Report{Event: n.Kind, PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing}
 	if n.Err != nil {
 		r.Error = n.Err.Error()
@@ -248,178 +237,6 @@ func (a *Agent) HandleNotice(n Notice) {
 		}
 	}
 	a.report(r)
-}
-
-// see records that pid is traced; gpu says it made a GPU call, reread that
-// its environment may have changed (exec).
-func (a *Agent) see(pid int, gpu, reread bool) {
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p != nil && !reread && (p.gpu || !gpu) {
-		a.mu.Unlock()
-		return
-	}
-	fresh := p == nil || reread
-	firstGPU := gpu && (p == nil || !p.gpu)
-	if p == nil {
-		p = &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}}
-		a.procs[pid] = p
-	}
-	if reread {
-		p.exited = false
-	}
-	p.gpu = p.gpu || gpu
-	a.mu.Unlock()
-	if w, ok := a.o.Capturer.(Warmer); ok && firstGPU {
-		go w.Warm(pid)
-	}
-	if fresh {
-		a.resolve(pid, false)
-	} else {
-		a.announce(pid)
-	}
-}
-
-// resolve reads pid's identity from its environment. A process without
-// RANK is looked at again on later ticks, then, when it is a rank (it made
-// GPU calls), numbered by order of appearance (final).
-func (a *Agent) resolve(pid int, final bool) {
-	env, err := a.o.Environ(pid)
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p == nil || p.exited {
-		a.mu.Unlock()
-		return
-	}
-	p.idTries++
-	if err == nil {
-		if id := IdentityOf(env); id.FromEnv {
-			p.id = id
-		}
-	}
-	if !p.id.FromEnv && p.gpu && p.id.Rank < 0 && (final || err != nil) {
-		a.assignOrder(p)
-	}
-	id := p.id
-	a.mu.Unlock()
-	if id.FromEnv {
-		a.engine.SetIdentity(pid, id.Rank, id.World)
-	}
-	a.announce(pid)
-}
-
-// assignOrder numbers a process without RANK; a.mu held.
-func (a *Agent) assignOrder(p *procInfo) {
-	p.id.Rank = a.order
-	a.order++
-}
-
-// announce reports a rank once its identity is settled.
-func (a *Agent) announce(pid int) {
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p == nil || p.announced || p.exited || !(p.id.FromEnv || (p.gpu && p.id.Rank >= 0)) {
-		a.mu.Unlock()
-		return
-	}
-	p.announced = true
-	id, gpu := p.id, p.gpu
-	a.mu.Unlock()
-	r := Report{Event: "rank", PID: pid}
-	r.setRank(id)
-	if id.FromEnv {
-		r.Identity = "environment"
-		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "gpu_calls", gpu)
-	} else {
-		r.Identity = "assumed: no RANK in its environment, numbered by order of appearance"
-		a.log.Warn("process has no RANK in its environment; numbering it by order of appearance", "pid", pid, "rank", id.Rank)
-	}
-	a.report(r)
-}
-
-// settle looks again at ranks whose identity is not settled (called every
-// tick): after three looks a process without RANK is numbered by order.
-func (a *Agent) settle() {
-	a.mu.Lock()
-	var todo []int
-	var final []bool
-	for pid, p := range a.procs {
-		if !p.exited && p.gpu && !p.id.FromEnv && p.id.Rank < 0 {
-			todo = append(todo, pid)
-			final = append(final, p.idTries >= 2)
-		}
-	}
-	a.mu.Unlock()
-	for i, pid := range todo {
-		a.resolve(pid, final[i])
-	}
-}
-
-// identity returns pid's identity once it is settled.
-func (a *Agent) identity(pid int) (Identity, bool) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	p := a.procs[pid]
-	if p == nil || (!p.id.FromEnv && p.id.Rank < 0) {
-		return Identity{}, false
-	}
-	return p.id, true
-}
-
-func (a *Agent) exited(pid int) {
-	a.mu.Lock()
-	p := a.procs[pid]
-	if p == nil || p.exited {
-		a.mu.Unlock()
-		return
-	}
-	p.exited = true
-	id, rank := p.id, p.gpu || p.id.FromEnv
-	a.mu.Unlock()
-	a.rec.Forget(pid)
-	if rank {
-		r := Report{Event: "exit", PID: pid}
-		r.setRank(id)
-		a.report(r)
-	}
-}
-
-// ranks lists the live rank processes (those with RANK or a GPU call), by
-// rank then pid.
-func (a *Agent) ranks() []procInfo {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []procInfo
-	unknown := 0
-	for _, p := range a.procs {
-		if p.exited || !(p.gpu || p.id.FromEnv) {
-			continue
-		}
-		if !p.id.FromEnv {
-			unknown++
-		}
-		out = append(out, *p)
-	}
-	for i := range out {
-		if !out[i].id.FromEnv {
-			if out[i].id.Rank < 0 {
-				p := a.procs[out[i].pid]
-				a.assignOrder(p)
-				out[i].id.Rank = p.id.Rank
-			}
-			out[i].id.World = max(a.order, unknown)
-		}
-		if out[i].id.World <= out[i].id.Rank {
-			out[i].id.World = out[i].id.Rank + 1
-		}
-	}
-	slices.SortFunc(out, func(x, y procInfo) int {
-		if x.id.Rank != y.id.Rank {
-			return x.id.Rank - y.id.Rank
-		}
-		return x.pid - y.pid
-	})
-	return out
 }
 
 func (a *Agent) report(r Report) {

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/xpu-timer/xpu-timer/collector/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // mappedAt reports whether an address of ours is mapped.

@@ -7,15 +7,15 @@
 // theirs, and the metrics follow.
 //
 // The tracer and the stack capture are interfaces so the loop is tested
-// without root; the real ones (ebpf.Tracer, collector/dump) are adapted in
-// real.go.
+// without root; *ebpf.Tracer is the real tracer, and collector/dump is
+// adapted to Capturer in real.go.
 package agent
 
 import (
 	"context"
-	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -24,29 +24,16 @@ type Tracer interface {
 	Follow(pid int) error
 	// Run delivers events (of one process in time order) and notices until
 	// ctx is done or the tracer is closed.
-	Run(ctx context.Context, onEvent func(timer.Event), onNotice func(Notice)) error
-	Stats() TracerStats
+	Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error
+	Stats() ebpf.Stats
+	// Probed reports whether pid maps a library whose GPU calls are probed.
+	Probed(pid int) bool
 	Close() error
-}
-
-// Notice is something the tracer reports about a process.
-type Notice struct {
-	Kind              string // "attach", "missing", "exec", "exit", "error"
-	PID               int
-	Library           string
-	Attached, Missing []string
-	Err               error
-}
-
-// TracerStats are the tracer's counters.
-type TracerStats struct {
-	Events, Lost      uint64
-	Processes, Probes int
 }
 
 // Capturer takes the stacks of one process.
 type Capturer interface {
-	Capture(pid int) (*Capture, error)
+	Capture(pid int) (*dump.Process, error)
 }
 
 // Warmer is a Capturer that can read ahead what a dump of a process will
@@ -56,17 +43,8 @@ type Warmer interface {
 	Warm(pid int)
 }
 
-// Capture is what a stack capture returns (collector/dump.Process).
-type Capture struct {
-	PID              int
-	State            string
-	Threads          []stack.Thread
-	StoppedFor, Took time.Duration
-	Errors           []string
-}
-
 // CaptureFunc adapts a function to Capturer.
-type CaptureFunc func(pid int) (*Capture, error)
+type CaptureFunc func(pid int) (*dump.Process, error)
 
 // Capture calls f.
-func (f CaptureFunc) Capture(pid int) (*Capture, error) { return f(pid) }
+func (f CaptureFunc) Capture(pid int) (*dump.Process, error) { return f(pid) }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -16,7 +17,7 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 	var s metrics.Snapshot
 	for _, p := range a.ranks() {
 		r := metrics.Rank{Rank: p.id.Rank, LocalRank: p.id.LocalRank, PID: p.pid,
-			DumpStarted: p.dumpStarted, DumpSeconds: p.dumpSeconds}
+			DumpStarted: p.dumpStarted, DumpSeconds: p.dumpSeconds, Detectors: a.detectors(p.pid)}
 		if r.LocalRank < 0 {
 			r.LocalRank = p.id.Rank
 		}
@@ -29,7 +30,7 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 		r.Kernels = kernels(stats.Kernels)
 		r.Collectives = collectives(stats.Collectives)
 		if a.o.GPU != nil {
-			r.GPU = a.o.GPU.Metrics(r.LocalRank)
+			r.GPU = a.o.GPU.GPU(r.LocalRank)
 		}
 		s.Ranks = append(s.Ranks, r)
 	}
@@ -38,7 +39,9 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 	a.mu.Unlock()
 	s.ProbeEvents, s.LostEvents = st.Events, st.Lost
 	s.AttachedProcesses, s.ProbesAttached = st.Processes, st.Probes
-	if x, ok := a.o.GPU.(interface{ Xids(time.Time) []metrics.Xid }); ok {
+	if x, ok := a.o.GPU.(interface {
+		Xids(time.Time) []dumpfile.Xid
+	}); ok {
 		s.Xids = x.Xids(a.o.Now())
 	}
 	return s

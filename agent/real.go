@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/native"
 	"github.com/xpu-timer/xpu-timer/ebpf"
-	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // OpenTracer loads the eBPF tracer with extra vendor library paths. Its
@@ -23,22 +21,7 @@ func OpenTracer(libs []string) (Tracer, error) {
 		}
 		return nil, fmt.Errorf("load eBPF tracer: %w", err)
 	}
-	return ebpfTracer{t}, nil
-}
-
-// ebpfTracer adapts *ebpf.Tracer to Tracer.
-type ebpfTracer struct{ t *ebpf.Tracer }
-
-func (e ebpfTracer) Follow(pid int) error { return e.t.Follow(pid) }
-func (e ebpfTracer) Close() error         { return e.t.Close() }
-func (e ebpfTracer) Stats() TracerStats {
-	s := e.t.Stats()
-	return TracerStats{Events: s.Events, Lost: s.Lost, Processes: s.Processes, Probes: s.Probes}
-}
-func (e ebpfTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(Notice)) error {
-	return e.t.Run(ctx, onEvent, func(n ebpf.Notice) {
-		onNotice(Notice{Kind: n.Kind, PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing, Err: n.Err})
-	})
+	return t, nil
 }
 
 // NewCapturer returns the stack capture of collector/dump: every thread's
@@ -50,8 +33,8 @@ func (e ebpfTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice
 // Warmer.
 func NewCapturer(tr Tracer) Capturer {
 	d := &dumper{u: dump.Shared()}
-	if et, ok := tr.(ebpfTracer); ok {
-		d.ra = et.t.ReturnAddress
+	if et, ok := tr.(*ebpf.Tracer); ok {
+		d.ra = et.ReturnAddress
 	}
 	return d
 }
@@ -63,12 +46,8 @@ type dumper struct {
 	warm sync.Mutex // one read-ahead at a time
 }
 
-func (d *dumper) Capture(pid int) (*Capture, error) {
-	p, err := dump.Capture(pid, dump.Options{Unwinder: d.u, ReturnAddress: d.ra})
-	if err != nil {
-		return nil, err
-	}
-	return &Capture{PID: p.PID, State: p.State, Threads: p.Threads, StoppedFor: p.StoppedFor, Took: p.Took, Errors: p.Errors}, nil
+func (d *dumper) Capture(pid int) (*dump.Process, error) {
+	return dump.Capture(pid, dump.Options{Unwinder: d.u, ReturnAddress: d.ra})
 }
 
 // Warm reads ahead into the shared cache what a dump of pid will need

@@ -1,0 +1,50 @@
+package agent
+
+import (
+	"fmt"
+	"path/filepath"
+	"strings"
+
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+)
+
+// systemModules are the libraries whose frames are where every wait ends
+// (futex, poll, nanosleep), never what it waits for.
+var systemModules = []string{"libc.so", "libc-", "libpthread", "ld-linux", "libstdc++", "libgcc_s", "[vdso]", "[uprobes]"}
+
+// waitSite names where the main thread (tid == pid) of a dumped process
+// waits: its innermost Python frame (function, file, line) and its
+// innermost native frame outside the C and C++ runtimes, e.g.
+// "time.sleep (job.py:41) in gloo::transport::tcp::UnboundBuffer::waitRecv".
+// "" when the dump has no stacks of it.
+func waitSite(pid int, threads []stack.Thread) string {
+	for _, th := range threads {
+		if th.TID != pid {
+			continue
+		}
+		var parts []string
+		if len(th.Python) > 0 {
+			f := th.Python[0]
+			parts = append(parts, fmt.Sprintf("%s (%s:%d)", f.Func, filepath.Base(f.File), f.Line))
+		}
+		for _, f := range th.Native {
+			if f.Func == "" || f.Func == "??" || isSystem(f.Module) {
+				continue
+			}
+			parts = append(parts, f.Func)
+			break
+		}
+		return strings.Join(parts, " in ")
+	}
+	return ""
+}
+
+func isSystem(module string) bool {
+	base := filepath.Base(module)
+	for _, m := range systemModules {
+		if strings.HasPrefix(base, m) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,137 @@
+package timer
+
+// Look is what a look from outside at a process's main thread (the thread
+// whose id is the pid, the one that drives training in PyTorch and most
+// jobs) saw at one instant, without stopping it: its scheduler counters
+// and, while it sleeps, where it waits. The caller takes looks about once
+// a check interval at processes it knows are ranks and passes them in
+// time order per process.
+type Look struct {
+	PID     int
+	Time    int64  // monotonic ns of the look
+	State   byte   // scheduler state letter: 'R' running, 'S' sleeping, 'D' disk sleep, ...
+	Runs    uint64 // times the thread was put on a CPU so far
+	CPU     int64  // ns the thread has run so far
+	LastRan int64  // monotonic ns the thread last went on a CPU; 0 when unknown
+	Site    string // where it waits while it sleeps (system call and its arguments, stack and instruction pointers); "" when unknown
+	Python  string // its Python frames, innermost first (function and file, no lines), as last read; "" when not read or not Python
+}
+
+// Stall describes a "stalled" decision, or a "host" decision made on looks
+// (a rank spinning in the same Python frames while its peers are stuck).
+type Stall struct {
+	Since    int64  `json:"since_ns"`         // monotonic ns the main thread was last seen to progress
+	State    string `json:"state"`            // scheduler state letter of the main thread
+	Site     string `json:"site,omitempty"`   // where it waits (Look.Site)
+	Python   string `json:"python,omitempty"` // its Python frames (Look.Python)
+	Spinning bool   `json:"spinning"`         // it runs, in the same Python frames
+}
+
+// still is what the engine knows of a process's main thread from looks.
+type still struct {
+	last     Look
+	since    int64 // start of the current period without progress; 0 while it progresses
+	spinning bool
+}
+
+// blocked says whether a scheduler state is a sleep: the thread waits.
+func blocked(state byte) bool { return state == 'S' || state == 'D' || state == 'T' }
+
+// spinShare is the least share of the time between two looks a thread
+// must have run to count as spinning.
+const spinShare = 0.5
+
+// Observe takes one look at a process (see Look and the package comment's
+// "Silent ranks").
+func (e *Engine) Observe(l Look) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.procs[l.PID]
+	if p == nil {
+		// Known from looks only: its GPU silence counts from its first
+		// event (Handle), not from this look.
+		p = e.proc(l.PID, l.Time)
+		p.lastWork, p.lastActivity = 0, 0
+	}
+	s := p.still
+	if s == nil {
+		s = &still{}
+		p.still = s
+	} else if l.Time <= s.last.Time {
+		return // out of order
+	}
+	prev, first := s.last, s.last.Time == 0
+	s.last = l
+	switch {
+	case blocked(l.State) && !first && blocked(prev.State) && l.Runs == prev.Runs && l.Site == prev.Site:
+		// Not on a CPU since the previous look, waiting at the same place.
+		if s.since == 0 || s.spinning {
+			s.since, s.spinning = prev.Time, false
+		}
+	case blocked(l.State):
+		// It sleeps now; it last ran when it went to sleep.
+		s.since, s.spinning = l.Time, false
+		if l.LastRan > 0 && l.LastRan <= l.Time && (first || l.LastRan >= prev.Time) {
+			s.since = l.LastRan
+		}
+	case !first && l.Python != "" && l.Python == prev.Python && float64(l.CPU-prev.CPU) >= spinShare*float64(l.Time-prev.Time):
+		// It runs, and its Python frames have not changed.
+		if s.since == 0 || !s.spinning {
+			s.since, s.spinning = prev.Time, true
+		}
+	default:
+		s.since, s.spinning = 0, false
+	}
+}
+
+// stillSince is when p last progressed, as far as looks and GPU work tell,
+// or 0 when it is progressing.
+func (p *proc) stillSince() int64 {
+	if p.still == nil || p.still.since == 0 {
+		return 0
+	}
+	if p.gseq > 0 {
+		return max(p.still.since, p.lastWork)
+	}
+	return p.still.since
+}
+
+// stalled applies the rules for silent ranks to v's process: its main
+// thread has not progressed for longer than the timeout, it issued no GPU
+// work meanwhile, no thread of it or of an undecided peer waits on the GPU
+// (the "gpu" and "host" rules judge those, with sequence numbers), and
+// every other looked-at process is decided already or has not progressed
+// for longer than the timeout either: a rank that finished while its peers
+// train, or one whose peers wait a moment in a collective, is not stalled.
+// A spinning process also needs a peer that is stuck, not spinning: a job
+// whose every rank computes in one Python function for long is busy.
+func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
+	p := v.p
+	since := p.stillSince()
+	if since == 0 || now-since <= e.timeout || len(v.waiters) > 0 {
+		return nil, false
+	}
+	stuckPeer := false
+	for i := range views {
+		q := views[i].p
+		switch {
+		case q == p || q.still == nil && len(views[i].waiters) == 0:
+			// itself, or never looked at: not a rank
+		case q.hang != nil:
+			stuckPeer = true
+		case len(views[i].waiters) > 0:
+			return nil, false // a peer waits on the GPU: the "gpu" and "host" rules judge, with sequence numbers
+		case q.stillSince() == 0 || now-q.stillSince() <= e.timeout:
+			return nil, false // a peer progresses, or did within the timeout
+		case !q.still.spinning:
+			stuckPeer = true
+		}
+	}
+	s := p.still
+	if s.spinning && !stuckPeer {
+		return nil, false
+	}
+	return &Stall{
+		Since: since, State: string(s.last.State), Site: s.last.Site, Python: s.last.Python, Spinning: s.spinning,
+	}, true
+}

@@ -1,0 +1,243 @@
+package timer
+
+import (
+	"testing"
+	"time"
+)
+
+// looker feeds looks of several ranks at one-second ticks.
+type looker struct {
+	e   *Engine
+	now int64
+}
+
+func newLooker(timeout time.Duration) *looker {
+	return &looker{e: NewEngine(Config{HangTimeout: timeout}), now: 100 * sec}
+}
+
+// asleep is a look at a main thread asleep at site, put on a CPU runs
+// times so far, last at lastRan.
+func asleep(pid int, runs uint64, site string, lastRan int64) Look {
+	return Look{PID: pid, State: 'S', Runs: runs, Site: site, LastRan: lastRan}
+}
+
+// running is a look at a main thread that ran cpu ns so far in frames py.
+func running(pid int, runs uint64, cpu int64, py string) Look {
+	return Look{PID: pid, State: 'R', Runs: runs, CPU: cpu, Python: py}
+}
+
+// tick advances one second, passes looks (their Time set) and checks.
+func (l *looker) tick(looks ...Look) []Hang {
+	l.now += sec
+	for _, k := range looks {
+		k.Time = l.now
+		l.e.Observe(k)
+	}
+	return l.e.Check(l.now)
+}
+
+func kinds(hs []Hang) map[int]string {
+	m := map[int]string{}
+	for _, h := range hs {
+		m[h.PID] = h.Kind
+	}
+	return m
+}
+
+// Ranks asleep in place past the timeout while no peer progresses are
+// stalled, no earlier than the timeout after they went to sleep.
+func TestStalledAllAsleep(t *testing.T) {
+	l := newLooker(5 * time.Second)
+	wentToSleep := l.now - 2*sec // before the first look
+	var fired map[int]string
+	firedAt := int64(0)
+	for i := 0; i < 10 && fired == nil; i++ {
+		hs := l.tick(asleep(1, 7, "futex A", wentToSleep), asleep(2, 9, "futex B", wentToSleep), asleep(3, 4, "nanosleep", wentToSleep))
+		if len(hs) > 0 {
+			fired, firedAt = kinds(hs), l.now
+		}
+	}
+	if len(fired) != 3 || fired[1] != "stalled" || fired[3] != "stalled" {
+		t.Fatalf("decisions %v", fired)
+	}
+	if age := firedAt - wentToSleep; age <= 5*sec || age > 6*sec {
+		t.Errorf("fired %v after the sleep began, want just past the 5 s timeout", time.Duration(age))
+	}
+	h, _ := l.e.Hung(3)
+	if h.Stall == nil || h.Stall.Site != "nanosleep" || h.Stall.Spinning || h.AgeNs <= 5*sec {
+		t.Errorf("decision %+v stall %+v", h, h.Stall)
+	}
+}
+
+// Without LastRan, the period starts at the first look that saw the sleep.
+func TestStalledWithoutLastRan(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	first := l.now + sec
+	for i := 0; i < 10; i++ {
+		if hs := l.tick(asleep(1, 7, "futex", 0), asleep(2, 9, "futex", 0)); len(hs) > 0 {
+			if l.now-first <= 3*sec {
+				t.Fatalf("fired %v after the first look", time.Duration(l.now-first))
+			}
+			return
+		}
+	}
+	t.Fatal("never fired")
+}
+
+// A rank that finished and waits while its peers still progress is not
+// stalled, however long it waits.
+func TestNotStalledWhilePeersProgress(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	for i := 0; i < 20; i++ {
+		n := uint64(i)
+		py := []string{"forward@train.py", "backward@train.py", "step@train.py"}[i%3]
+		hs := l.tick(asleep(1, 5, "barrier", l.now-10*sec), asleep(2, 10+n, "futex", l.now), running(3, 20+n, int64(i)*sec/2, py))
+		if len(hs) > 0 {
+			t.Fatalf("tick %d: %+v", i, hs)
+		}
+	}
+}
+
+// A wait shorter than the timeout (a long checkpoint write) raises nothing,
+// and a decided stall clears when the thread progresses again.
+func TestShortWaitAndRecovery(t *testing.T) {
+	l := newLooker(5 * time.Second)
+	for i := 0; i < 4; i++ {
+		if hs := l.tick(asleep(1, 3, "write", l.now-sec), asleep(2, 3, "futex", l.now-sec)); len(hs) > 0 {
+			t.Fatalf("short wait fired: %+v", hs)
+		}
+	}
+	for i := 0; i < 3; i++ { // progress: both run again
+		l.tick(running(1, uint64(10+i), 0, ""), running(2, uint64(10+i), 0, ""))
+	}
+	var hs []Hang
+	for i := 0; i < 8 && len(hs) == 0; i++ {
+		hs = l.tick(asleep(1, 20, "futex", 0), asleep(2, 20, "futex", 0))
+	}
+	if len(hs) != 2 {
+		t.Fatalf("no stall after a long wait: %+v", hs)
+	}
+	l.tick(running(1, 30, 0, ""), asleep(2, 20, "futex", 0))
+	if rec := l.e.Recovered(l.now); len(rec) != 1 || rec[0] != 1 {
+		t.Errorf("recovered %v, want [1]", rec)
+	}
+}
+
+// A rank spinning in the same Python frames while its peers sleep in place
+// is the culprit: "host", spinning; the peers are "stalled".
+func TestSpinningCulprit(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	var got map[int]string
+	for i := 0; i < 10; i++ {
+		hs := l.tick(asleep(1, 5, "allreduce", l.now-sec), running(2, uint64(100+i), int64(i)*sec, "busy@job.py;main@job.py"), asleep(3, 6, "allreduce", l.now-sec))
+		for pid, k := range kinds(hs) {
+			if got == nil {
+				got = map[int]string{}
+			}
+			got[pid] = k
+		}
+	}
+	if got[1] != "stalled" || got[3] != "stalled" || got[2] != "host" {
+		t.Fatalf("decisions %v", got)
+	}
+	if h, _ := l.e.Hung(2); h.Stall == nil || !h.Stall.Spinning || h.Stall.Python != "busy@job.py;main@job.py" {
+		t.Errorf("spinner %+v", h.Stall)
+	}
+}
+
+// Ranks that all compute in one Python function for longer than the
+// timeout are busy, not hung; so are ranks whose frames change.
+func TestAllSpinningIsBusy(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	for i := 0; i < 10; i++ {
+		c := int64(i) * sec
+		if hs := l.tick(running(1, uint64(i), c, "preprocess@data.py"), running(2, uint64(i), c, "preprocess@data.py")); len(hs) > 0 {
+			t.Fatalf("tick %d: %+v", i, hs)
+		}
+	}
+	l2 := newLooker(3 * time.Second)
+	for i := 0; i < 10; i++ {
+		py := "forward@model.py"
+		if i%2 == 1 {
+			py = "backward@model.py"
+		}
+		if hs := l2.tick(asleep(1, 5, "allreduce", 1), running(2, uint64(i), int64(i)*sec, py)); len(hs) > 0 {
+			t.Fatalf("changing frames, tick %d: %+v", i, hs)
+		}
+	}
+}
+
+// GPU work issued after the sleep began moves the start forward; a rank
+// with a thread waiting on the GPU is the "gpu" rule's, not this one's.
+func TestStalledRespectsGPUWork(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	slept := l.now - 10*sec
+	l.e.Handle(Event{Kind: KindLaunch, PID: 1, TID: 1, Time: l.now, Stream: 7, Kernel: "k"})
+	l.e.Handle(Event{Kind: KindStreamSynchronize, PID: 1, TID: 1, Time: l.now, Stream: 7})
+	for i := 0; i < 2; i++ {
+		if hs := l.tick(asleep(1, 5, "ioctl", slept), asleep(2, 5, "futex", slept)); kinds(hs)[1] != "" {
+			t.Fatalf("waiter on the GPU decided by looks: %+v", hs)
+		}
+	}
+}
+
+// A silent rank whose peer waits on the GPU, not yet past the timeout, is
+// left to the "host" rule: decided "host" once the peer is stuck.
+func TestStalledYieldsToHostRule(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	comm := [16]byte{1}
+	for pid := 1; pid <= 2; pid++ {
+		l.e.Handle(Event{Kind: KindCommInit, PID: pid, TID: pid, Time: l.now, Handle: 0xc, CommID: comm, NRanks: 2, Rank: int32(pid - 1)})
+	}
+	slept := l.now // rank 1 stops before its collective; rank 2 issues it and waits
+	l.e.Handle(Event{Kind: KindCollective, PID: 2, TID: 2, Time: l.now + sec/2, Stream: 7, Handle: 0xc, Op: OpAllReduce, Count: 1, Dtype: 7})
+	l.e.Handle(Event{Kind: KindStreamSynchronize, PID: 2, TID: 2, Time: l.now + sec/2, Stream: 7})
+	var got map[int]string
+	for i := 0; i < 8 && got == nil; i++ {
+		if hs := l.tick(asleep(1, 5, "sleep", slept), asleep(2, 5, "ioctl", slept)); len(hs) > 0 {
+			got = kinds(hs)
+		}
+	}
+	if got[1] != "host" || got[2] != "gpu" {
+		t.Fatalf("decisions %v, want rank 1 host and rank 2 gpu", got)
+	}
+}
+
+// A finished rank waits for long while its peers, still training, are
+// caught asleep in a collective at every other look: not stalled.
+func TestNotStalledWhilePeersWaitBriefly(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	for i := 0; i < 20; i++ {
+		n := uint64(i / 2) // runs change every other look: two looks in one brief wait
+		hs := l.tick(asleep(1, 5, "barrier", 50*sec), asleep(2, 10+n, "allreduce", l.now-sec/2), asleep(3, 30+n, "allreduce", l.now-sec/2))
+		if len(hs) > 0 {
+			t.Fatalf("tick %d: %+v", i, hs)
+		}
+	}
+}
+
+// A process first known from looks counts its GPU silence from its first
+// event: the "host" age is not inflated by the looks before it.
+func TestLookedFirstHostAge(t *testing.T) {
+	l := newLooker(3 * time.Second)
+	for i := 0; i < 10; i++ { // startup: both looked at, running, frames changing
+		l.tick(running(1, uint64(i), 0, ""), running(2, uint64(i), 0, ""))
+	}
+	comm := [16]byte{1}
+	start := l.now
+	for pid := 1; pid <= 2; pid++ {
+		l.e.Handle(Event{Kind: KindCommInit, PID: pid, TID: pid, Time: start, Handle: 0xc, CommID: comm, NRanks: 2, Rank: int32(pid - 1)})
+	}
+	l.e.Handle(Event{Kind: KindCollective, PID: 2, TID: 2, Time: start, Stream: 7, Handle: 0xc, Op: OpAllReduce, Count: 1, Dtype: 7})
+	l.e.Handle(Event{Kind: KindStreamSynchronize, PID: 2, TID: 2, Time: start, Stream: 7})
+	for i := 0; i < 6; i++ {
+		for _, h := range l.tick(asleep(1, 50, "futex", start), asleep(2, 50, "ioctl", start)) {
+			if h.PID == 1 && (h.Kind != "host" || h.AgeNs > 5*sec) {
+				t.Fatalf("decision %+v: age counted from before the first event", h)
+			}
+		}
+	}
+	if _, ok := l.e.Hung(1); !ok {
+		t.Fatal("rank 1 never decided")
+	}
+}
