@@ -294,7 +294,7 @@ func startTorchJob(b *testing.B) []int {
 		close(lines)
 	}()
 	var pids []int
-	timeout := time.After(5 * time.Minute) // 4 ranks importing torch on 2 loaded CPUs
+	timeout := time.After(10 * time.Minute) // 4 ranks importing torch on 2 loaded CPUs
 	for len(pids) < torchRanks {
 		select {
 		case line, ok := <-lines:

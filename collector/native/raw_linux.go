@@ -57,8 +57,8 @@ func rawNap(d time.Duration) {
 	runtime.KeepAlive(&ts)
 }
 
-// rawReadMem is readMem made raw.
-func rawReadMem(pid int, b []byte, addr uint64) (int, error) {
+// readMem reads another process's memory, with one process_vm_readv.
+func readMem(pid int, b []byte, addr uint64) (int, error) {
 	if len(b) == 0 {
 		return 0, nil
 	}

@@ -544,24 +544,9 @@ func copyStack(tid int, sp uint64, maxStack int, maps []procfs.Mapping) (uint64,
 		hi = lo + uint64(maxStack)
 	}
 	buf := make([]byte, hi-lo)
-	n, err := rawReadMem(tid, buf, lo)
+	n, err := readMem(tid, buf, lo)
 	if n <= 0 {
 		return 0, nil, fmt.Errorf("read stack at %#x: %w", lo, err)
 	}
 	return lo, buf[:n], nil
-}
-
-// readMem reads another process's memory.
-func readMem(pid int, b []byte, addr uint64) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	local := []unix.Iovec{{Base: &b[0]}}
-	local[0].SetLen(len(b))
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
-	n, err := unix.ProcessVMReadv(pid, local, remote, 0)
-	if n < 0 {
-		n = 0
-	}
-	return n, err
 }
