@@ -294,6 +294,7 @@ func startTorchJob(b *testing.B) []int {
 		close(lines)
 	}()
 	var pids []int
+	var said []string
 	timeout := time.After(10 * time.Minute) // 4 ranks importing torch on 2 loaded CPUs
 	for len(pids) < torchRanks {
 		select {
@@ -301,12 +302,13 @@ func startTorchJob(b *testing.B) []int {
 			if !ok {
 				b.Fatalf("job ended: %s", stderr.String())
 			}
+			said = append(said, line)
 			var rank, pid int
 			if _, err := fmt.Sscanf(line, "xpu-torchjob rank=%d pid=%d started", &rank, &pid); err == nil {
 				pids = append(pids, pid)
 			}
 		case <-timeout:
-			b.Fatalf("%d of %d ranks started: %s", len(pids), torchRanks, stderr.String())
+			b.Fatalf("%d of %d ranks started; the job said %q\n%s", len(pids), torchRanks, said, stderr.String())
 		}
 	}
 	go func() {
