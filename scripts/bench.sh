@@ -1,42 +1,112 @@
 #!/usr/bin/env bash
-# Runs every benchmark once (BENCH=regexp picks some, BENCH_PKGS the
-# packages, default ./...) and ends with one table of what they measured:
-# each figure beside its anchor, measured in the same run (or a target),
-# and their ratio.
+# Runs every benchmark (BENCH: a -bench regexp; BENCH_PKGS: the packages,
+# default ./...; COUNT: runs of each) and ends with two tables of what they
+# measured, each figure beside its anchor measured in the same run (or a
+# fixed bound) and their ratio:
 #
-# Table rows: a benchmark logs (b.Logf, or internal/benchtable.Row) lines
-# holding, tab-separated,
+# 1. Rows a benchmark logs (b.Logf, or internal/benchtable.Row) as
+#    tab-separated lines
 #
-#   BENCH-TABLE<TAB>name<TAB>figure<TAB>anchor<TAB>ratio
+#      BENCH-TABLE<TAB>name<TAB>figure<TAB>anchor<TAB>ratio
 #
-# figure and anchor are free text ("3055 ns", "2318 ns (empty uprobe)"),
-# ratio is figure/anchor as a number, or "-" when there is none. This
-# script greps those lines out of the go test output, wherever the log
-# prefix puts them. go test runs with -v: without it, a benchmark's log is
-# cut to its first lines and later rows would be lost.
+#    figure and anchor are free text ("3055 ns", "2318 ns (empty
+#    uprobe)"), ratio is figure/anchor as a number, or "-".
+# 2. The metrics benchmarks report (b.ReportMetric), paired in the list
+#    below, with the median ratio over COUNT runs, its spread, and the
+#    target where there is one.
 #
-# Exit status: non-zero when go test failed (a benchmark calls b.Fatal when
-# it measured nothing or lost events), when no benchmark ran, or when no
-# benchmark printed a table row.
-set -euo pipefail
+# go test runs with -v: without it a benchmark's log is cut to its first
+# lines and later rows would be lost. Exit status: non-zero when go test
+# failed (a benchmark calls b.Fatal when it measured nothing or lost
+# events), when no benchmark ran, when no benchmark printed a row, or when
+# a listed figure of a benchmark that ran measured nothing.
+set -uo pipefail
 cd "$(dirname "$0")/.."
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-set +e
-go test -v -run '^$' -bench "${BENCH:-.}" -benchtime=1x -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...} 2>&1 | tee "$out" |
-	grep -v '^ok\|no test files'
+
+go test -v -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count "${COUNT:-1}" -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...} 2>&1 |
+	tee "$out" | grep -v '^ok\|no test files\|^PASS$'
 status=${PIPESTATUS[0]}
-set -e
+bad=0
 
 echo
-echo "== summary (figure, anchor, ratio = figure/anchor) =="
-rows=$(grep -o $'BENCH-TABLE\t.*' "$out" | cut -f2- || true)
-if [ -n "$rows" ]; then
+echo "== rows (figure, anchor, ratio = figure/anchor) =="
+table=$(grep -o $'BENCH-TABLE\t.*' "$out" | cut -f2- || true)
+if [ -n "$table" ]; then
 	{
 		printf 'name\tfigure\tanchor\tratio\n'
-		printf '%s\n' "$rows"
+		printf '%s\n' "$table"
 	} | if command -v column >/dev/null; then column -t -s $'\t'; else cat; fi
 fi
+
+# The rows: benchmark, figure, anchor (a metric of the same run, or
+# "=N": a fixed bound), the target ratio ("-": none), and what it is.
+rows='
+Dump	cold-ms	gdb-ms	0.1	first dump, 32 threads, 160 libraries, vs gdb
+Dump	warmed-ms	gdb-ms	-	first dump after Warm vs gdb
+Dump	cached-ms	gdb-ms	-	cached dump vs gdb
+Dump	max-stop-ms	=10	1	longest stop vs 10 ms
+TorchJob	cli-ms	eu-stack-ms	1	torch rank, first dump (new process) vs eu-stack
+TorchJob	cli-ms	gdb-ms	0.05	torch rank, first dump (new process) vs gdb
+TorchJob	agent-ms	eu-stack-ms	0.5	torch rank, first dump in the agent vs eu-stack
+TorchJob	cli-cpu-ms	eu-stack-cpu-ms	-	torch rank, CPU of a new-process dump vs eu-stack
+TorchJob	cli-rss-MB	eu-stack-rss-MB	2	torch rank, peak RSS of a new-process dump vs eu-stack
+TorchJob	max-stop-ms	=10	1	torch rank, longest stop vs 10 ms
+TorchJob	cli-native-frames	gdb-frames	-	torch rank, native frames vs gdb
+TorchJob	cli-native-frames	eu-stack-frames	-	torch rank, native frames vs eu-stack
+TorchJob	cli-python-frames	=1	-	torch rank, Python frames (eu-stack, gdb: none)
+ProbeOverhead	ours-ns/launch	empty-ns/launch	-	ns per cudaLaunchKernel, ours vs an empty uprobe
+ProbeOverhead	ours-empty-ns	=150	1	ns our programs add per launch vs 150 ns
+ProbeOverhead	steps/s-traced	steps/s-plain	-	training steps/s, traced vs not
+Viewer	seconds	flamegraph.pl-seconds	-	viewer vs flamegraph.pl
+'
+
+awk -v rows="$rows" -v bench="${BENCH:-.}" -F'\t' '
+BEGIN {
+	n = split(rows, lines, "\n")
+	for (i = 1; i <= n; i++) {
+		if (lines[i] == "") continue
+		split(lines[i], f, "\t")
+		nr++
+		rb[nr] = f[1]; rf[nr] = f[2]; ra[nr] = f[3]; rt[nr] = f[4]; rw[nr] = f[5]
+	}
+}
+# A result line: "BenchmarkName-2  1  123 ns/op  4.5 cold-ms ...".
+/^Benchmark[^ \t]*[ \t]/ {
+	split($0, w, /[ \t]+/)
+	name = w[1]; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
+	runs[name]++
+	for (k = 3; k < length(w); k += 2) val[name, runs[name], w[k+1]] = w[k]
+}
+function sortv(a, m,    i, j, t) {
+	for (i = 2; i <= m; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+}
+END {
+	bad = 0
+	printf "\n%-14s %-18s %12s  %-16s %12s  %8s %17s  %6s  %s\n", "benchmark", "figure", "value", "anchor", "value", "ratio", "spread", "target", "what"
+	for (i = 1; i <= nr; i++) {
+		b = rb[i]
+		if (!(b in runs)) {
+			if (("Benchmark" b) ~ bench) { printf "%-14s %-18s %12s  (did not run)\n", b, rf[i], "-"; bad = 1 }
+			continue
+		}
+		m = 0; delete rat; delete fv; delete av
+		for (r = 1; r <= runs[b]; r++) {
+			x = val[b, r, rf[i]] + 0
+			if (ra[i] ~ /^=/) y = substr(ra[i], 2) + 0; else y = val[b, r, ra[i]] + 0
+			if (!((b, r, rf[i]) in val) || x <= 0 || y <= 0) { bad = 1; missing = 1; continue }
+			m++; rat[m] = x / y; fv[m] = x; av[m] = y
+		}
+		if (m == 0) { printf "%-14s %-18s %12s  %-16s %12s  measured nothing\n", b, rf[i], "-", ra[i], "-"; continue }
+		sortv(rat, m); sortv(fv, m); sortv(av, m)
+		med = int((m + 1) / 2)
+		met = ""
+		if (rt[i] != "-") met = (rat[med] <= rt[i] + 0) ? " met" : " NOT met"
+		printf "%-14s %-18s %12.4g  %-16s %12.4g  %8.3g %8.3g-%-8.3g  %6s  %s%s\n", b, rf[i], fv[med], ra[i], av[med], rat[med], rat[1], rat[m], rt[i], rw[i], met
+	}
+	if (bad) { print "bench: a figure measured nothing"; exit 1 }
+}' "$out" || bad=1
 
 ran=$(grep -c '^Benchmark' "$out" || true)
 if [ "$status" -ne 0 ] || grep -q '^--- FAIL\|^FAIL' "$out"; then
@@ -47,7 +117,8 @@ if [ "$ran" -eq 0 ]; then
 	echo "bench: no benchmark matched ${BENCH:-.}: nothing was measured" >&2
 	exit 1
 fi
-if [ -z "$rows" ]; then
+if [ -z "$table" ]; then
 	echo "bench: no benchmark printed a table row: nothing was measured" >&2
 	exit 1
 fi
+exit "$bad"

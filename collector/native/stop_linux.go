@@ -230,19 +230,30 @@ type tracee struct {
 
 // stopAll stops, copies and resumes every thread it can. The threads it
 // could not let go of at once come back for settle.
+//
+// It runs on a locked OS thread that exits when its goroutine ends, and
+// raises that thread's priority: on a loaded machine, every time slice
+// the tracer waits for is time every stopped thread waits too.
 func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped) {
+	urgent()
 	start := time.Now()
 	deadline := start.Add(o.MaxStop)
 	// Half the bound for the threads to stop, so that when one does not,
 	// the others still get copied.
 	stopBy := start.Add(o.MaxStop / 2)
+	whileStopped := startWhileStopped(o.WhileStopped)
+	defer whileStopped.cancel()
+	var first time.Time // the first interrupt: no thread stops before it
 	released := false
 	release := func() {
 		if !released {
 			for _, t := range ts {
 				t.detach()
 			}
-			s.stoppedFor, released = time.Since(start), true
+			if !first.IsZero() {
+				s.stoppedFor = time.Since(first)
+			}
+			released = true
 		}
 	}
 	defer func() {
@@ -279,9 +290,12 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 		if len(fresh) == 0 {
 			break
 		}
+		if first.IsZero() {
+			first = time.Now()
+		}
 		for _, t := range fresh {
 			if t.seized {
-				if err := unix.PtraceInterrupt(t.tid); err != nil {
+				if err := rawInterrupt(t.tid); err != nil {
 					t.err = fmt.Errorf("ptrace interrupt: %w", err)
 				}
 			}
@@ -300,7 +314,7 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 		if !t.stopped {
 			continue
 		}
-		if err := unix.PtraceGetRegs(t.tid, &t.regs); err != nil {
+		if err := rawGetRegs(t.tid, &t.regs); err != nil {
 			t.err = fmt.Errorf("read registers: %w", err)
 			continue
 		}
@@ -317,15 +331,9 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 	}
 	if o.WhileStopped != nil && time.Now().Before(deadline) {
 		// At the bound the threads go on, while the callback finishes.
-		done := make(chan error, 1)
-		go func() {
-			defer func() {
-				if r := recover(); r != nil {
-					done <- fmt.Errorf("panic while stopped: %v", r)
-				}
-			}()
-			done <- o.WhileStopped()
-		}()
+		start, done := whileStopped.call, whileStopped.done
+		whileStopped.call = nil
+		start <- struct{}{}
 		select {
 		case s.whileErr = <-done:
 		case <-time.After(time.Until(deadline)):
@@ -334,6 +342,55 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 		}
 	}
 	return ts, s
+}
+
+// stopCallback runs Options.WhileStopped on a thread of its own, ready
+// before any thread stops: a goroutine started only then would wait for
+// an OS thread to wake, at a normal priority, every stopped thread
+// waiting with it.
+type stopCallback struct {
+	call chan struct{} // a send runs the callback; nil once sent
+	done chan error
+}
+
+func startWhileStopped(f func() error) stopCallback {
+	if f == nil {
+		return stopCallback{}
+	}
+	c := stopCallback{call: make(chan struct{}), done: make(chan error, 1)}
+	go func() {
+		// The thread exits with the goroutine, its priority with it.
+		runtime.LockOSThread()
+		urgent()
+		if _, ok := <-c.call; !ok {
+			return
+		}
+		defer func() {
+			if r := recover(); r != nil {
+				c.done <- fmt.Errorf("panic while stopped: %v", r)
+			}
+		}()
+		c.done <- f()
+	}()
+	return c
+}
+
+// cancel ends the callback's goroutine when the callback was not run.
+func (c *stopCallback) cancel() {
+	if c.call != nil {
+		close(c.call)
+	}
+}
+
+// urgentNice is the nice value of the threads that work while others are
+// stopped: the most urgent, as only a privileged process may set.
+const urgentNice = -20
+
+// urgent raises the priority of the calling OS thread, which must be
+// locked to its goroutine and end with it. Without the privilege to
+// (CAP_SYS_NICE), it stays as it is.
+func urgent() {
+	unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), urgentNice)
 }
 
 // seize attaches to one thread without stopping it. Zombies and threads in
@@ -369,6 +426,7 @@ func seize(pid, tid int) *tracee {
 // waitStops waits until every seized thread of ts stopped or exited. It
 // returns false when the deadline passed first.
 func waitStops(ts []*tracee, deadline time.Time) bool {
+	nap := 10 * time.Microsecond
 	for {
 		pending := false
 		progress := false
@@ -390,7 +448,11 @@ func waitStops(ts []*tracee, deadline time.Time) bool {
 			return false
 		}
 		if !progress {
-			time.Sleep(20 * time.Microsecond)
+			// On this thread, keeping its P (see rawNap), longer each
+			// time: the CPU is left to the threads that have yet to
+			// run to their stop.
+			rawNap(nap)
+			nap = min(2*nap, 500*time.Microsecond)
 		}
 	}
 }
@@ -399,7 +461,7 @@ func waitStops(ts []*tracee, deadline time.Time) bool {
 // there was one.
 func (t *tracee) poll() bool {
 	var ws unix.WaitStatus
-	wpid, err := unix.Wait4(t.tid, &ws, unix.WALL|unix.WNOHANG, nil)
+	wpid, err := rawWait4(t.tid, &ws, unix.WALL|unix.WNOHANG)
 	switch {
 	case err != nil:
 		if errors.Is(err, unix.EINTR) {
@@ -435,9 +497,9 @@ func (t *tracee) detach() {
 	if !t.seized || !t.stopped {
 		return
 	}
-	_, _, errno := unix.Syscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(t.tid), 0, uintptr(t.sig), 0, 0)
+	err := rawDetach(t.tid, t.sig)
 	t.stopped = false
-	if errno == 0 {
+	if err == nil {
 		t.seized = false
 		return
 	}
@@ -489,19 +551,4 @@ func copyStack(tid int, sp uint64, maxStack int, maps []procfs.Mapping) (uint64,
 		return 0, nil, fmt.Errorf("read stack at %#x: %w", lo, err)
 	}
 	return lo, buf[:n], nil
-}
-
-// readMem reads another process's memory.
-func readMem(pid int, b []byte, addr uint64) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	local := []unix.Iovec{{Base: &b[0]}}
-	local[0].SetLen(len(b))
-	remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}
-	n, err := unix.ProcessVMReadv(pid, local, remote, 0)
-	if n < 0 {
-		n = 0
-	}
-	return n, err
 }

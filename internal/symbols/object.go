@@ -42,12 +42,18 @@ type Object struct {
 	syms    []sym // function symbols sorted by address
 	strtab  [][]byte
 
+	pltAt    []span // the PLT sections, where only PLT entries lie
+	pltOnce  sync.Once
+	plt      []sym // PLT entries, by address, named in pltNames
+	pltNames []byte
+
 	nameOnce sync.Once
 	byName   map[string]int // symbol name without version -> index into syms
 
 	cfiOnce sync.Once
 	cfiErr  error
-	fdes    frame.FrameDescriptionEntries
+	eh      *ehIndex                      // .eh_frame through its search table; nil when parsed whole
+	fdes    frame.FrameDescriptionEntries // .eh_frame parsed whole, and .debug_frame
 
 	lineOnce sync.Once
 	lines    *lineTable // nil when there is no DWARF
@@ -62,6 +68,9 @@ type Object struct {
 // more.
 func (o *Object) Bytes() int64 { return o.mem.Load() }
 
+// span is an address range [lo, hi).
+type span struct{ lo, hi uint64 }
+
 // segment is one PT_LOAD program header.
 type segment struct{ vaddr, off, filesz, memsz uint64 }
 
@@ -71,7 +80,6 @@ type sym struct {
 	tab        uint8  // index into Object.strtab
 	name       uint32 // offset into that string table
 	global     bool
-	plt        bool // a PLT entry, named "func@plt"
 }
 
 // eagerFile is the size up to which a file's symbols, call frame
@@ -120,7 +128,7 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 		c.Close()
 		return o, nil
 	}
-	o.cfiOnce.Do(func() { o.cfiFrom(f) })
+	o.cfiOnce.Do(func() { o.cfiFrom(f, true) })
 	// What lies in a separate debug file (libc's symbols and DWARF, say:
 	// megabytes, compressed) is left for later, so that the unwinder,
 	// which needs only the call frame information, is not kept waiting.
@@ -232,7 +240,7 @@ func (o *Object) symbolsFrom(f *elf.File) {
 		}
 	}()
 	o.addSymbols(f)
-	o.addPLT(f)
+	o.pltAt = pltSections(f)
 	if len(o.syms) == 0 || f.Section(".symtab") == nil {
 		// A stripped file: its separate debug file may hold .symtab.
 		if df := o.debugFile(f); df != nil {
@@ -286,42 +294,57 @@ func (o *Object) addSymbols(f *elf.File) {
 	}
 }
 
-// addPLT names the PLT entries of f "func@plt", as gdb does: each entry
-// jumps through a GOT slot (jmp *disp(%rip), after endbr64 or a bnd prefix
-// in some layouts), and the dynamic relocation of that slot names the
-// function.
-func (o *Object) addPLT(f *elf.File) {
-	if f.Machine != elf.EM_X86_64 || len(o.strtab) >= 255 {
-		return
+// pltSections returns where f's PLT sections lie.
+func pltSections(f *elf.File) []span {
+	var out []span
+	for _, name := range pltNames {
+		if s := f.Section(name); s != nil && s.Type == elf.SHT_PROGBITS && s.Size > 0 {
+			out = append(out, span{s.Addr, s.Addr + s.Size})
+		}
 	}
-	dyn, err := elfcheck.Symbols(f, elf.SHT_DYNSYM)
+	return out
+}
+
+var pltNames = []string{".plt", ".plt.sec", ".plt.got"}
+
+// loadPLT names o's PLT entries, once: a stack seldom stops in one, and
+// a large library (libtorch_cpu.so) has 15,000 of them, named through
+// 35,000 dynamic symbols and 170,000 relocations.
+func (o *Object) loadPLT() {
+	f, c, err := o.parse()
 	if err != nil {
 		return
 	}
-	slots := map[uint64]string{}
-	for _, name := range []string{".rela.plt", ".rela.dyn"} {
-		s := f.Section(name)
-		if s == nil || s.Type != elf.SHT_RELA {
-			continue
-		}
-		data, err := sectionBytes(s)
-		if err != nil {
-			continue
-		}
-		for i := 0; i+24 <= len(data); i += 24 {
-			off, info := f.ByteOrder.Uint64(data[i:]), f.ByteOrder.Uint64(data[i+8:])
-			typ, idx := elf.R_X86_64(info&0xffffffff), info>>32
-			if (typ == elf.R_X86_64_JMP_SLOT || typ == elf.R_X86_64_GLOB_DAT) && idx > 0 && idx <= uint64(len(dyn)) {
-				slots[off] = dyn[idx-1].Name
-			}
-		}
-	}
-	if len(slots) == 0 {
+	defer c.Close()
+	s := sectionOfType(f, elf.SHT_DYNSYM)
+	if s == nil || s.Link >= uint32(len(f.Sections)) {
 		return
 	}
-	var names []byte
-	tab := uint8(len(o.strtab))
-	for _, name := range []string{".plt", ".plt.sec", ".plt.got"} {
+	dynsym, err := sectionBytes(s)
+	if err != nil {
+		return
+	}
+	o.plt, o.pltNames = plt(f, dynsym, f.Sections[s.Link])
+	slices.SortFunc(o.plt, func(a, b sym) int { return cmp.Compare(a.addr, b.addr) })
+}
+
+// plt names the PLT entries of f "func@plt", as gdb does: each entry
+// jumps through a GOT slot (jmp *disp(%rip), after endbr64 or a bnd prefix
+// in some layouts), and the dynamic relocation of that slot names the
+// function, a symbol of dynsym, f's .dynsym, whose strings dynstr holds.
+// The names lie in names.
+func plt(f *elf.File, dynsym []byte, dynstr *elf.Section) (entries []sym, names []byte) {
+	if f.Machine != elf.EM_X86_64 || f.Class != elf.ELFCLASS64 {
+		return nil, nil
+	}
+	strs, err := sectionBytes(dynstr)
+	if err != nil {
+		return nil, nil
+	}
+	var slotOf []uint64
+	slots := map[uint64]uint32{} // GOT slot -> .dynstr offset of its function's name
+	gotPLT := false
+	for _, name := range pltNames {
 		s := f.Section(name)
 		if s == nil || s.Type != elf.SHT_PROGBITS {
 			continue
@@ -341,17 +364,63 @@ func (o *Object) addPLT(f *elf.File) {
 				}
 				next := s.Addr + uint64(p+6)
 				slot := next + uint64(int64(int32(f.ByteOrder.Uint32(data[p+2:]))))
-				if fn, ok := slots[slot]; ok {
-					o.syms = append(o.syms, sym{addr: s.Addr + uint64(e), size: uint64(size), tab: tab, name: uint32(len(names)), plt: true})
-					names = append(append(names, fn...), "@plt\x00"...)
-				}
+				entries = append(entries, sym{addr: s.Addr + uint64(e), size: uint64(size)})
+				slotOf = append(slotOf, slot)
+				slots[slot] = 0
+				gotPLT = gotPLT || name == ".plt.got"
 				break
 			}
 		}
 	}
-	if names != nil {
-		o.strtab = append(o.strtab, names)
+	for _, name := range []string{".rela.plt", ".rela.dyn"} {
+		s := f.Section(name)
+		if s == nil || s.Type != elf.SHT_RELA || name == ".rela.dyn" && !gotPLT {
+			// .plt.got's slots are named by .rela.dyn, the others' by .rela.plt.
+			continue
+		}
+		data, err := relocations(f, s)
+		if err != nil {
+			continue
+		}
+		for i := 0; i+24 <= len(data); i += 24 {
+			off, info := f.ByteOrder.Uint64(data[i:]), f.ByteOrder.Uint64(data[i+8:])
+			typ, idx := elf.R_X86_64(info&0xffffffff), info>>32
+			if typ != elf.R_X86_64_JMP_SLOT && typ != elf.R_X86_64_GLOB_DAT || idx == 0 || idx >= uint64(len(dynsym)/elf.Sym64Size) {
+				continue
+			}
+			if _, ok := slots[off]; ok {
+				slots[off] = f.ByteOrder.Uint32(dynsym[idx*elf.Sym64Size:])
+			}
+		}
 	}
+	named := entries[:0]
+	for i, e := range entries {
+		if n := slots[slotOf[i]]; n != 0 {
+			if fn := cstring(strs, n); fn != "" {
+				e.name = uint32(len(names))
+				named = append(named, e)
+				names = append(append(names, fn...), "@plt\x00"...)
+			}
+		}
+	}
+	return named, names
+}
+
+// relocations reads s, a relocation section of f, less the relative
+// relocations at its start (DT_RELACOUNT of them), which name no symbol.
+func relocations(f *elf.File, s *elf.Section) ([]byte, error) {
+	var skip uint64
+	if n, err := f.DynValue(elf.DT_RELACOUNT); err == nil && len(n) == 1 && s.Name == ".rela.dyn" {
+		skip = min(n[0]*24, s.Size)
+	}
+	if skip == 0 || s.Flags&elf.SHF_COMPRESSED != 0 {
+		return sectionBytes(s)
+	}
+	b := make([]byte, s.Size-skip)
+	if _, err := s.ReadAt(b, int64(skip)); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 func sectionOfType(f *elf.File, t elf.SectionType) *elf.Section {
@@ -367,6 +436,16 @@ func sectionOfType(f *elf.File, t elf.SectionType) *elf.Section {
 func (o *Object) symbolAt(vaddr uint64) (name string, start uint64, ok bool) {
 	if o.loadSymbols() != nil {
 		return "", 0, false
+	}
+	for _, p := range o.pltAt {
+		if vaddr >= p.lo && vaddr < p.hi {
+			o.pltOnce.Do(o.loadPLT)
+			i := sort.Search(len(o.plt), func(i int) bool { return o.plt[i].addr > vaddr }) - 1
+			if i >= 0 && vaddr < o.plt[i].addr+o.plt[i].size {
+				return cstring(o.pltNames, o.plt[i].name), o.plt[i].addr, true
+			}
+			return "", 0, false
+		}
 	}
 	i := sort.Search(len(o.syms), func(i int) bool { return o.syms[i].addr > vaddr }) - 1
 	if i < 0 {
@@ -391,9 +470,6 @@ func (o *Object) symbolAt(vaddr uint64) (name string, start uint64, ok bool) {
 		return "", 0, false
 	}
 	s := o.syms[best]
-	if s.plt {
-		return cstring(o.strtab[s.tab], s.name), s.addr, true
-	}
 	return Demangle(cstring(o.strtab[s.tab], s.name)), s.addr, true
 }
 
@@ -447,6 +523,15 @@ func stripClone(name string) string {
 // virtual addresses.
 func (o *Object) FDE(vaddr uint64) (*frame.FrameDescriptionEntry, error) {
 	o.cfiOnce.Do(o.loadCFI)
+	if o.eh != nil {
+		fde, err := o.eh.lookup(vaddr)
+		if err == nil || !errors.Is(err, ErrNoFDE) || len(o.fdes) == 0 {
+			if err != nil {
+				return nil, fmt.Errorf("%s at %#x: %w", o.Path, vaddr, err)
+			}
+			return fde, nil
+		}
+	}
 	if o.cfiErr != nil && len(o.fdes) == 0 {
 		return nil, o.cfiErr
 	}
@@ -469,17 +554,33 @@ func (o *Object) loadCFI() {
 	if f.Section(".symtab") != nil || !o.mayHaveDebugFile(f) {
 		o.symOnce.Do(func() { o.symbolsFrom(f) })
 	}
-	o.cfiFrom(f)
+	o.cfiFrom(f, false)
 }
 
-// cfiFrom reads the call frame information of f, o's file. Called once,
-// from cfiOnce.
-func (o *Object) cfiFrom(f *elf.File) {
+// cfiFrom reads the call frame information of f, o's file: .eh_frame's
+// search table, then .eh_frame's entries one at a time through it, read
+// from the file as needed or, when whole, held in memory (a small file);
+// all of .eh_frame when there is no table. Called once, from cfiOnce.
+func (o *Object) cfiFrom(f *elf.File, whole bool) {
 	var all frame.FrameDescriptionEntries
 	held := 0
 	if s := f.Section(".eh_frame"); s != nil && s.Type != elf.SHT_NOBITS {
-		if data, err := sectionBytes(s); err == nil {
-			held += cap(data)
+		var data []byte
+		var err error
+		if whole {
+			data, err = sectionBytes(s)
+		}
+		if err == nil {
+			o.eh, err = newEhIndex(f, data, o.open)
+		}
+		if err != nil && !errors.Is(err, errNoHdr) {
+			o.cfiErr = fmt.Errorf("read .eh_frame_hdr of %s: %w", o.Path, err)
+		}
+		if o.eh == nil && data == nil {
+			data, err = sectionBytes(s)
+		}
+		held += cap(data)
+		if o.eh == nil && err == nil {
 			fdes, err := ParseCFI(data, f.ByteOrder, s.Addr)
 			if err != nil {
 				o.cfiErr = fmt.Errorf("parse .eh_frame of %s: %w", o.Path, err)
@@ -497,7 +598,7 @@ func (o *Object) cfiFrom(f *elf.File) {
 			all = all.Append(fdes)
 		}
 	}
-	if len(all) == 0 && o.cfiErr == nil {
+	if len(all) == 0 && o.eh == nil && o.cfiErr == nil {
 		o.cfiErr = fmt.Errorf("%s: %w", o.Path, ErrNoFDE)
 	}
 	o.fdes = all

@@ -356,7 +356,7 @@ func TestSmallFileOpenedOnce(t *testing.T) {
 		}
 		want := 1
 		if size > eagerFile {
-			want = 3 // headers, then symbols and call frames, then lines
+			want = 4 // headers, symbols and the call frames' search table, the FDE, lines
 		}
 		if opens != want {
 			t.Errorf("size %d: opened %d times, want %d", size, opens, want)

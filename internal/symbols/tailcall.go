@@ -443,9 +443,6 @@ func (o *Object) addrOf(name string) (vaddr uint64, global, ok bool) {
 	o.nameOnce.Do(func() {
 		o.byName = make(map[string]int, len(o.syms))
 		for i, s := range o.syms {
-			if s.plt {
-				continue
-			}
 			n := cstring(o.strtab[s.tab], s.name)
 			if at := strings.IndexByte(n, '@'); at > 0 {
 				n = n[:at]

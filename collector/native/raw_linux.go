@@ -1,0 +1,76 @@
+package native
+
+import (
+	"runtime"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The system calls made while threads are stopped are raw: the tracer
+// keeps its P (the Go scheduler's right to run Go code) across them. A
+// plain system call lets the scheduler hand the P to another goroutine,
+// and on the way back the tracer waits for one, up to a scheduler time
+// slice (10 ms) while other goroutines are busy, every stopped thread
+// waiting with it. Each of these calls returns at once (or after a nap of
+// at most half a millisecond), so holding the P costs the others little.
+
+func errnoErr(e unix.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+// rawInterrupt is PTRACE_INTERRUPT.
+func rawInterrupt(tid int) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_INTERRUPT, uintptr(tid), 0, 0, 0, 0)
+	return errnoErr(e)
+}
+
+// rawGetRegs is PTRACE_GETREGS into regs.
+func rawGetRegs(tid int, regs *unix.PtraceRegs) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_GETREGS, uintptr(tid), 0, uintptr(unsafe.Pointer(regs)), 0, 0)
+	runtime.KeepAlive(regs)
+	return errnoErr(e)
+}
+
+// rawDetach is PTRACE_DETACH, delivering sig.
+func rawDetach(tid, sig int) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_PTRACE, unix.PTRACE_DETACH, uintptr(tid), 0, uintptr(sig), 0, 0)
+	return errnoErr(e)
+}
+
+// rawWait4 is wait4 of one thread with options (WNOHANG among them).
+func rawWait4(tid int, ws *unix.WaitStatus, options int) (int, error) {
+	var status int32
+	r, _, e := unix.RawSyscall6(unix.SYS_WAIT4, uintptr(tid), uintptr(unsafe.Pointer(&status)), uintptr(options), 0, 0, 0)
+	*ws = unix.WaitStatus(status)
+	return int(r), errnoErr(e)
+}
+
+// rawNap sleeps d on this thread.
+func rawNap(d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	unix.RawSyscall(unix.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0)
+	runtime.KeepAlive(&ts)
+}
+
+// readMem reads another process's memory, with one process_vm_readv.
+func readMem(pid int, b []byte, addr uint64) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	local := unix.Iovec{Base: &b[0]}
+	local.SetLen(len(b))
+	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(b)}
+	n, _, e := unix.RawSyscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
+	runtime.KeepAlive(&local)
+	runtime.KeepAlive(&remote)
+	runtime.KeepAlive(b)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
+}
