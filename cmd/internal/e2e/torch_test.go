@@ -174,3 +174,57 @@ func checkTorchFault(t *testing.T, fault string) {
 		t.Logf("launcher output:\n%s", tail(p.output(), 80))
 	}
 }
+
+// TestTorchrunRestart: torchrun restarts the job once (--max_restarts 1)
+// after rank 2 exits with an error at step 5; in the second incarnation
+// rank 2 sleeps at step 5. The hang of the second incarnation is decided,
+// its four ranks (new processes) are dumped with incarnation 1, the
+// exited ranks of the first are no rank any more, and the viewer merges
+// the second incarnation and names rank 2.
+func TestTorchrunRestart(t *testing.T) {
+	privileged.Root(t)
+	requireTorch(t)
+	dir := t.TempDir()
+	once := filepath.Join(t.TempDir(), "faulted-once")
+	root, err := filepath.Abs("../../../testdata/torchjob/job.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := []string{bins.launch, "--hang-timeout", torchTimeout.String(), "--timeline-path", dir, "--port", "0",
+		torchPython, "-m", "torch.distributed.run", "--nproc_per_node", strconv.Itoa(nproc), "--redirects", "1", "--tee", "1",
+		"--max_restarts", "1", "--master_port", strconv.Itoa(freePort(t)), root, "--workers", "2", "--steps", "100000",
+		"--fault", "exit", "--fault-once", once, "--fault-then", "sleep", "--fault-rank", "2", "--fault-step", strconv.Itoa(torchFaultAt)}
+	p := start(t, args)
+	dl := p.waitRe(dumpedRe, 5*time.Minute)
+	if m := dumpedRe.FindStringSubmatch(dl.Text); m[1] != strconv.Itoa(nproc) || m[2] != strconv.Itoa(nproc) {
+		t.Fatalf("dumped %s ranks of %s, want all %d: %s", m[1], m[2], nproc, dl.Text)
+	}
+	announced := map[string]bool{}
+	for _, l := range p.matching(rankLineRe) {
+		announced[rankLineRe.FindStringSubmatch(l.Text)[1]] = true
+	}
+	if len(announced) != 2*nproc {
+		t.Errorf("%d rank processes announced, want %d (two incarnations of %d)", len(announced), 2*nproc, nproc)
+	}
+	names, _ := filepath.Glob(filepath.Join(dir, "*"+dumpfile.Ext))
+	if len(names) != nproc {
+		t.Errorf("dump files %v, want one per rank", names)
+	}
+	for r := range nproc {
+		f, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(r, nproc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Incarnation != 1 || f.Job == "" {
+			t.Errorf("rank %d's dump: job %q incarnation %d, want the second incarnation (1)", r, f.Job, f.Incarnation)
+		}
+	}
+	summary := runViewer(t, dir)
+	if !strings.Contains(summary, "Likely culprit: rank 2\n") {
+		t.Errorf("the viewer does not name rank 2:\n%s", summary)
+	}
+	if t.Failed() {
+		t.Logf("launcher output:\n%s", tail(p.output(), 80))
+	}
+	p.end(60 * time.Second)
+}
