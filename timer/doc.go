@@ -105,7 +105,8 @@
 // job are decided together, when the last of them crosses the timeout).
 // A rank that finished and waits while its peers still train is not
 // stalled, nor one whose peers wait a moment in a collective, nor one in a
-// wait shorter than the timeout. A spinning process is decided
+// wait shorter than the timeout, nor a lone process (no other looked-at
+// rank: nothing waits for it). A spinning process is decided
 // "host" (Hang.Stall.Spinning), and only while some peer is stuck rather
 // than spinning: ranks that all compute in one Python function for long
 // are busy, not hung. Either clears when the main thread progresses.

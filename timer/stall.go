@@ -103,17 +103,23 @@ func (p *proc) stillSince() int64 {
 // every other looked-at process is decided already or has not progressed
 // for longer than the timeout either: a rank that finished while its peers
 // train, or one whose peers wait a moment in a collective, is not stalled.
-// A spinning process also needs a peer that is stuck, not spinning: a job
-// whose every rank computes in one Python function for long is busy.
+// A lone process (no other looked-at rank) is never stalled: nothing
+// waits for it, so its long sleep or computation is no evidence of a hang
+// (the gpu rule still sees it waiting on the GPU). A spinning process also
+// needs a peer that is stuck, not spinning: a job whose every rank computes
+// in one Python function for long is busy.
 func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 	p := v.p
 	since := p.stillSince()
 	if since == 0 || now-since <= e.timeout || len(v.waiters) > 0 {
 		return nil, false
 	}
-	stuckPeer := false
+	stuckPeer, peers := false, 0
 	for i := range views {
 		q := views[i].p
+		if q != p && (q.still != nil || len(views[i].waiters) > 0) {
+			peers++
+		}
 		switch {
 		case q == p || q.still == nil && len(views[i].waiters) == 0:
 			// itself, or never looked at: not a rank
@@ -128,8 +134,8 @@ func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 		}
 	}
 	s := p.still
-	if s.spinning && !stuckPeer {
-		return nil, false
+	if peers == 0 || s.spinning && !stuckPeer {
+		return nil, false // nobody waits for it (a lone process sleeping or computing), or all are busy
 	}
 	return &Stall{
 		Since: since, State: string(s.last.State), Site: s.last.Site, Python: s.last.Python, Spinning: s.spinning,

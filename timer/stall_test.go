@@ -241,3 +241,19 @@ func TestLookedFirstHostAge(t *testing.T) {
 		t.Fatal("rank 1 never decided")
 	}
 }
+
+// A lone process that sleeps, then computes, each longer than the
+// timeout, is not stalled: nothing waits for it.
+func TestLoneProcessNotStalled(t *testing.T) {
+	l := newLooker(time.Second)
+	for i := 0; i < 5; i++ {
+		if hs := l.tick(asleep(1, 5, "nanosleep", 1)); len(hs) > 0 {
+			t.Fatalf("lone sleeper decided: %+v", hs)
+		}
+	}
+	for i := 0; i < 5; i++ {
+		if hs := l.tick(running(1, uint64(10+i), int64(i)*sec, "busy@idle.py")); len(hs) > 0 {
+			t.Fatalf("lone spinner decided: %+v", hs)
+		}
+	}
+}
