@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 func TestParseMaps(t *testing.T) {
@@ -56,7 +57,14 @@ func TestSelfAndChild(t *testing.T) {
 	defer cmd.Wait()
 	defer cmd.Process.Kill()
 	pid := cmd.Process.Pid
+	// Start returns once the exec closed our pipe, which the kernel does
+	// before it lays out the new image's environment: it may read empty
+	// for a moment.
 	env, err := Environ(pid)
+	for deadline := time.Now().Add(2 * time.Second); err == nil && len(env) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+		env, err = Environ(pid)
+	}
 	if err != nil || env["RANK"] != "3" {
 		t.Fatalf("environ: %v %v", env["RANK"], err)
 	}
