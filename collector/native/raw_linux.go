@@ -6,6 +6,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
 // The system calls made while threads are stopped are raw: the tracer
@@ -58,19 +60,4 @@ func rawNap(d time.Duration) {
 }
 
 // readMem reads another process's memory, with one process_vm_readv.
-func readMem(pid int, b []byte, addr uint64) (int, error) {
-	if len(b) == 0 {
-		return 0, nil
-	}
-	local := unix.Iovec{Base: &b[0]}
-	local.SetLen(len(b))
-	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(b)}
-	n, _, e := unix.RawSyscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
-	runtime.KeepAlive(&local)
-	runtime.KeepAlive(&remote)
-	runtime.KeepAlive(b)
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
-}
+func readMem(pid int, b []byte, addr uint64) (int, error) { return rawfile.ReadProcess(pid, addr, b) }
