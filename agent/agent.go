@@ -217,6 +217,7 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 		a.exited(ev.PID)
 	case timer.KindProcessExec:
 		a.forgetLooks(ev.PID)
+		a.book.forked(ev.PID, ev.Parent)
 		a.see(ev.PID, false, true)
 	case timer.KindCommInit:
 		a.see(ev.PID, true, false)

@@ -154,3 +154,46 @@ func TestEarlierIncarnationMovedAside(t *testing.T) {
 		t.Fatalf("earlier dump %+v %v", old, err)
 	}
 }
+
+// A shell that becomes the rank (pyenv's shim: bash that execs python)
+// forks a subshell that forks another and exits: the grandchild shares the
+// rank's identity, its parent is gone and /proc names a reaper. The traced
+// forks keep the ancestry: the grandchild is a helper, never announced.
+func TestHelperThroughExitedParent(t *testing.T) {
+	envs := map[int]map[string]string{50: env(2, 4), 51: env(2, 4), 52: env(2, 4)}
+	b := newBed(t, "node-a", t.TempDir(), envs, func(o *Options) {
+		// 51 is gone when looked at; 52 was reparented to init.
+		o.Parent = func(pid int) (int, bool) { return map[int]int{50: 1, 52: 1}[pid], false }
+	})
+	b.HandleEvent(timer.Event{Time: sec, PID: 50, TID: 50, Kind: timer.KindProcessExec})
+	b.HandleEvent(timer.Event{Time: sec, PID: 51, TID: 51, Kind: timer.KindProcessExec, Parent: 50})
+	b.HandleEvent(timer.Event{Time: sec, PID: 52, TID: 52, Kind: timer.KindProcessExec, Parent: 51})
+	b.HandleEvent(timer.Event{Time: sec, PID: 51, TID: 51, Kind: timer.KindProcessExit})
+	b.Tick(context.Background())
+	if rs := b.events("rank"); len(rs) != 1 || rs[0].PID != 50 {
+		t.Fatalf("rank reports %+v, want pid 50 only", rs)
+	}
+	if h := b.book.helpers(50); len(h) != 1 || h[0] != 52 {
+		t.Errorf("helpers of rank 2: %v, want [52]", h)
+	}
+}
+
+// Exited processes are remembered up to a bound, their parents kept while
+// a remembered process names them.
+func TestExitedProcessesBounded(t *testing.T) {
+	bk := newRankBook()
+	bk.see(1, false, true)
+	bk.forked(2, 1)
+	bk.exit(1) // the parent of all, the first to exit: kept while they name it
+	for pid := 3; pid < 3+2*maxExited; pid++ {
+		bk.forked(pid, 1)
+		bk.see(pid, false, true)
+		bk.exit(pid)
+	}
+	if n := len(bk.procs); n > maxExited+2 {
+		t.Fatalf("%d processes remembered, want at most %d", n, maxExited+2)
+	}
+	if bk.procs[1] == nil || bk.procs[2] == nil {
+		t.Fatalf("lost the live process or the parent it names")
+	}
+}

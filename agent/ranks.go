@@ -25,8 +25,12 @@ import (
 type rankBook struct {
 	mu    sync.Mutex
 	procs map[int]*procInfo
-	order int // next number for a process without RANK
+	order int    // next number for a process without RANK
+	exits uint64 // exits so far (procInfo.exitSeq)
 }
+
+// maxExited is how many exited processes the record keeps (see prune).
+const maxExited = 1024
 
 // procInfo is what the loop knows of one traced process.
 type procInfo struct {
@@ -36,9 +40,11 @@ type procInfo struct {
 	gpu       bool // made a GPU call: a rank
 	comm      bool // created a communicator
 	exited    bool
+	exitSeq   uint64 // b.exits at its exit
 	announced bool
 
 	ppid     int  // parent process, 0 when unknown
+	forkedBy int  // the process that forked it, as the fork was traced (0 when not seen)
 	python   bool // runs a Python interpreter
 	helperOf int  // the rank it helps (a process it forked), 0 when none
 	wrapper  bool // shares a rank's identity without being it or its helper
@@ -74,6 +80,24 @@ func (b *rankBook) see(pid int, gpu, reread bool) (changed, fresh, firstGPU bool
 	return true, fresh, firstGPU
 }
 
+// forked records that pid was forked by parent (a traced fork; parent 0
+// for an exec, which changes nothing). The record is made here when pid is
+// new, so that the ancestry holds even when the parent has exited by the
+// time pid's /proc is read.
+func (b *rankBook) forked(pid, parent int) {
+	if parent == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.procs[pid]
+	if p == nil {
+		p = &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}}
+		b.procs[pid] = p
+	}
+	p.forkedBy, p.ppid = parent, parent
+}
+
 // resolved records one look at pid's environment (env, or the error reading
 // it), its parent and whether it runs Python. A process without an
 // identity that is a rank is numbered by order of appearance when final or
@@ -87,7 +111,13 @@ func (b *rankBook) resolved(pid int, env map[string]string, err error, final boo
 		return Identity{}, false
 	}
 	p.idTries++
-	p.ppid, p.python = ppid, python
+	p.python = python
+	switch {
+	case p.forkedBy != 0:
+		p.ppid = p.forkedBy // the parent at the fork: /proc names a reaper once it exits
+	case ppid != 0:
+		p.ppid = ppid
+	}
 	if err == nil {
 		if id := IdentityOf(env); id.FromEnv {
 			p.id = id
@@ -156,14 +186,12 @@ func (b *rankBook) elect() {
 		if len(g) < 2 {
 			continue
 		}
-		in := make(map[int]*procInfo, len(g))
-		for _, p := range g {
-			in[p.pid] = p
-		}
-		// under says whether p descends from q within the group.
+		// under says whether p descends from q, through any processes
+		// between them, exited ones included (a shell's subshell that
+		// forked the process and is gone).
 		under := func(p, q *procInfo) bool {
-			for seen := 0; p != nil && seen < len(g); seen++ {
-				if p = in[p.ppid]; p == q {
+			for seen := 0; p != nil && seen < len(b.procs); seen++ {
+				if p = b.procs[p.ppid]; p == q {
 					return true
 				}
 			}
@@ -265,8 +293,37 @@ func (b *rankBook) exit(pid int) (id Identity, rank, ok bool) {
 	}
 	rank = p.isRank()
 	p.exited = true
+	b.exits++
+	p.exitSeq = b.exits
 	b.elect()
+	b.prune()
 	return p.id, rank, true
+}
+
+// prune forgets exited processes beyond the newest maxExited, oldest
+// exit first, sparing those a remembered process names as its parent (the
+// ancestry of live processes through exited ones stays whole). An exited
+// process is remembered a while so that a late event of its threads does
+// not make it a rank again; a job that forks without end (a shell loop)
+// keeps the record bounded; b.mu held.
+func (b *rankBook) prune() {
+	var gone []*procInfo
+	parents := make(map[int]bool, len(b.procs))
+	for _, p := range b.procs {
+		parents[p.ppid] = true
+		if p.exited {
+			gone = append(gone, p)
+		}
+	}
+	if len(gone) <= maxExited {
+		return
+	}
+	slices.SortFunc(gone, func(x, y *procInfo) int { return int(x.exitSeq - y.exitSeq) })
+	for _, p := range gone[:len(gone)-maxExited] {
+		if !parents[p.pid] {
+			delete(b.procs, p.pid)
+		}
+	}
 }
 
 // gone says whether pid is unknown or exited.

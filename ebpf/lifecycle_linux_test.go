@@ -104,16 +104,19 @@ func TestFollowChild(t *testing.T) {
 	}
 	p.send(t, "fork")
 	p.until(t, "ready")
-	var child int
-	rec.waitFor(t, "the child's exec", func(evs []timer.Event, _ []Notice) bool {
+	var child, parent int
+	rec.waitFor(t, "the child's fork", func(evs []timer.Event, _ []Notice) bool {
 		for _, e := range evs {
 			if e.Kind == timer.KindProcessExec && e.PID != p.pid() {
-				child = e.PID
+				child, parent = e.PID, e.Parent
 				return true
 			}
 		}
 		return false
 	})
+	if parent != p.pid() {
+		t.Errorf("the child's fork names parent %d, want %d", parent, p.pid())
+	}
 	p.send(t, "go")
 	p.until(t, "loaded")
 	rec.waitFor(t, "the child's launches", func(evs []timer.Event, _ []Notice) bool {

@@ -380,6 +380,7 @@ func (t *Tracer) processEvent(raw *probesEvent, onEvent func(timer.Event)) {
 		t.dirty[pid] = time.Now().Add(rescanDelay)
 		t.notice(Notice{Kind: "exec", PID: pid})
 		ev.Kind = timer.KindProcessExec
+		ev.Parent = int(raw.Handle)
 	case evExec:
 		// A new image: what the old one mapped is gone. The new image's
 		// libraries are taken before the old ones are released, so a

@@ -118,6 +118,7 @@ type Event struct {
 	Phase  Phase
 	Vendor Vendor
 	Ret    int32 // return value (PhaseExit, and queries)
+	Parent int   // KindProcessExec of a new process: the process that forked it (0 for an exec)
 
 	Stream  uint64 // stream handle (0 is the legacy default stream)
 	Handle  uint64 // cudaEvent_t for event calls; graph exec for graph launches; start event for KindEventElapsed

@@ -262,6 +262,29 @@ func TestHostStall(t *testing.T) {
 	})
 }
 
+// A rank whose kernel never finishes, and whose watchdog first polls the
+// event behind it a poll period after the record, is waiting on the GPU:
+// between the timeout past its last call and the timeout past the first
+// poll it is decided nothing, then gpu; never host (a peer with no
+// communicator linking them is stuck meanwhile).
+func TestWaitingRankIsNotHostStalled(t *testing.T) {
+	const s, ev = 3, 0xe0
+	e := newTestEngine()
+	feed(e, launch(0, 1, 1, s, "k"), enter(0.5, 1, 1, KindStreamSynchronize, s, 0), // the peer, stuck
+		launch(1, 2, 2, s, "never_ends"), record(1, 2, 2, ev, s))
+	for q := 1.1; q < 11.5; q += 0.1 {
+		feed(e, query(q, 2, 3, ev, RetNotReady))
+	}
+	hs := e.Check(at(11.05)) // 10.05 s past rank 2's last call, 9.95 s past its first poll
+	if len(hs) != 1 || hs[0].PID != 1 || hs[0].Kind != "gpu" {
+		t.Fatalf("hangs %+v, want only the peer's gpu hang", hs)
+	}
+	hs = e.Check(at(11.2))
+	if len(hs) != 1 || hs[0].PID != 2 || hs[0].Kind != "gpu" || hs[0].Oldest == nil || hs[0].Oldest.Kernel != "never_ends" {
+		t.Fatalf("hangs %+v, want rank 2's gpu hang on its kernel", hs)
+	}
+}
+
 func TestHostStallNeedsAGPUUser(t *testing.T) {
 	e := newTestEngine()
 	feed(e, launch(0, 1, 1, 3, "k"), enter(1, 1, 1, KindStreamSynchronize, 3, 0),

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -47,7 +48,8 @@ func TestOpenMPI(t *testing.T) {
 	}
 	for r := range nproc {
 		if announced[r] != started[r] {
-			t.Errorf("rank %d: announced pid %d, the rank itself says pid %d", r, announced[r], started[r])
+			t.Errorf("rank %d: announced pid %d, the rank itself says pid %d; the log of both:\n%s", r, announced[r], started[r],
+				linesWith(p.output(), fmt.Sprintf("pid=%d ", announced[r]), fmt.Sprintf("pid=%d ", started[r])))
 		}
 		f, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(r, nproc)))
 		if err != nil {
@@ -65,4 +67,18 @@ func TestOpenMPI(t *testing.T) {
 		t.Errorf("the viewer does not name rank %d:\n%s", faulty, summary)
 	}
 	p.kill()
+}
+
+// linesWith returns the lines of out that hold any of subs.
+func linesWith(out string, subs ...string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(out, "\n") {
+		for _, s := range subs {
+			if strings.Contains(l, s) {
+				b.WriteString(l + "\n")
+				break
+			}
+		}
+	}
+	return b.String()
 }
