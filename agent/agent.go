@@ -249,7 +249,9 @@ func (a *Agent) HandleNotice(n ebpf.Notice) {
 		a.exited(n.PID)
 		return // exited reports it once
 	case "exec":
-		a.see(n.PID, false, true)
+		// Reported only: the KindProcessExec event, handed over before
+		// this notice, told the book. Seeing it again here could revive a
+		// short-lived process whose exit came in between.
 	case "error":
 		a.log.Warn("tracer", "pid", n.PID, "library", n.Library, "err", n.Err)
 	case "missing":

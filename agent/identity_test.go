@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -195,5 +196,22 @@ func TestExitedProcessesBounded(t *testing.T) {
 	}
 	if bk.procs[1] == nil || bk.procs[2] == nil {
 		t.Fatalf("lost the live process or the parent it names")
+	}
+}
+
+// The tracer's notice of a fork comes after the events read with it: a
+// process that forked and exited in between stays exited, never revived as
+// a rank that no exit will ever end.
+func TestNoticeAfterExitRevivesNothing(t *testing.T) {
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{60: env(3, 4)}, nil)
+	b.HandleEvent(timer.Event{Time: sec, PID: 60, TID: 60, Kind: timer.KindProcessExec, Parent: 1})
+	b.HandleEvent(timer.Event{Time: sec, PID: 60, TID: 60, Kind: timer.KindProcessExit})
+	b.HandleNotice(ebpf.Notice{Kind: "exec", PID: 60})
+	b.Tick(context.Background())
+	if rs := b.Snapshot().Ranks; len(rs) != 0 {
+		t.Fatalf("ranks %+v after the process exited", rs)
+	}
+	if rs := b.events("rank"); len(rs) != 0 {
+		t.Fatalf("rank reports %+v", rs)
 	}
 }

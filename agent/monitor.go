@@ -36,6 +36,7 @@ type MonitorOptions struct {
 	HangTimeout  time.Duration // see Options
 	TimelinePath string        // see Options
 	HangKill     bool          // see Options
+	StallWatch   bool          // look at ranks each check (Options.Looker); false: only GPU calls decide
 	JobName      string        // metric labels, marker name and dump labels
 	PodName, IP  string        // metric and dump labels
 	Port         int           // /metrics port; 0 picks a free one
@@ -76,7 +77,12 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	o := Options{
 		Tracer: tr, Capturer: capt, HangTimeout: mo.HangTimeout, TimelinePath: mo.TimelinePath, HangKill: mo.HangKill,
 		JobName: mo.JobName, PodName: mo.PodName, IP: mo.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
-		Interval: mo.Interval, Looker: &ProcLooker{},
+		Interval: mo.Interval,
+	}
+	if mo.StallWatch {
+		o.Looker = &ProcLooker{}
+	} else {
+		log.Info("stall watch off: only GPU calls decide hangs; a rank silent with no GPU call in flight goes unseen")
 	}
 	if nv, err := gpu.Open(); err != nil {
 		log.Info("GPU facts off: NVML unavailable", "err", err)

@@ -14,6 +14,7 @@ func (c Config) Monitor() agent.MonitorOptions {
 		HangTimeout:  c.HangTimeout,
 		TimelinePath: c.TimelinePath,
 		HangKill:     c.HangKill,
+		StallWatch:   c.StallWatch,
 		JobName:      c.JobName,
 		PodName:      c.PodName,
 		IP:           c.IP,

@@ -26,6 +26,7 @@ type Config struct {
 	HangTimeout  time.Duration // XPU_TIMER_HANG_TIMEOUT, default timer.DefaultHangTimeout
 	TimelinePath string        // XPU_TIMER_TIMELINE_PATH, default agent.DefaultTimelinePath
 	HangKill     bool          // XPU_TIMER_HANG_KILL
+	StallWatch   bool          // XPU_TIMER_STALL_WATCH, default true: look at every rank's /proc and Python frames each check
 	Port         int           // XPU_TIMER_PORT, default BasePort+1
 	BasePort     int           // XPU_TIMER_BASEPORT, default DefaultBasePort
 	ConfigFile   string        // XPU_TIMER_CONFIG
@@ -98,6 +99,12 @@ var variables = []variable{
 		usage: "end the hung process group after its dump",
 		set: func(c *Config, v string) (err error) {
 			c.HangKill, err = parseBool(v)
+			return err
+		}},
+	{env: "XPU_TIMER_STALL_WATCH", flag: "stall-watch", def: "true", kind: "bool",
+		usage: "look at every rank's scheduler state and Python frames each check, to decide ranks that went silent with no GPU call in flight (off: only GPU calls decide)",
+		set: func(c *Config, v string) (err error) {
+			c.StallWatch, err = parseBool(v)
 			return err
 		}},
 	{env: "XPU_TIMER_BASEPORT", flag: "base-port", def: strconv.Itoa(DefaultBasePort), kind: "int",

@@ -58,7 +58,7 @@ func (j job) args(b *testbed.Bed) []string {
 
 // launch starts the job under xpu_timer_launch with a 3 s timeout, dumps
 // into dir and metrics on a free port.
-func launch(t *testing.T, b *testbed.Bed, j job, dir string, hangTimeout time.Duration, env ...string) *proc {
+func launch(t testing.TB, b *testbed.Bed, j job, dir string, hangTimeout time.Duration, env ...string) *proc {
 	t.Helper()
 	args := append([]string{bins.launch, "--hang-timeout", hangTimeout.String(), "--timeline-path", dir, "--port", "0"}, j.args(b)...)
 	return start(t, args, env...)

@@ -19,14 +19,14 @@ import (
 // of its stdout and stderr stamped as it arrives.
 type proc struct {
 	*testutil.Group
-	t     *testing.T
+	t     testing.TB
 	cmd   *exec.Cmd
 	store string // the fake NCCL's store of the job under it
 }
 
 // start runs args with env added; store is the job's XPU_FAKEGPU_STORE,
 // created here. Cleanup kills the group and removes what the job left.
-func start(t *testing.T, args []string, env ...string) *proc {
+func start(t testing.TB, args []string, env ...string) *proc {
 	t.Helper()
 	store, err := os.MkdirTemp("", "xpufake-store-")
 	if err != nil {
