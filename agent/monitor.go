@@ -47,6 +47,9 @@ type MonitorOptions struct {
 	WebConfigFile   string   // exporter-toolkit TLS and basic auth file
 	TopKernels      int      // kernels named in the metrics besides their class
 
+	Retain Retention // see Options
+	Scope  *Scope    // see Options (the node agent's filters; nil for the launcher)
+
 	Logger   *slog.Logger
 	OnReport func(Report)
 	Kill     func(pid int) error // nil: KillGroup
@@ -76,7 +79,7 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	o := Options{
 		Tracer: tr, Capturer: capt, HangTimeout: mo.HangTimeout, TimelinePath: mo.TimelinePath, HangKill: mo.HangKill,
 		JobName: mo.JobName, PodName: mo.PodName, IP: mo.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
-		Interval: mo.Interval, Looker: &ProcLooker{},
+		Interval: mo.Interval, Looker: &ProcLooker{}, Retain: mo.Retain, Scope: mo.Scope,
 	}
 	if nv, err := gpu.Open(); err != nil {
 		log.Info("GPU facts off: NVML unavailable", "err", err)
