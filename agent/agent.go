@@ -48,6 +48,8 @@ type Options struct {
 	Pusher   *metrics.Pusher // nil: no push
 	GPU      GPUSource       // nil: no GPU facts
 	Looker   Looker          // nil: no looks, so no decisions on silent ranks (see timer's "Silent ranks")
+	Scope    *Scope          // nil: every process may be a rank; one out of scope is never a rank, its events are dropped
+	Retain   Retention       // what earlier incarnations may leave in the timeline path (retain.go); zero keeps everything
 
 	// Injected for tests.
 	Monotonic func() int64     // CLOCK_MONOTONIC ns
@@ -55,6 +57,7 @@ type Options struct {
 	Environ   func(pid int) (map[string]string, error)
 	Parent    func(pid int) (ppid int, python bool) // its parent process (0 unknown), whether it runs Python
 	Alive     func(pid int) bool                    // the process still exists
+	Inspect   func(pid int) Process                 // cgroup, command line, executable for Scope (Env is filled in)
 	Kill      func(pid int) error                   // end the process group of pid (HangKill)
 	Hostname  string
 }
@@ -80,7 +83,8 @@ type Agent struct {
 	lastTick  int64
 	watched   map[int]*watchState // detectors watching each rank (look.go)
 
-	pushCh chan struct{}
+	pushCh   chan struct{}
+	retainCh chan struct{}
 }
 
 // dumped is one rank's dump of the current episode.
@@ -118,6 +122,9 @@ func New(o Options) *Agent {
 	if o.Parent == nil {
 		o.Parent = parentOf
 	}
+	if o.Inspect == nil {
+		o.Inspect = Inspect
+	}
 	if o.Alive == nil {
 		o.Alive = alive
 	}
@@ -128,16 +135,17 @@ func New(o Options) *Agent {
 		o.Hostname, _ = os.Hostname()
 	}
 	return &Agent{
-		o:       o,
-		log:     o.Logger,
-		engine:  timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout}),
-		rec:     trace.New(0),
-		start:   o.Now(),
-		book:    newRankBook(),
-		episode: make(map[int]*dumped),
-		killed:  make(map[int]bool),
-		watched: make(map[int]*watchState),
-		pushCh:  make(chan struct{}, 1),
+		o:        o,
+		log:      o.Logger,
+		engine:   timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout}),
+		rec:      trace.New(0),
+		start:    o.Now(),
+		book:     newRankBook(),
+		episode:  make(map[int]*dumped),
+		killed:   make(map[int]bool),
+		watched:  make(map[int]*watchState),
+		pushCh:   make(chan struct{}, 1),
+		retainCh: make(chan struct{}, 1),
 	}
 }
 
@@ -173,7 +181,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	tracerErr := make(chan error, 1)
-	wg.Add(2)
+	wg.Add(3)
 	go func() {
 		defer wg.Done()
 		err := a.o.Tracer.Run(ctx, a.HandleEvent, a.HandleNotice)
@@ -183,6 +191,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() {
 		defer wg.Done()
 		a.pushLoop(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		a.retainLoop(ctx)
 	}()
 	t := time.NewTicker(a.o.Interval)
 	defer t.Stop()
@@ -210,6 +222,9 @@ loop:
 
 // HandleEvent consumes one probe event (the tracer's callback).
 func (a *Agent) HandleEvent(ev timer.Event) {
+	if a.o.Scope != nil && a.outOfScope(ev) {
+		return
+	}
 	a.engine.Handle(ev)
 	a.rec.Add(ev)
 	switch ev.Kind {

@@ -122,6 +122,7 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 	}
 	wg.Wait()
 	a.kick()
+	a.retainSoon()
 	return written
 }
 
@@ -208,8 +209,7 @@ func (a *Agent) moveAside(f *dumpfile.File) {
 	if err != nil || prev.Job == f.Job && prev.Incarnation == f.Incarnation {
 		return
 	}
-	sub := strings.TrimSuffix(strings.TrimPrefix(dumpfile.MarkerName(prev.Job), "hang-"), ".marker")
-	to := filepath.Join(dir, IncarnationsDir, fmt.Sprintf("%s.%d", sub, prev.Incarnation))
+	to := filepath.Join(dir, IncarnationsDir, incarnationName(prev.Job, prev.Incarnation))
 	if err := os.MkdirAll(to, 0o755); err != nil {
 		a.log.Warn("cannot move an earlier incarnation's dump aside; it will be overwritten", "path", old, "err", err)
 		return

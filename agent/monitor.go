@@ -48,6 +48,9 @@ type MonitorOptions struct {
 	WebConfigFile   string   // exporter-toolkit TLS and basic auth file
 	TopKernels      int      // kernels named in the metrics besides their class
 
+	Retain Retention // see Options
+	Scope  *Scope    // see Options (the node agent's filters; nil for the launcher)
+
 	Logger   *slog.Logger
 	OnReport func(Report)
 	Kill     func(pid int) error // nil: KillGroup
@@ -77,7 +80,7 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	o := Options{
 		Tracer: tr, Capturer: capt, HangTimeout: mo.HangTimeout, TimelinePath: mo.TimelinePath, HangKill: mo.HangKill,
 		JobName: mo.JobName, PodName: mo.PodName, IP: mo.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
-		Interval: mo.Interval,
+		Interval: mo.Interval, Retain: mo.Retain, Scope: mo.Scope,
 	}
 	if mo.StallWatch {
 		o.Looker = &ProcLooker{}

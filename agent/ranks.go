@@ -49,6 +49,7 @@ type procInfo struct {
 	helperOf int  // the rank it helps (a process it forked), 0 when none
 	wrapper  bool // shares a rank's identity without being it or its helper
 	demoted  bool // was a helper or wrapper: never a rank again (until it execs)
+	outside  bool // out of the agent's Scope: never a rank (until it execs)
 
 	dumpStarted bool
 	dumpSeconds float64
@@ -74,7 +75,7 @@ func (b *rankBook) see(pid int, gpu, reread bool) (changed, fresh, firstGPU bool
 		b.procs[pid] = p
 	}
 	if reread {
-		p.exited, p.demoted = false, false
+		p.exited, p.demoted, p.outside = false, false, false
 	}
 	p.gpu = p.gpu || gpu
 	return true, fresh, firstGPU
@@ -107,7 +108,7 @@ func (b *rankBook) resolved(pid int, env map[string]string, err error, final boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	if p == nil || p.exited {
+	if p == nil || p.exited || p.outside {
 		return Identity{}, false
 	}
 	p.idTries++
@@ -163,7 +164,7 @@ func (b *rankBook) assignOrder(p *procInfo) {
 
 // isRank says whether p is a live rank; b.mu held.
 func (p *procInfo) isRank() bool {
-	return !p.exited && (p.gpu || p.comm || p.id.FromEnv) && !p.demoted
+	return !p.exited && (p.gpu || p.comm || p.id.FromEnv) && !p.demoted && !p.outside
 }
 
 // elect decides, among live processes that share an identity, which is the
@@ -176,7 +177,7 @@ func (b *rankBook) elect() {
 	}
 	groups := map[key][]*procInfo{}
 	for _, p := range b.procs {
-		if p.exited || !(p.id.FromEnv || p.id.Source == "nccl") {
+		if p.exited || p.outside || !(p.id.FromEnv || p.id.Source == "nccl") {
 			continue
 		}
 		k := key{p.id.Job, p.id.Rank, p.id.World}
@@ -235,7 +236,7 @@ func (b *rankBook) helpers(pid int) []int {
 	defer b.mu.Unlock()
 	var out []int
 	for _, p := range b.procs {
-		if !p.exited && p.helperOf == pid {
+		if !p.exited && !p.outside && p.helperOf == pid {
 			out = append(out, p.pid)
 		}
 	}
@@ -263,7 +264,7 @@ func (b *rankBook) unsettled() (pids []int, final []bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for pid, p := range b.procs {
-		if !p.exited && (p.gpu || p.comm) && !p.id.FromEnv && p.id.Rank < 0 {
+		if !p.exited && !p.outside && (p.gpu || p.comm) && !p.id.FromEnv && p.id.Rank < 0 {
 			pids = append(pids, pid)
 			final = append(final, p.idTries >= 2)
 		}
@@ -409,6 +410,27 @@ func (b *rankBook) live() []int {
 	return out
 }
 
+// exclude marks pid out of scope; ok is false when it is unknown or gone.
+func (b *rankBook) exclude(pid int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.procs[pid]
+	if p == nil || p.exited {
+		return false
+	}
+	p.outside, p.announced = true, false
+	b.elect()
+	return true
+}
+
+// outside says whether pid is out of scope.
+func (b *rankBook) outside(pid int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p := b.procs[pid]
+	return p != nil && p.outside
+}
+
 // see records that pid is traced and, when that tells something new, warms
 // the capture for a first GPU call and reads or announces its identity.
 func (a *Agent) see(pid int, gpu, reread bool) {
@@ -416,11 +438,11 @@ func (a *Agent) see(pid int, gpu, reread bool) {
 	if !changed {
 		return
 	}
-	if w, ok := a.o.Capturer.(Warmer); ok && firstGPU {
-		go w.Warm(pid)
-	}
 	if fresh {
 		a.resolve(pid, false)
+	}
+	if w, ok := a.o.Capturer.(Warmer); ok && firstGPU && !a.book.outside(pid) {
+		go w.Warm(pid)
 	}
 }
 
@@ -429,6 +451,9 @@ func (a *Agent) see(pid int, gpu, reread bool) {
 // GPU calls), numbered by order of appearance (final).
 func (a *Agent) resolve(pid int, final bool) {
 	env, err := a.o.Environ(pid)
+	if !a.admit(pid, env, err) {
+		return
+	}
 	ppid, python := a.o.Parent(pid)
 	id, ok := a.book.resolved(pid, env, err, final, ppid, python)
 	if !ok {

@@ -42,7 +42,10 @@ var valueSets = map[string]map[string]any{
 		"podMonitor": map[string]any{"enabled": true, "labels": map[string]any{"release": "kube-prometheus"}},
 		"metrics":    map[string]any{"webConfigSecret": "xpu-timer-web"},
 		"agent": map[string]any{"pushgateway": "http://pgw:9091", "libraries": []any{"/opt/vendor/libfoo.so"},
-			"extraArgs": []any{"--debug-mode"}, "extraEnv": []any{map[string]any{"name": "GOMEMLIMIT", "value": "900MiB"}}},
+			"extraArgs": []any{"--debug-mode"}, "extraEnv": []any{map[string]any{"name": "GOMEMLIMIT", "value": "900MiB"}},
+			"scope": map[string]any{"namespaces": []any{"train", "research"}, "podRegex": "^llama-", "podUIDs": []any{"1f3c9a8e-2b7d-4e61-9c0a-5d8e7f6a4b21"},
+				"commandRegex": `train\.py`},
+			"retention": map[string]any{"count": 3, "bytes": "20GiB", "age": "7d"}},
 		"alerts":         map[string]any{"jobName": "gpu-agents", "jobSelector": `job="gpu-agents"`, "runbookBaseURL": "https://wiki.example.com/xpu-timer"},
 		"serviceAccount": map[string]any{"name": "xpu"},
 	},
@@ -241,6 +244,7 @@ func TestTemplate(t *testing.T) {
 					t.Errorf("timeline %+v, claims %+v; want a new ReadWriteMany claim", timeline, o.pvc)
 				}
 			}
+			checkScope(t, c, name == "everything")
 			if len(o.rule) != 1 {
 				t.Fatalf("%d PrometheusRules", len(o.rule))
 			}
@@ -251,6 +255,29 @@ func TestTemplate(t *testing.T) {
 				t.Errorf("%d namespaces, %d PodMonitors by default", len(o.ns), len(o.pm))
 			}
 		})
+	}
+}
+
+// checkScope checks the filter and retention variables: none but the
+// retention defaults unless set, the values as given when set.
+func checkScope(t *testing.T, c corev1.Container, set bool) {
+	t.Helper()
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	want := map[string]string{"XPU_TIMER_RETAIN_COUNT": "10", "XPU_TIMER_RETAIN_BYTES": "0", "XPU_TIMER_RETAIN_AGE": "0"}
+	if set {
+		want = map[string]string{"XPU_TIMER_RETAIN_COUNT": "3", "XPU_TIMER_RETAIN_BYTES": "20GiB", "XPU_TIMER_RETAIN_AGE": "7d",
+			"XPU_TIMER_NAMESPACES": "train,research", "XPU_TIMER_POD_REGEX": "^llama-",
+			"XPU_TIMER_POD_UIDS": "1f3c9a8e-2b7d-4e61-9c0a-5d8e7f6a4b21", "XPU_TIMER_COMMAND_REGEX": `train\.py`}
+	}
+	for _, k := range []string{"XPU_TIMER_NAMESPACES", "XPU_TIMER_POD_REGEX", "XPU_TIMER_POD_UIDS", "XPU_TIMER_COMMAND_REGEX",
+		"XPU_TIMER_RETAIN_COUNT", "XPU_TIMER_RETAIN_BYTES", "XPU_TIMER_RETAIN_AGE"} {
+		got, ok := env[k]
+		if w, wok := want[k]; ok != wok || got != w {
+			t.Errorf("%s = %q (set %v), want %q (set %v)", k, got, ok, w, wok)
+		}
 	}
 }
 

@@ -34,10 +34,16 @@ the environment and a CUDA, NCCL, MACA or MCCL library, or one named by
 --libraries, mapped), follows them and their descendants, and runs the same
 hang detection, dumps, markers and metrics as xpu_timer_launch until SIGINT or
 SIGTERM. It needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (or root) and the
-host's PID namespace.`,
+host's PID namespace.
+
+--namespaces, --pod-regex, --pod-uids and --command-regex narrow which
+processes it follows: a process left out gets no probes, no dumps and no
+metrics, and the log says once why. The namespace and pod name come from the
+process's environment (POD_NAMESPACE, POD_NAME, set from the downward API),
+the pod UID from its cgroup.`,
 		Args: cobra.NoArgs,
 	}
-	b := config.Bind(cmd.Flags())
+	b := config.BindAgent(cmd.Flags())
 	cmd.Flags().DurationVar(&scan, "scan-interval", 2*time.Second, "how often /proc is scanned for new training processes")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		cfg, err := b.Load()
@@ -62,21 +68,36 @@ host's PID namespace.`,
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 		mon.Start(ctx)
-		Follow(ctx, mon.Agent, cfg.Libraries, scan, log)
+		Follow(ctx, mon.Agent, Finder{Libraries: cfg.Libraries, Scope: cfg.Scope()}, scan, log)
 		return mon.Close()
 	}
 	return cmd
 }
 
+// Finder says which processes on the node are training processes to
+// follow.
+type Finder struct {
+	Libraries []string     // extra vendor libraries (--libraries)
+	Scope     *agent.Scope // nil: every training process
+}
+
 // Follow scans for training processes every interval and follows each new
-// one until ctx is done.
-func Follow(ctx context.Context, a *agent.Agent, libs []string, interval time.Duration, log *slog.Logger) {
+// one until ctx is done. A process the scope leaves out is logged once.
+func Follow(ctx context.Context, a *agent.Agent, f Finder, interval time.Duration, log *slog.Logger) {
 	followed := map[int]bool{}
+	skipped := map[int]bool{}
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
-		found := Scan(libs)
-		live := make(map[int]bool, len(found))
+		found, out := f.Scan()
+		live := make(map[int]bool, len(found)+len(out))
+		for pid, why := range out {
+			live[pid] = true
+			if !skipped[pid] {
+				skipped[pid] = true
+				log.Info("not following training process: out of scope", "pid", pid, "why", why)
+			}
+		}
 		for _, pid := range found {
 			live[pid] = true
 			if followed[pid] {
@@ -89,9 +110,11 @@ func Follow(ctx context.Context, a *agent.Agent, libs []string, interval time.Du
 			followed[pid] = true
 			log.Info("following training process", "pid", pid)
 		}
-		for pid := range followed {
-			if !live[pid] {
-				delete(followed, pid)
+		for _, m := range []map[int]bool{followed, skipped} {
+			for pid := range m {
+				if !live[pid] {
+					delete(m, pid)
+				}
 			}
 		}
 		select {
@@ -102,15 +125,15 @@ func Follow(ctx context.Context, a *agent.Agent, libs []string, interval time.Du
 	}
 }
 
-// Scan lists the training processes on the node: RANK in the environment
-// and a vendor library (or one of libs) mapped.
-func Scan(libs []string) []int {
+// Scan lists the training processes on the node (RANK in the environment
+// and a vendor library, or one of f.Libraries, mapped) that f.Scope
+// admits, and those it leaves out with the reason.
+func (f Finder) Scan() (found []int, out map[int]string) {
 	pids, err := procfs.PIDs()
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	self := os.Getpid()
-	var out []int
 	for _, pid := range pids {
 		if pid == self {
 			continue
@@ -120,14 +143,23 @@ func Scan(libs []string) []int {
 			continue
 		}
 		maps, err := procfs.Maps(pid)
-		if err != nil {
+		if err != nil || !MapsVendor(maps, f.Libraries) {
 			continue
 		}
-		if MapsVendor(maps, libs) {
-			out = append(out, pid)
+		if !f.Scope.Empty() {
+			p := agent.Inspect(pid)
+			p.Env = env
+			if ok, why := f.Scope.Admit(p); !ok {
+				if out == nil {
+					out = map[int]string{}
+				}
+				out[pid] = why
+				continue
+			}
 		}
+		found = append(found, pid)
 	}
-	return out
+	return found, out
 }
 
 // HasRank says whether an environment names a rank.

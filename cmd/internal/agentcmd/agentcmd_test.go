@@ -2,9 +2,13 @@ package agentcmd
 
 import (
 	"os/exec"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
@@ -69,8 +73,60 @@ func TestScanFindsRankedProcess(t *testing.T) {
 	if lib == "" {
 		t.Fatal("sleep maps no shared library")
 	}
-	found := Scan([]string{lib})
+	found, _ := Finder{Libraries: []string{lib}}.Scan()
 	if !slices.Contains(found, with.Process.Pid) || slices.Contains(found, without.Process.Pid) {
 		t.Fatalf("Scan = %v; want %d and not %d", found, with.Process.Pid, without.Process.Pid)
+	}
+}
+
+// The scope leaves out training processes of another namespace, or of none
+// named, and of another command, with the reason; the rest are found.
+func TestScanScope(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func(arg string, env ...string) int {
+		c := exec.Command(sleep, arg)
+		c.Env = append([]string{"RANK=0"}, env...)
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+		// The kernel lays out a new process's environment after Start
+		// returns: wait for it (and for the exec) before scanning.
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+			e, _ := procfs.Environ(c.Process.Pid)
+			cl, _ := procfs.Cmdline(c.Process.Pid)
+			if e["RANK"] == "0" && len(cl) == 2 {
+				break
+			}
+		}
+		return c.Process.Pid
+	}
+	train := start("31", "POD_NAMESPACE=train")
+	other := start("32", "POD_NAMESPACE=other")
+	none := start("33")
+	wrongCmd := start("34", "POD_NAMESPACE=train")
+	var lib string
+	ms, err := procfs.Maps(train)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Exec() && m.Path != "" && m.Path[0] == '/' && m.Path != sleep {
+			lib = m.Path
+			break
+		}
+	}
+	f := Finder{Libraries: []string{lib}, Scope: &agent.Scope{Namespaces: []string{"train"}, Command: regexp.MustCompile(`^\S*sleep 3[123]$`)}}
+	found, out := f.Scan()
+	if !slices.Contains(found, train) {
+		t.Errorf("found %v, want %d", found, train)
+	}
+	for pid, want := range map[int]string{other: `namespace "other"`, none: "names no namespace", wrongCmd: "does not match"} {
+		if slices.Contains(found, pid) || !strings.Contains(out[pid], want) {
+			t.Errorf("pid %d: found %v, left out because %q; want %q", pid, slices.Contains(found, pid), out[pid], want)
+		}
 	}
 }

@@ -46,6 +46,11 @@ func TestExitStatuses(t *testing.T) {
 		{bin: "xpu-timer", args: []string{"agent", "extra"}, want: exitcode.Usage, stderr: `unknown command "extra"`},
 		{bin: "xpu-timer", args: []string{"agent", "--hang-timeout=-1"}, want: exitcode.Usage, stderr: "must be positive"},
 		{bin: "xpu-timer", args: []string{"agent", "--scan-interval", "often"}, want: exitcode.Usage, stderr: "invalid argument"},
+		{bin: "xpu-timer", args: []string{"agent", "--command-regex", "train(.py"}, want: exitcode.Usage, stderr: "bad regexp: error parsing regexp: missing closing )"},
+		{bin: "xpu-timer", args: []string{"agent", "--namespaces", "Train"}, want: exitcode.Usage, stderr: `"Train": not a Kubernetes namespace name`},
+		{bin: "xpu-timer", args: []string{"agent", "--pod-uids", "llama-0"}, want: exitcode.Usage, stderr: "not a pod UID"},
+		{bin: "xpu-timer", args: []string{"agent", "--retain-count", "-3"}, want: exitcode.Usage, stderr: "want a count"},
+		{bin: "xpu_timer_launch", args: []string{"--command-regex", "x", "true"}, want: exitcode.Usage, stderr: "unknown flag: --command-regex"},
 
 		{bin: "xpu_timer_launch", args: nil, want: exitcode.Usage, stderr: "xpu_timer_launch: no command given\nRun 'xpu_timer_launch --help' for usage."},
 		{bin: "xpu_timer_launch", args: []string{"--bogus", "true"}, want: exitcode.Usage, stderr: "unknown flag: --bogus"},
@@ -74,6 +79,27 @@ func TestExitStatuses(t *testing.T) {
 			}
 			if tc.want == exitcode.Usage && !strings.Contains(errb.String(), "--help' for usage.") {
 				t.Errorf("usage error without the pointer to --help: %q", errb.String())
+			}
+		})
+	}
+}
+
+// A bad filter or retention setting from the environment stops the agent
+// as a usage error too, naming the variable.
+func TestAgentBadEnvironment(t *testing.T) {
+	for env, want := range map[string]string{
+		"XPU_TIMER_POD_REGEX":    "XPU_TIMER_POD_REGEX (--pod-regex) from environment XPU_TIMER_POD_REGEX: \"a[\": bad regexp",
+		"XPU_TIMER_RETAIN_BYTES": "XPU_TIMER_RETAIN_BYTES (--retain-bytes) from environment XPU_TIMER_RETAIN_BYTES",
+	} {
+		t.Run(env, func(t *testing.T) {
+			t.Setenv(env, "a[")
+			cmd := NewRoot()
+			var errb bytes.Buffer
+			cmd.SetOut(&errb)
+			cmd.SetErr(&errb)
+			cmd.SetArgs([]string{"agent"})
+			if got := Execute(cmd); got != exitcode.Usage || !strings.Contains(errb.String(), want) {
+				t.Fatalf("exit %d, stderr %q; want %d and %q", got, errb.String(), exitcode.Usage, want)
 			}
 		})
 	}

@@ -33,6 +33,7 @@ type Setting struct {
 // config file. Load resolves them.
 type Binding struct {
 	fs       *pflag.FlagSet
+	vars     []*variable           // the variables bound, in flag order
 	values   map[string]*flagValue // by env name
 	lookup   func(string) (string, bool)
 	settings []Setting
@@ -56,11 +57,22 @@ func (f *flagValue) Set(s string) error {
 	return nil
 }
 
-// Bind registers one flag per XPU_TIMER_* variable on fs.
-func Bind(fs *pflag.FlagSet) *Binding {
+// Bind registers one flag per XPU_TIMER_* variable on fs, the node
+// agent's own (its process filters) left out.
+func Bind(fs *pflag.FlagSet) *Binding { return bind(fs, false) }
+
+// BindAgent registers one flag per XPU_TIMER_* variable on fs, the node
+// agent's own included.
+func BindAgent(fs *pflag.FlagSet) *Binding { return bind(fs, true) }
+
+func bind(fs *pflag.FlagSet, agent bool) *Binding {
 	b := &Binding{fs: fs, values: make(map[string]*flagValue), lookup: os.LookupEnv}
 	for i := range variables {
 		v := &variables[i]
+		if v.agent && !agent {
+			continue
+		}
+		b.vars = append(b.vars, v)
 		fv := &flagValue{v: v}
 		b.values[v.env] = fv
 		f := fs.VarPF(fv, v.flag, "", fmt.Sprintf("%s [$%s]", v.usage, v.env))
@@ -124,8 +136,7 @@ func (b *Binding) load() (Config, []*Invalid) {
 	}
 	b.settings = b.settings[:0]
 	portSet := false
-	for i := range variables {
-		v := &variables[i]
+	for _, v := range b.vars {
 		s := Setting{Env: v.env, Flag: v.flag}
 		fv := b.values[v.env]
 		switch {

@@ -38,7 +38,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true}
+	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
@@ -103,7 +103,7 @@ func TestPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true}
+			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
 			tc.want(&want)
 			if !reflect.DeepEqual(c, want) {
 				t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -163,11 +163,12 @@ func TestInvalid(t *testing.T) {
 
 func TestEveryVariableHasFlag(t *testing.T) {
 	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
-	Bind(fs)
-	for _, env := range []string{"XPU_TIMER_HANG_TIMEOUT", "XPU_TIMER_TIMELINE_PATH", "XPU_TIMER_HANG_KILL", "XPU_TIMER_PORT",
+	BindAgent(fs)
+	for _, env := range []string{"XPU_TIMER_NAMESPACES", "XPU_TIMER_POD_REGEX", "XPU_TIMER_POD_UIDS", "XPU_TIMER_COMMAND_REGEX", "XPU_TIMER_HANG_TIMEOUT", "XPU_TIMER_TIMELINE_PATH", "XPU_TIMER_HANG_KILL", "XPU_TIMER_PORT",
 		"XPU_TIMER_BASEPORT", "XPU_TIMER_CONFIG", "XPU_TIMER_LOGGING_DIR", "XPU_TIMER_DEBUG_MODE", "XPU_TIMER_PUSHGATEWAY",
 		"XPU_TIMER_PUSH_INTERVAL", "XPU_TIMER_LIBRARIES", "XPU_TIMER_JOB_NAME", "XPU_TIMER_POD_NAME", "XPU_TIMER_IP",
-		"XPU_TIMER_WEB_LISTEN_ADDRESS", "XPU_TIMER_WEB_CONFIG_FILE", "XPU_TIMER_LOG_LEVEL", "XPU_TIMER_LOG_FORMAT", "XPU_TIMER_METRICS_TOP_KERNELS"} {
+		"XPU_TIMER_WEB_LISTEN_ADDRESS", "XPU_TIMER_WEB_CONFIG_FILE", "XPU_TIMER_LOG_LEVEL", "XPU_TIMER_LOG_FORMAT", "XPU_TIMER_METRICS_TOP_KERNELS",
+		"XPU_TIMER_RETAIN_COUNT", "XPU_TIMER_RETAIN_BYTES", "XPU_TIMER_RETAIN_AGE"} {
 		found := false
 		fs.VisitAll(func(f *pflag.Flag) {
 			if strings.Contains(f.Usage, "[$"+env+"]") {
@@ -304,7 +305,7 @@ func TestLoadLenient(t *testing.T) {
 			b := Bind(fs)
 			b.lookup = func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
 			c, bad := b.LoadLenient()
-			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true}
+			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
 			if tc.want != nil {
 				tc.want(&want)
 			}

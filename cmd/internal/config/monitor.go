@@ -26,6 +26,9 @@ func (c Config) Monitor() agent.MonitorOptions {
 		ListenAddresses: c.ListenAddresses(),
 		WebConfigFile:   c.WebConfigFile,
 		TopKernels:      c.TopKernels,
+
+		Retain: c.Retention(),
+		Scope:  c.Scope(),
 	}
 }
 

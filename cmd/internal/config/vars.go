@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -44,6 +45,16 @@ type Config struct {
 	LogLevel           slog.Level // XPU_TIMER_LOG_LEVEL, default info
 	LogFormat          string     // XPU_TIMER_LOG_FORMAT: LogFormatText (default) or LogFormatJSON
 
+	RetainCount int           // XPU_TIMER_RETAIN_COUNT, default agent.DefaultRetainCount: earlier incarnations kept per job
+	RetainBytes int64         // XPU_TIMER_RETAIN_BYTES: bytes earlier incarnations may take; 0 no limit
+	RetainAge   time.Duration // XPU_TIMER_RETAIN_AGE: age past which an earlier incarnation goes; 0 no limit
+
+	// The node agent's process filters (BindAgent only; see agent.Scope).
+	Namespaces   []string       // XPU_TIMER_NAMESPACES
+	PodRegex     *regexp.Regexp // XPU_TIMER_POD_REGEX
+	PodUIDs      []string       // XPU_TIMER_POD_UIDS
+	CommandRegex *regexp.Regexp // XPU_TIMER_COMMAND_REGEX
+
 	JobName string // XPU_TIMER_JOB_NAME, else ELASTIC_JOB_NAME, else JOB_NAME
 	PodName string // XPU_TIMER_POD_NAME, else POD_NAME, else HOSTNAME
 	IP      string // XPU_TIMER_IP, else POD_IP
@@ -65,6 +76,7 @@ type variable struct {
 	flag      string   // flag name without dashes
 	def       string   // default value ("" for none)
 	fallbacks []string // platform variables consulted in place of the default
+	agent     bool     // the node agent's alone (BindAgent)
 	kind      string   // pflag type name: "duration", "bool", "int", "string", "strings"
 	usage     string
 	set       func(c *Config, v string) error
@@ -219,6 +231,8 @@ var variables = []variable{
 			}
 			return fmt.Errorf("%q: want logfmt or json", v)
 		}},
+	retainCount, retainBytes, retainAge,
+	namespaces, podRegex, podUIDs, commandRegex,
 	{env: "XPU_TIMER_JOB_NAME", flag: "job-name", fallbacks: []string{"ELASTIC_JOB_NAME", "JOB_NAME"}, kind: "string",
 		usage: "job_name label (default $ELASTIC_JOB_NAME, then $JOB_NAME)",
 		set:   func(c *Config, v string) error { c.JobName = v; return nil }},

@@ -1,0 +1,327 @@
+package agent
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/trace"
+)
+
+// Retention bounds what earlier incarnations leave in the timeline path
+// (the agent's --retain-count, --retain-bytes and --retain-age). It only
+// ever looks under IncarnationsDir, where moveAside puts an earlier
+// incarnation's dumps when a newer one dumps the same rank name, and only
+// deletes whole incarnations there, oldest first: the files of the current
+// incarnations, in the timeline path itself, are never touched, nor an
+// incarnation directory that a live rank of this node belongs to.
+//
+// The timeline path is shared with strangers (other jobs, other nodes,
+// people), so what retention deletes is narrow: regular files owned by
+// this process's user, named as we name them (RRRRR-WWWWW.stacktrace, its
+// .txt and .trace.json twins), in directories named <job>.<incarnation>
+// directly under IncarnationsDir. Symbolic links are never followed nor
+// removed, directories are removed only once empty, and it never leaves
+// the timeline path (os.Root). Errors are logged; nothing stops the loop.
+//
+// The zero Retention keeps everything.
+type Retention struct {
+	Count int           // earlier incarnations kept per job, newest first; 0: no limit
+	Bytes int64         // bytes all earlier incarnations may take; 0: no limit
+	Age   time.Duration // an incarnation whose newest file is older goes; 0: no limit
+}
+
+// Defaults of the commands' retention settings.
+const (
+	DefaultRetainCount = 10               // earlier incarnations kept per job
+	RetainInterval     = 10 * time.Minute // how often retention runs besides after dumps
+	retainBudget       = 10 * time.Second // the longest one retention run may take
+)
+
+// Zero says whether r keeps everything.
+func (r Retention) Zero() bool { return r.Count <= 0 && r.Bytes <= 0 && r.Age <= 0 }
+
+// incDir is one incarnation directory as retention sees it.
+type incDir struct {
+	name   string    // "<job>.<incarnation>"
+	job    string    // the job part of name
+	newest time.Time // newest modification time of its files of ours
+	bytes  int64     // size of its files of ours
+	files  []string  // its files of ours
+	keep   bool      // a live rank's incarnation: never deleted
+}
+
+// expired selects, from dirs, the incarnations r lets go: beyond Count of
+// their job, older than Age, or past Bytes counting from the newest (then
+// every older one goes too); never one marked keep. The result is oldest
+// first.
+func expired(dirs []incDir, r Retention, now time.Time) []incDir {
+	dirs = slices.Clone(dirs)
+	slices.SortFunc(dirs, func(x, y incDir) int {
+		if c := y.newest.Compare(x.newest); c != 0 {
+			return c
+		}
+		return cmp.Compare(y.name, x.name)
+	})
+	perJob := map[string]int{}
+	var total int64
+	over := false
+	var out []incDir
+	for _, d := range dirs {
+		perJob[d.job]++
+		if d.keep {
+			total += d.bytes
+			continue
+		}
+		switch {
+		case r.Count > 0 && perJob[d.job] > r.Count,
+			r.Age > 0 && now.Sub(d.newest) > r.Age,
+			r.Bytes > 0 && (over || total+d.bytes > r.Bytes):
+			over = over || r.Bytes > 0 && total+d.bytes > r.Bytes
+			out = append(out, d)
+			continue
+		}
+		total += d.bytes
+	}
+	slices.Reverse(out)
+	return out
+}
+
+// incarnationName is the directory under IncarnationsDir of a job's
+// incarnation: the job made safe for a file name, "default" when none.
+func incarnationName(job string, inc int) string {
+	sub := strings.TrimSuffix(strings.TrimPrefix(dumpfile.MarkerName(job), "hang-"), ".marker")
+	return fmt.Sprintf("%s.%d", sub, inc)
+}
+
+// parseIncarnation reads the job part back from a directory name
+// incarnationName makes; ok is false for any other name.
+func parseIncarnation(name string) (job string, ok bool) {
+	i := strings.LastIndexByte(name, '.')
+	if i <= 0 || i == len(name)-1 {
+		return "", false
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return "", false
+		}
+	}
+	for _, c := range name[:i] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return "", false
+		}
+	}
+	return name[:i], true
+}
+
+// ours says whether name is a file name we write into an incarnation
+// directory: a dump, its text twin or its trace.
+func ours(name string) bool {
+	stem, ok := strings.CutSuffix(name, trace.Ext)
+	if !ok {
+		stem, ok = strings.CutSuffix(name, dumpfile.TextExt)
+	}
+	if ok {
+		name = stem + dumpfile.Ext
+	}
+	_, _, ok = dumpfile.ParseName(name)
+	return ok
+}
+
+// retained is what one retention run did.
+type retained struct {
+	removed []string // incarnation directories emptied of our files
+	files   int
+	bytes   int64
+	errs    []error
+}
+
+// retain applies r to dir's IncarnationsDir, sparing the incarnation
+// directories named in keep, within ctx.
+func retain(ctx context.Context, dir string, r Retention, keep map[string]bool, now time.Time) (res retained) {
+	if r.Zero() {
+		return res
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			res.errs = append(res.errs, err)
+		}
+		return res
+	}
+	defer root.Close()
+	inc, err := openDir(root, IncarnationsDir)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			res.errs = append(res.errs, err)
+		}
+		return res
+	}
+	defer inc.Close()
+	dirs, errs := listIncarnations(ctx, inc, keep)
+	res.errs = append(res.errs, errs...)
+	for _, d := range expired(dirs, r, now) {
+		if ctx.Err() != nil {
+			res.errs = append(res.errs, fmt.Errorf("retention stopped after %d incarnations: %w", len(res.removed), ctx.Err()))
+			break
+		}
+		sub, err := openDir(inc, d.name)
+		if err != nil {
+			res.errs = append(res.errs, err)
+			continue
+		}
+		for _, f := range d.files {
+			if err := sub.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				res.errs = append(res.errs, fmt.Errorf("remove %s/%s: %w", d.name, f, err))
+				continue
+			}
+			res.files++
+		}
+		sub.Close()
+		res.bytes += d.bytes
+		res.removed = append(res.removed, d.name)
+		// Removed only when nothing else is left in it.
+		_ = inc.Remove(d.name)
+	}
+	return res
+}
+
+// openDir opens name under r as a Root, only when name is a directory
+// itself, not a symbolic link to one.
+func openDir(r *os.Root, name string) (*os.Root, error) {
+	st, err := r.Lstat(name)
+	if err != nil {
+		return nil, err
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("%s is not a directory (%v): left alone", name, st.Mode().Type())
+	}
+	sub, err := r.OpenRoot(name)
+	if err != nil {
+		return nil, err
+	}
+	if now, err := sub.Stat("."); err != nil || !os.SameFile(st, now) {
+		sub.Close()
+		return nil, fmt.Errorf("%s changed while it was opened: left alone", name)
+	}
+	return sub, nil
+}
+
+// listIncarnations lists the incarnation directories under inc with their
+// files of ours (regular files, our names, our user).
+func listIncarnations(ctx context.Context, inc *os.Root, keep map[string]bool) ([]incDir, []error) {
+	var errs []error
+	entries, err := readDir(inc)
+	if err != nil {
+		return nil, []error{err}
+	}
+	uid := os.Geteuid()
+	var out []incDir
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return out, append(errs, ctx.Err())
+		}
+		job, ok := parseIncarnation(e.Name())
+		if !ok || e.Type() != fs.ModeDir {
+			continue
+		}
+		sub, err := openDir(inc, e.Name())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		d := incDir{name: e.Name(), job: job, keep: keep[e.Name()]}
+		files, err := readDir(sub)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		for _, f := range files {
+			if !ours(f.Name()) || !f.Type().IsRegular() {
+				continue
+			}
+			st, err := sub.Lstat(f.Name())
+			if err != nil || !st.Mode().IsRegular() {
+				continue
+			}
+			if s, ok := st.Sys().(*syscall.Stat_t); !ok || int(s.Uid) != uid {
+				continue
+			}
+			d.files = append(d.files, f.Name())
+			d.bytes += st.Size()
+			if st.ModTime().After(d.newest) {
+				d.newest = st.ModTime()
+			}
+		}
+		sub.Close()
+		if len(d.files) > 0 {
+			out = append(out, d)
+		}
+	}
+	return out, errs
+}
+
+// readDir lists the directory r opened.
+func readDir(r *os.Root) ([]fs.DirEntry, error) {
+	f, err := r.Open(".")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
+}
+
+// retainLoop runs retention at start, after each dump round (retainSoon)
+// and every RetainInterval, one run at a time, each within retainBudget,
+// until ctx is done.
+func (a *Agent) retainLoop(ctx context.Context) {
+	if a.o.Retain.Zero() {
+		return
+	}
+	t := time.NewTicker(RetainInterval)
+	defer t.Stop()
+	for {
+		a.retainOnce(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-a.retainCh:
+		}
+	}
+}
+
+// retainSoon asks the retention loop for a run (after a dump round moved
+// an earlier incarnation aside); it never blocks.
+func (a *Agent) retainSoon() {
+	select {
+	case a.retainCh <- struct{}{}:
+	default:
+	}
+}
+
+// retainOnce runs retention once, sparing the incarnations of the live ranks.
+func (a *Agent) retainOnce(ctx context.Context) {
+	keep := map[string]bool{}
+	for _, p := range a.ranks() {
+		keep[incarnationName(p.id.Job, max(p.id.Incarnation, 0))] = true
+	}
+	ctx, cancel := context.WithTimeout(ctx, retainBudget)
+	defer cancel()
+	res := retain(ctx, a.o.TimelinePath, a.o.Retain, keep, a.o.Now())
+	if len(res.removed) > 0 {
+		a.log.Info("retention removed earlier incarnations' dumps", "incarnations", res.removed, "files", res.files, "bytes", res.bytes,
+			"path", filepath.Join(a.o.TimelinePath, IncarnationsDir))
+	}
+	for _, err := range res.errs {
+		a.log.Warn("retention", "path", a.o.TimelinePath, "err", err)
+	}
+}
