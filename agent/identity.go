@@ -21,7 +21,9 @@ type Identity struct {
 	// Slurm, Paddle), else "".
 	Job string
 	// Incarnation counts the job's restarts: TORCHELASTIC_RESTART_COUNT
-	// where the launcher sets it, -1 when the environment does not say.
+	// where the launcher sets it; IdentityOf gives -1 when the environment
+	// does not say, and the agent then counts the restarts it sees itself
+	// (rankBook, "Incarnations").
 	Incarnation int
 }
 

@@ -215,3 +215,97 @@ func TestNoticeAfterExitRevivesNothing(t *testing.T) {
 		t.Fatalf("rank reports %+v", rs)
 	}
 }
+
+// Without TORCHELASTIC_RESTART_COUNT (mpirun, Slurm, a shell loop) the
+// book counts a job's restarts: a rank taken by a new process after its
+// holder exited starts the next incarnation, once for all the ranks that
+// come back; a wrapper and its python, a rank's workers (even one looked
+// at after the rank exited) share its incarnation; a launcher's count is
+// kept as it is.
+func TestIncarnationCounted(t *testing.T) {
+	bk := newRankBook()
+	start := func(pid, parent int, e map[string]string, python bool) Identity {
+		t.Helper()
+		bk.forked(pid, parent)
+		bk.see(pid, false, true)
+		id, ok := bk.resolved(pid, e, nil, false, parent, python)
+		if !ok {
+			t.Fatalf("process %d unknown", pid)
+		}
+		return id
+	}
+	want := func(what string, id Identity, inc int) {
+		t.Helper()
+		if id.Incarnation != inc {
+			t.Errorf("%s: incarnation %d, want %d", what, id.Incarnation, inc)
+		}
+	}
+	// Incarnation 0: rank 0 under a shell, rank 1, a worker of rank 1.
+	want("shell of rank 0", start(10, 1, env(0, 2), false), 0)
+	want("rank 0", start(11, 10, env(0, 2), true), 0)
+	want("rank 1", start(12, 1, env(1, 2), true), 0)
+	want("worker of rank 1", start(13, 12, env(1, 2), true), 0)
+	for _, pid := range []int{11, 12, 10, 13} {
+		bk.exit(pid)
+	}
+	// Incarnation 1: both ranks come back; one restart, counted once.
+	want("rank 0 again", start(21, 1, env(0, 2), true), 1)
+	want("rank 1 again", start(22, 1, env(1, 2), true), 1)
+	// A worker rank 1 forked just before it exited, looked at late.
+	bk.forked(23, 22)
+	bk.exit(22)
+	bk.see(23, false, true)
+	id, _ := bk.resolved(23, env(1, 2), nil, false, 1, true)
+	want("late worker of the exited rank 1", id, 1)
+	if got := bk.helpers(22); len(got) != 0 {
+		t.Errorf("helpers of the exited rank: %v", got)
+	}
+	// Incarnation 2: rank 1 alone restarts (its peer lives on).
+	bk.exit(23)
+	want("rank 1 a third time", start(32, 1, env(1, 2), true), 2)
+	// Another job has its own count.
+	other := env(0, 1)
+	other["MASTER_PORT"] = "29600"
+	want("another job", start(40, 1, other, true), 0)
+	// The launcher's count wins.
+	tr := env(0, 2)
+	tr["TORCHELASTIC_RESTART_COUNT"] = "5"
+	bk.exit(21)
+	want("torchrun's count", start(51, 1, tr, true), 5)
+}
+
+// The agent's own incarnation count reaches the dumps: a job restarted
+// under a launcher that sets no restart count dumps rank 0 where its first
+// run did; the earlier dump is moved aside, as with torchrun.
+func TestCountedIncarnationMovedAside(t *testing.T) {
+	dir := t.TempDir()
+	e := env(0, 1)
+	e["OMPI_COMM_WORLD_RANK"], e["OMPI_COMM_WORLD_SIZE"] = "0", "1"
+	b := newBed(t, "node-a", dir, map[int]map[string]string{100: e, 200: e}, nil)
+	ctx := context.Background()
+	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
+	work(b.Agent, 100, sec, false)
+	b.at(4 * sec)
+	b.Tick(ctx)
+	b.Tick(ctx)
+	if f, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(0, 1))); err != nil || f.PID != 100 || f.Incarnation != 0 {
+		t.Fatalf("first dump %+v %v", f, err)
+	}
+	b.HandleEvent(timer.Event{Time: 5 * sec, PID: 100, TID: 100, Kind: timer.KindProcessExit})
+	b.HandleEvent(timer.Event{Time: 6 * sec, PID: 200, TID: 200, Kind: timer.KindProcessExec})
+	work(b.Agent, 200, 6*sec, false)
+	b.at(9 * sec)
+	b.Tick(ctx)
+	b.Tick(ctx)
+	cur, err := dumpfile.Read(filepath.Join(dir, dumpfile.Name(0, 1)))
+	if err != nil || cur.PID != 200 || cur.Incarnation != 1 || cur.Job != "10.0.0.1:29500" {
+		t.Fatalf("current dump %+v %v", cur, err)
+	}
+	old, err := filepath.Glob(filepath.Join(dir, IncarnationsDir, "*.0", dumpfile.Name(0, 1)))
+	if err != nil || len(old) != 1 {
+		t.Fatalf("earlier dumps %v %v, want one in %s/<job>.0", old, err, IncarnationsDir)
+	}
+	if f, err := dumpfile.Read(old[0]); err != nil || f.PID != 100 || f.Incarnation != 0 {
+		t.Fatalf("earlier dump %+v %v", f, err)
+	}
+}

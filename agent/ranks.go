@@ -22,14 +22,43 @@ import (
 // environment, RANK included) are its helpers, followed and dumped inside
 // its dump, never a rank of their own; the others (a shell that runs the
 // rank's python) are wrappers, neither ranks nor dumped.
+//
+// Incarnations: where the launcher sets no restart count
+// (TORCHELASTIC_RESTART_COUNT), the book counts restarts itself, per job:
+// when a rank (job, rank) is taken by a new process after the process
+// that held it exited, and that process is no descendant of it (a worker
+// it forked), the job's count goes up by one, once per restart however
+// many of its ranks come back; the other ranks of the job that come back
+// take the new count. The count starts at 0 when the agent first sees the
+// job: restarts before it attached are unknown to it, so its incarnation
+// 0 may be the job's third run.
 type rankBook struct {
 	mu    sync.Mutex
 	procs map[int]*procInfo
 	order int    // next number for a process without RANK
 	exits uint64 // exits so far (procInfo.exitSeq)
+
+	restarts map[string]int        // job -> incarnations counted here (see incarnate)
+	holders  map[rankSlot]*holding // (job, rank) -> its latest holder
 }
 
-// maxExited is how many exited processes the record keeps (see prune).
+// rankSlot is a rank of a job.
+type rankSlot struct {
+	job  string
+	rank int
+}
+
+// holding is the latest incarnation of a rank of a job whose launcher
+// counts no restarts: whether its rank process exited, which, and when.
+type holding struct {
+	incarnation int
+	exited      bool
+	pid         int // the rank process that exited
+	exitSeq     uint64
+}
+
+// maxExited is how many exited processes the record keeps (see prune),
+// and how many ranks whose holder exited it remembers (see pruneHolders).
 const maxExited = 1024
 
 // procInfo is what the loop knows of one traced process.
@@ -43,6 +72,9 @@ type procInfo struct {
 	exitSeq   uint64 // b.exits at its exit
 	announced bool
 
+	counted bool // its incarnation was counted here (the launcher sets none)
+	inc     int  // that incarnation
+
 	ppid     int  // parent process, 0 when unknown
 	forkedBy int  // the process that forked it, as the fork was traced (0 when not seen)
 	python   bool // runs a Python interpreter
@@ -55,7 +87,9 @@ type procInfo struct {
 	dumpSeconds float64
 }
 
-func newRankBook() *rankBook { return &rankBook{procs: make(map[int]*procInfo)} }
+func newRankBook() *rankBook {
+	return &rankBook{procs: make(map[int]*procInfo), restarts: make(map[string]int), holders: make(map[rankSlot]*holding)}
+}
 
 // see records that pid is traced; gpu says it made a GPU call, reread that
 // its environment may have changed (exec). It returns whether anything
@@ -130,6 +164,7 @@ func (b *rankBook) resolved(pid int, env map[string]string, err error, final boo
 		b.assignOrder(p)
 	}
 	b.elect()
+	b.incarnate(p)
 	return p.id, true
 }
 
@@ -152,7 +187,56 @@ func (b *rankBook) fromComm(pid, rank, world int) (Identity, bool) {
 	p.id.Rank, p.id.World, p.id.LocalRank, p.id.Source = rank, world, -1, "nccl"
 	p.announced = false // announced again, with its real rank
 	b.elect()
+	b.incarnate(p)
 	return p.id, true
+}
+
+// incarnate gives p, once its rank is known, the incarnation the book
+// counts for its job when its environment gives none (see rankBook); b.mu
+// held.
+func (b *rankBook) incarnate(p *procInfo) {
+	if p.exited || p.id.Rank < 0 || !(p.id.FromEnv || p.id.Source == "nccl") {
+		return
+	}
+	if p.counted {
+		p.id.Incarnation = p.inc // an environment read again says nothing new
+		return
+	}
+	if p.id.Incarnation >= 0 {
+		return // the launcher counts
+	}
+	s := rankSlot{p.id.Job, p.id.Rank}
+	h := b.holders[s]
+	n := b.restarts[p.id.Job]
+	switch {
+	case h == nil:
+		// The first process of this rank the book sees.
+		h = &holding{incarnation: n}
+		b.holders[s] = h
+	case !h.exited || b.descends(p, h.pid):
+		// The rank lives (p is its wrapper, its python or its helper), or
+		// p is a worker the exited rank forked: the same incarnation.
+	case h.incarnation == n:
+		// The first rank of the job to come back: a restart.
+		b.restarts[p.id.Job] = n + 1
+		fallthrough
+	default:
+		// A rank of the job comes back after its first.
+		*h = holding{incarnation: b.restarts[p.id.Job]}
+	}
+	p.counted, p.inc, p.id.Incarnation = true, h.incarnation, h.incarnation
+}
+
+// descends says whether p descends from the process pid, through any
+// processes between them, exited ones included; b.mu held.
+func (b *rankBook) descends(p *procInfo, pid int) bool {
+	for seen := 0; p != nil && seen < len(b.procs); seen++ {
+		if p.ppid == pid {
+			return true
+		}
+		p = b.procs[p.ppid]
+	}
+	return false
 }
 
 // assignOrder numbers a process without an identity; b.mu held.
@@ -296,9 +380,42 @@ func (b *rankBook) exit(pid int) (id Identity, rank, ok bool) {
 	p.exited = true
 	b.exits++
 	p.exitSeq = b.exits
+	if h := b.holders[rankSlot{p.id.Job, p.id.Rank}]; rank && p.counted && h != nil && !h.exited && h.incarnation == p.inc {
+		h.pid, h.exited, h.exitSeq = p.pid, true, b.exits
+	}
 	b.elect()
 	b.prune()
+	b.pruneHolders()
 	return p.id, rank, true
+}
+
+// pruneHolders forgets the ranks whose holder exited beyond the newest
+// maxExited, oldest exit first, and the counts of jobs with no rank left
+// in the record: a node that runs job after job keeps the record bounded;
+// b.mu held.
+func (b *rankBook) pruneHolders() {
+	var gone []rankSlot
+	for s, h := range b.holders {
+		if h.exited {
+			gone = append(gone, s)
+		}
+	}
+	if len(gone) <= maxExited {
+		return
+	}
+	slices.SortFunc(gone, func(x, y rankSlot) int { return int(b.holders[x].exitSeq - b.holders[y].exitSeq) })
+	for _, s := range gone[:len(gone)-maxExited] {
+		delete(b.holders, s)
+	}
+	jobs := make(map[string]bool, len(b.holders))
+	for s := range b.holders {
+		jobs[s.job] = true
+	}
+	for j := range b.restarts {
+		if !jobs[j] {
+			delete(b.restarts, j)
+		}
+	}
 }
 
 // prune forgets exited processes beyond the newest maxExited, oldest

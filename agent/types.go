@@ -6,6 +6,17 @@
 // the timeline directory, a marker tells agents on other nodes to dump
 // theirs, and the metrics follow.
 //
+// Each dump records its job and incarnation. The incarnation is
+// TORCHELASTIC_RESTART_COUNT where the launcher sets it; elsewhere
+// (mpirun, Slurm, a shell loop) the agent counts the restarts it sees, per
+// job: when a rank of a job is taken by a new process after the process
+// that held it exited (and the new one is not a worker the old one
+// forked), the job's count goes up by one, however many of its ranks come
+// back. The count starts at 0 when the agent first sees the job, so it
+// cannot know of restarts before it attached. When a newer incarnation
+// dumps a rank, the earlier incarnation's files for it are moved aside
+// (IncarnationsDir).
+//
 // The tracer and the stack capture are interfaces so the loop is tested
 // without root; *ebpf.Tracer is the real tracer, and collector/dump is
 // adapted to Capturer in real.go.

@@ -272,6 +272,7 @@ type threadEnd struct {
 	state  string
 	role   culprit.Role
 	helper string
+	proc   int // the helper process, 0 for the rank's own threads
 	main   bool
 	end    *flame.Node
 	pyEnd  *flame.Node // where its Python stack ends in the Python tree; nil without one
@@ -301,6 +302,7 @@ func (m *merger) add(l loaded) {
 	}}
 	driver := driverOf(f.Threads, f.PID)
 	threads := f.Threads
+	var procs []int // of each thread past f.Threads: its helper process
 	if len(f.Helpers) > 0 {
 		// The rank's forked workers are part of its picture, named as
 		// such: a DataLoader worker stuck in I/O is often the answer.
@@ -309,11 +311,16 @@ func (m *merger) add(l loaded) {
 			for _, t := range h.Threads {
 				t.Name = fmt.Sprintf("helper %d: %s", h.PID, t.Name)
 				threads = append(threads, t)
+				procs = append(procs, h.PID)
 			}
 		}
 	}
 	for i := range threads {
 		t := &threads[i]
+		proc := 0
+		if i >= len(f.Threads) {
+			proc = procs[i-len(f.Threads)]
+		}
 		if len(t.Native) > 0 {
 			m.buf, _ = m.cpp.AddFrames(rank, t.Native, m.buf)
 		}
@@ -332,7 +339,7 @@ func (m *merger) add(l loaded) {
 		m.buf, end = m.mixed.AddFrames(rank, frames, m.buf)
 		tip := systemTip(frames)
 		role, helper := roleOf(t, frames, i == driver)
-		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, state: t.State, role: role, helper: helper,
+		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, state: t.State, role: role, helper: helper, proc: proc,
 			main: t.TID == f.PID, end: end, pyEnd: pyEnd, tip: tip, py: pyFrame(t), wait: waitSite(frames),
 			coll: throughColl(frames), frames: slices.Clone(frames[tip:min(len(frames), tip+3)])})
 	}
@@ -367,7 +374,7 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 				}
 			}
 			info.rank.Threads = append(info.rank.Threads, culprit.Thread{
-				TID: t.tid, Name: t.name, State: t.state, Role: t.role, Helper: t.helper, Main: t.main,
+				TID: t.tid, Name: t.name, State: t.state, Role: t.role, Helper: t.helper, Process: t.proc, Main: t.main,
 				Stack: id, PyStack: pyID, Where: where(t.frames), Py: t.py, Wait: t.wait, Coll: t.coll,
 				Frames: func() []string { return path(sig) }})
 		}

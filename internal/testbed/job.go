@@ -28,9 +28,13 @@ type JobOptions struct {
 	Fault        string // one of Faults, or empty
 	FaultRank    int
 	FaultStep    int
-	Python       string   // interpreter, default python3
-	Env          []string // extra environment
-	Args         []string // extra run.py arguments (e.g. "--step-ms", "5")
+	// Workers is the number of data loader worker processes each rank
+	// forks (run.py --workers); 0 leaves run.py's default: a loader
+	// thread, or 2 workers with FaultDataloaderWorker.
+	Workers int
+	Python  string   // interpreter, default python3
+	Env     []string // extra environment
+	Args    []string // extra run.py arguments (e.g. "--step-ms", "5")
 }
 
 func (o JobOptions) args(b *Bed) []string {
@@ -38,6 +42,9 @@ func (o JobOptions) args(b *Bed) []string {
 		"--lib-dir", b.Dir}
 	if o.Vendor != "" {
 		a = append(a, "--vendor", o.Vendor)
+	}
+	if o.Workers > 0 {
+		a = append(a, "--workers", strconv.Itoa(o.Workers))
 	}
 	if o.Fault != "" {
 		a = append(a, "--fault", o.Fault, "--fault-rank", strconv.Itoa(o.FaultRank), "--fault-step", strconv.Itoa(o.FaultStep))

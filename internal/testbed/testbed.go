@@ -21,11 +21,18 @@ const (
 	FaultPythonSleep    = "python-sleep"
 	FaultDeadlock       = "deadlock"
 	FaultDataloader     = "dataloader"
-	FaultNCCLStall      = "nccl-stall"
+	// FaultDataloaderWorker blocks, in a read of a pipe nobody writes, the
+	// data loader worker process (forked from the rank like PyTorch's
+	// DataLoader workers) that makes batch K of rank R; the rank's main
+	// thread waits for the batch. It implies --workers 2 unless
+	// JobOptions.Workers says otherwise.
+	FaultDataloaderWorker = "dataloader-worker"
+	FaultNCCLStall        = "nccl-stall"
 )
 
 // Faults lists every fault kind.
-var Faults = []string{FaultSkipCollective, FaultKernelHang, FaultPythonSleep, FaultDeadlock, FaultDataloader, FaultNCCLStall}
+var Faults = []string{FaultSkipCollective, FaultKernelHang, FaultPythonSleep, FaultDeadlock, FaultDataloader,
+	FaultDataloaderWorker, FaultNCCLStall}
 
 // ShmPrefix starts the name of every shared-memory segment of the fake NCCL
 // (under /dev/shm without the slash).

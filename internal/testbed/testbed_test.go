@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -165,6 +166,66 @@ func assertClean(t *testing.T, j *Job, pids map[int]int) {
 	for _, s := range j.segments() {
 		if contains(segs, s) {
 			t.Errorf("segment %s left after Stop", s)
+		}
+	}
+}
+
+// TestWorkerProcesses: with --workers 2 every rank forks two data loader
+// workers, like PyTorch's DataLoader: its children, with its RANK and its
+// GPU libraries mapped, making no GPU call; the job trains to the end and
+// leaves no worker behind.
+func TestWorkerProcesses(t *testing.T) {
+	b := Build(t)
+	j := b.StartJob(t, JobOptions{NProc: 2, Steps: 400, Workers: 2, Args: []string{"--step-ms", "5"}})
+	pids, err := j.RankPIDs(30 * time.Second)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, j.Output())
+	}
+	var workers []int
+	for r, pid := range pids {
+		if err := j.WaitStep(r, 2, 30*time.Second); err != nil {
+			t.Fatalf("%v\n%s", err, j.Output())
+		}
+		kids, err := procfs.Children(pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(kids) != 2 {
+			t.Fatalf("rank %d (pid %d) has children %v, want its 2 workers", r, pid, kids)
+		}
+		for _, w := range kids {
+			env, err := procfs.Environ(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if env["RANK"] != fmt.Sprint(r) {
+				t.Errorf("worker %d of rank %d has RANK=%q", w, r, env["RANK"])
+			}
+			maps, err := procfs.Maps(w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(maps, func(m procfs.Mapping) bool { return strings.HasSuffix(m.Path, "/libcudart.so.12") }) {
+				t.Errorf("worker %d of rank %d does not map libcudart.so.12", w, r)
+			}
+			if name, _ := procfs.ThreadName(w, w); name != "pt_data_worker" {
+				t.Errorf("worker %d of rank %d is named %q", w, r, name)
+			}
+		}
+		workers = append(workers, kids...)
+	}
+	code, err := j.Wait(120 * time.Second)
+	if err != nil || code != 0 {
+		t.Fatalf("exit %d, %v\n%s", code, err, j.Output())
+	}
+	for r := range pids {
+		if s := j.LastStep(r); s != 399 {
+			t.Errorf("rank %d last step %d, want 399", r, s)
+		}
+	}
+	for _, w := range workers {
+		if alive(w) {
+			t.Errorf("worker %d alive after the job ended", w)
 		}
 	}
 }

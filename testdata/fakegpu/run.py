@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Fake distributed training job on the fake GPU testbed.
 
-    python3 run.py --nproc N --steps S [--vendor cuda|maca]
+    python3 run.py --nproc N --steps S [--vendor cuda|maca] [--workers W]
                    [--fault KIND --fault-rank R --fault-step K]
 
 Without XPU_FAKEGPU_ROLE=rank this is a torchrun-like launcher: it spawns
@@ -10,18 +10,32 @@ WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, forwards
 SIGTERM/SIGINT to them and fails when a rank fails. Each rank runs a small
 trainer through ctypes on the fake CUDA (or MACA) libraries in --lib-dir.
 
+Batches come from a data loader. With --workers 0 (the default) it is a
+thread of the rank. With --workers W it is like PyTorch's DataLoader with
+num_workers=W: the rank forks W worker processes with os.fork() when
+training starts (after its GPU libraries are loaded and its threads run, so
+the workers inherit its environment, RANK included, and its mappings); the
+rank sends batch indices round robin down one pipe per worker, keeping two
+per worker in flight, and its main thread reads each batch, in order, from
+the pipe of the worker that made it.
+
 Steps are numbered from 0; a fault at step K hangs forever (never exits):
   skip-collective  rank R skips the gradient all-reduce of step K
   kernel-hang      a backward kernel of rank R never finishes at step K
   python-sleep     rank R sleeps in Python before the all-reduce of step K
   deadlock         two threads of rank R take two locks in opposite order
-  dataloader       rank R's data-loader thread blocks before batch K
+  dataloader       rank R's data-loader thread (with --workers, its main
+                   process) blocks in a read before batch K
+  dataloader-worker  the worker of rank R that makes batch K blocks in a
+                   read of a pipe nobody writes; rank R's main thread waits
+                   for the batch (implies --workers 2 unless --workers is set)
   nccl-stall       rank R's all-reduce of step K never progresses (dead NIC)
 Progress on stdout: "xpu-fakegpu rank=R pid=P started",
 "xpu-fakegpu rank=R step=S done". Standard library only (CPython 3.9+).
 """
 import argparse
 import ctypes
+import json
 import os
 import queue
 import signal
@@ -30,8 +44,10 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
+import warnings
 
-FAULTS = ("skip-collective", "kernel-hang", "python-sleep", "deadlock", "dataloader", "nccl-stall")
+FAULTS = ("skip-collective", "kernel-hang", "python-sleep", "deadlock", "dataloader", "dataloader-worker", "nccl-stall")
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLECTIVES_PER_STEP = 3  # two gradient buckets and the loss
 
@@ -47,7 +63,14 @@ def parse_args(argv=None):
     p.add_argument("--step-ms", type=float, default=20.0, help="GPU time of one step")
     p.add_argument("--lib-dir", default=os.path.join(HERE, "build"))
     p.add_argument("--layers", type=int, default=2)
-    return p.parse_args(argv)
+    p.add_argument("--workers", type=int, default=None,
+                   help="data loader worker processes (0: a thread; default 0, 2 with --fault dataloader-worker)")
+    args = p.parse_args(argv)
+    if args.workers is None:
+        args.workers = 2 if args.fault == "dataloader-worker" else 0
+    if args.workers < 0 or (args.fault == "dataloader-worker" and args.workers == 0):
+        p.error("--workers must be positive with --fault dataloader-worker, and never negative")
+    return args
 
 
 # --------------------------------------------------------------------------
@@ -467,6 +490,122 @@ class DataLoader(threading.Thread):
     def next(self):
         return self.q.get()
 
+    def close(self):
+        pass
+
+
+class LineReader:
+    """Reads newline-ended records from a pipe, blocking in read(2)."""
+
+    def __init__(self, fd):
+        self.fd, self.buf = fd, b""
+
+    def line(self):
+        while b"\n" not in self.buf:
+            chunk = os.read(self.fd, 4096)
+            if not chunk:
+                raise EOFError("pipe %d closed" % self.fd)
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+
+class WorkerDataLoader:
+    """PyTorch's DataLoader with num_workers > 0 and the fork start method:
+    worker processes forked from the rank make the batches. Batch i is
+    made by worker i % workers (an index sent down its index pipe, the
+    batch written back down its data pipe, one line each); the rank keeps
+    PREFETCH indices per worker in flight and reads the batches in order.
+    stall_at blocks the rank itself before reading a batch, worker_stall_at
+    the worker that makes that batch."""
+
+    PREFETCH = 2  # PyTorch's prefetch_factor
+
+    def __init__(self, steps, workers, stall_at=None, worker_stall_at=None):
+        self.steps, self.n = steps, workers
+        self.stall_at, self.worker_stall_at = stall_at, worker_stall_at
+        self.pids, self.index_fds, self.data = [], [], []
+        self.sent = self.got = 0
+
+    def start(self):
+        for w in range(self.n):
+            index_r, index_w = os.pipe()
+            data_r, data_w = os.pipe()
+            with warnings.catch_warnings():
+                # 3.12+ warns that forking a threaded process may deadlock
+                # the child; PyTorch does it all the same, and so do we.
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    # No pipe end of another worker stays open here, or
+                    # that worker would never see its index pipe close.
+                    for fd in self.index_fds + [d.fd for d in self.data] + [index_w, data_r]:
+                        os.close(fd)
+                    worker_main(w, index_r, data_w, self.worker_stall_at)
+                    code = 0
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)  # never the rank's atexit handlers nor its libraries' teardown
+            os.close(index_r)
+            os.close(data_w)
+            self.pids.append(pid)
+            self.index_fds.append(index_w)
+            self.data.append(LineReader(data_r))
+        while self.sent < min(self.steps, self.PREFETCH * self.n):
+            self.send()
+
+    def send(self):
+        os.write(self.index_fds[self.sent % self.n], b"%d\n" % self.sent)
+        self.sent += 1
+
+    def next(self):
+        i = self.got
+        if i == self.stall_at:
+            BlockingSource().read()
+        batch = json.loads(self.data[i % self.n].line())
+        if batch["index"] != i:
+            raise RuntimeError("worker %d sent batch %d, want %d" % (i % self.n, batch["index"], i))
+        self.got += 1
+        if self.sent < self.steps:
+            self.send()
+        return batch
+
+    def close(self):
+        """Closes the index pipes (each worker then exits) and reaps the workers."""
+        for fd in self.index_fds:
+            os.close(fd)
+        self.index_fds = []
+        for pid in self.pids:
+            os.waitpid(pid, 0)
+        self.pids = []
+
+
+def worker_main(w, index_fd, data_fd, stall_at):
+    """One data loader worker process: reads batch indices, writes batches,
+    until its index pipe closes."""
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG: never outlive the rank
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        return
+    name_thread("pt_data_worker")
+    indices = LineReader(index_fd)
+    while True:
+        try:
+            i = int(indices.line())
+        except EOFError:
+            return
+        if i == stall_at:
+            BlockingSource().read()
+        time.sleep(0.001)
+        os.write(data_fd, (json.dumps({"index": i, "tokens": 4096, "worker": w}) + "\n").encode())
+
 
 def deadlock_forever():
     """Two threads take two locks in opposite order: both wait forever."""
@@ -512,7 +651,11 @@ class Trainer:
         self.ddp = DistributedDataParallel(self.model, self.pg, self.dev, self.compute, self.watchdog)
         self.opt = SGD(self.dev, self.compute, max(1, step_us // 20))
         stall = args.fault_step if self.fault == "dataloader" else None
-        self.loader = DataLoader(args.steps, stall)
+        if args.workers > 0:
+            worker_stall = args.fault_step if self.fault == "dataloader-worker" else None
+            self.loader = WorkerDataLoader(args.steps, args.workers, stall, worker_stall)
+        else:
+            self.loader = DataLoader(args.steps, stall)
         self.host_loss = ctypes.c_float()
 
     def fault_here(self, step, kind):
@@ -525,6 +668,7 @@ class Trainer:
             self.train_step(step)
             say("xpu-fakegpu rank=%d step=%d done" % (self.rank, step))
         self.dev.fn("DeviceSynchronize", [])()
+        self.loader.close()
         self.pg.destroy()
 
     def train_step(self, step):

@@ -53,7 +53,12 @@ type Thread struct {
 	Role   Role
 	Helper string // for Background: what it helps ("gloo", "NCCL watchdog", ...)
 	Main   bool   // the process's main thread
-	Stack  int    // equal for threads with identical stacks, across ranks
+	// Process is the helper process (a forked DataLoader worker) the
+	// thread runs in, 0 for the rank's own threads; Name then names the
+	// process too. Threads of helpers are compared across ranks by their
+	// own name, not their process.
+	Process int
+	Stack   int // equal for threads with identical stacks, across ranks
 	// PyStack is equal for threads with identical Python stacks, across
 	// ranks; 0 for a thread without Python frames.
 	PyStack int

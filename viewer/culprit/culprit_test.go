@@ -181,3 +181,28 @@ func TestBrief(t *testing.T) {
 		t.Errorf("Short = %q", got)
 	}
 }
+
+// The threads of the ranks' helper processes (forked DataLoader workers)
+// line up across ranks by name and order, whatever their pids: the one
+// worker stuck elsewhere is named, and no rank has a thread the others
+// "lack" only because its workers' pids differ.
+func TestHelperProcessesAlign(t *testing.T) {
+	ranks := job(4, func(i int, r *Rank) {
+		for w := range 2 {
+			pid := 1000 + 10*i + w
+			stack, where := 10, "line (run.py:505)"
+			if i == 1 && w == 1 {
+				stack, where = 11, "read (run.py:470)"
+			}
+			r.Threads = append(r.Threads, Thread{TID: pid, Process: pid, Name: fmt.Sprintf("helper %d: pt_data_worker", pid),
+				Stack: stack, PyStack: stack, Where: where})
+		}
+	})
+	text := Analyse(4, ranks).Text()
+	if strings.Contains(text, "lack") {
+		t.Errorf("helpers reported as threads other ranks lack:\n%s", text)
+	}
+	if !strings.Contains(text, `rank 1's thread "helper 1011: pt_data_worker" is in read (run.py:470), while ranks 0/2-3 are in line (run.py:505)`) {
+		t.Errorf("the stuck worker of rank 1 is not named:\n%s", text)
+	}
+}

@@ -172,6 +172,11 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 			// Helpers of different libraries often share the process's name
 			// ("python3"): tell them apart by what they help.
 			key := t.Name + "\x00" + t.Helper
+			if t.Process != 0 {
+				// The rank's helper processes: their threads line up
+				// across ranks by name and order, whatever their pids.
+				key = "helper " + strings.TrimPrefix(t.Name, fmt.Sprintf("helper %d: ", t.Process)) + "\x00" + t.Helper
+			}
 			slot := fmt.Sprintf("%s#%d", key, ord[key])
 			ord[key]++
 			if _, ok := slots[slot]; !ok {
@@ -183,7 +188,6 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 	n := len(ranks)
 	for _, slot := range names {
 		members := slots[slot]
-		name, _, _ := strings.Cut(slot, "\x00")
 		kind := func(t Thread) string {
 			switch {
 			case role == Background:
@@ -212,7 +216,7 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 					where = m.t.Py
 				}
 				r.add(kind(m.t), []int{m.rank}, fmt.Sprintf("rank %d has a thread %q in %s that %s lack",
-					m.rank, name, where, ranksWord(lack)))
+					m.rank, m.t.Name, where, ranksWord(lack)))
 			}
 			continue
 		}
@@ -236,12 +240,12 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 				k = kk
 			}
 		}
-		what := fmt.Sprintf("thread %q", name)
-		if role == Background && rep.Helper != "" {
-			what = fmt.Sprintf("%s thread %q", rep.Helper, name)
-		}
 		for _, m := range members {
 			if m.t.Stack != best {
+				what := fmt.Sprintf("thread %q", m.t.Name)
+				if role == Background && rep.Helper != "" {
+					what = fmt.Sprintf("%s thread %q", rep.Helper, m.t.Name)
+				}
 				odd, usual := contrast(m.t.Frames, rep.Frames, m.t.Where, rep.Where)
 				r.add(k, []int{m.rank}, fmt.Sprintf("rank %d's %s is in %s, while %s are in %s",
 					m.rank, what, odd, ranksWord(majority), usual))

@@ -124,6 +124,10 @@ type faultCase struct {
 	// finding is what summary.txt must say of the faulty rank (%d), as a
 	// regular expression.
 	finding string
+	// workers is how many data loader worker processes each rank forks
+	// (run.py --workers): they must be helpers, dumped inside their
+	// rank's dump, never ranks, files or series of their own.
+	workers int
 }
 
 // What the viewer must find, by fault.
@@ -152,6 +156,7 @@ func TestFaults(t *testing.T) {
 		{job: job{fault: testbed.FaultPythonSleep, rank: 3}, host: true, finding: silent},
 		{job: job{fault: testbed.FaultDeadlock, rank: 0}, host: true, finding: silent},
 		{job: job{fault: testbed.FaultDataloader, rank: 2}, host: true, finding: silent},
+		{job: job{fault: testbed.FaultDataloaderWorker, rank: 1, extra: []string{"--workers", "2"}}, host: true, finding: silent, workers: 2},
 		{job: job{fault: testbed.FaultNCCLStall, rank: 1}, finding: polling},
 		{job: job{vendor: "maca", fault: testbed.FaultSkipCollective, rank: 3}, finding: behind},
 	}
@@ -222,6 +227,9 @@ func checkFault(t *testing.T, b *testbed.Bed, c faultCase) string {
 	// The viewer names the faulty rank.
 	summary := runViewer(t, dir)
 	t.Logf("summary.txt:\n%s", summary)
+	if c.workers > 0 {
+		checkWorkers(t, url, p, dir, summary, c)
+	}
 	want := fmt.Sprintf("Likely culprit: rank %d\n", c.rank)
 	if !strings.Contains(summary, want) {
 		t.Errorf("summary.txt does not say %q:\n%s", strings.TrimSpace(want), summary)

@@ -33,7 +33,7 @@ func matrixRuns() int {
 }
 
 // hostFaults are the faults that leave the faulty rank stuck on the host.
-var hostFaults = []string{testbed.FaultPythonSleep, testbed.FaultDeadlock, testbed.FaultDataloader}
+var hostFaults = []string{testbed.FaultPythonSleep, testbed.FaultDeadlock, testbed.FaultDataloader, testbed.FaultDataloaderWorker}
 
 // outcome is one run of one cell.
 type outcome struct {
