@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
@@ -257,8 +258,11 @@ func TestIncarnationCounted(t *testing.T) {
 	bk.see(23, false, true)
 	id, _ := bk.resolved(23, env(1, 2), nil, false, 1, true)
 	want("late worker of the exited rank 1", id, 1)
-	if got := bk.helpers(22); len(got) != 0 {
-		t.Errorf("helpers of the exited rank: %v", got)
+	if got := bk.helpers(22); len(got) != 1 || got[0] != 23 {
+		t.Errorf("helpers of the exited rank: %v, want the late worker", got)
+	}
+	if live := bk.live(); slices.Contains(live, 23) {
+		t.Errorf("the late worker of the exited rank is a rank: %v", live)
 	}
 	// Incarnation 2: rank 1 alone restarts (its peer lives on).
 	bk.exit(23)

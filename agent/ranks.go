@@ -267,35 +267,23 @@ func (b *rankBook) elect() {
 		k := key{p.id.Job, p.id.Rank, p.id.World}
 		groups[k] = append(groups[k], p)
 	}
-	for _, g := range groups {
+	for k, g := range groups {
+		for _, p := range g {
+			// Forked by the rank of its identity that has exited since (a
+			// DataLoader worker first looked at after its rank died): a
+			// helper still, never the rank.
+			if a := b.exitedRankAbove(p, k.job, k.rank, k.world); a != nil && !p.demoted {
+				p.helperOf, p.demoted = a.pid, true
+			}
+		}
 		if len(g) < 2 {
 			continue
-		}
-		// under says whether p descends from q, through any processes
-		// between them, exited ones included (a shell's subshell that
-		// forked the process and is gone).
-		under := func(p, q *procInfo) bool {
-			for seen := 0; p != nil && seen < len(b.procs); seen++ {
-				if p = b.procs[p.ppid]; p == q {
-					return true
-				}
-			}
-			return false
-		}
-		best := func(p *procInfo) int {
-			switch {
-			case p.gpu || p.comm:
-				return 2
-			case p.python:
-				return 1
-			}
-			return 0
 		}
 		var owner *procInfo
 		for _, p := range g {
 			switch {
 			case p.demoted:
-			case owner == nil, best(p) > best(owner), best(p) == best(owner) && under(owner, p):
+			case owner == nil, rankLike(p) > rankLike(owner), rankLike(p) == rankLike(owner) && b.under(owner, p):
 				owner = p
 			}
 		}
@@ -305,13 +293,51 @@ func (b *rankBook) elect() {
 		for _, p := range g {
 			switch {
 			case p == owner:
-			case under(p, owner):
+			case b.under(p, owner):
 				p.helperOf, p.demoted = owner.pid, true
-			case under(owner, p) || best(p) < best(owner):
+			case b.under(owner, p) || rankLike(p) < rankLike(owner):
 				p.wrapper, p.demoted = true, true
 			}
 		}
 	}
+}
+
+// rankLike ranks how much p looks like the rank of its identity: it made
+// GPU calls or created a communicator (2), it runs Python (1), neither (0).
+func rankLike(p *procInfo) int {
+	switch {
+	case p.gpu || p.comm:
+		return 2
+	case p.python:
+		return 1
+	}
+	return 0
+}
+
+// under says whether p descends from q, through any processes between
+// them, exited ones included (a shell's subshell that forked the process
+// and is gone); b.mu held.
+func (b *rankBook) under(p, q *procInfo) bool {
+	for seen := 0; p != nil && seen < len(b.procs); seen++ {
+		if p = b.procs[p.ppid]; p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// exitedRankAbove returns the nearest exited ancestor of p that was the
+// rank of the identity (job, rank, world): not a wrapper, running Python
+// or the GPU; nil when none; b.mu held.
+func (b *rankBook) exitedRankAbove(p *procInfo, job string, rank, world int) *procInfo {
+	for seen := 0; p != nil && seen < len(b.procs); seen++ {
+		p = b.procs[p.ppid]
+		if p != nil && p.exited && !p.wrapper && rankLike(p) > 0 &&
+			p.id.Job == job && p.id.Rank == rank && p.id.World == world && (p.id.FromEnv || p.id.Source == "nccl") {
+			return p
+		}
+	}
+	return nil
 }
 
 // helpers lists the live helpers of rank pid.
