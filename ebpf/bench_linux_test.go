@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
@@ -55,8 +57,17 @@ func BenchmarkProbeOverhead(b *testing.B) {
 		b.Fatal(err)
 	}
 
+	// The kernel's own account of the programs' run time (bpf_stats): the
+	// cost inside the program, without the trap that every uprobe pays and
+	// without the reader's share of the machine.
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatalf("enable BPF run-time stats: %v", err)
+	}
+	defer stats.Close()
+
 	for range b.N {
-		var none, empty, ours []float64
+		var none, empty, ours, emptyRun, oursRun []float64
 		for range benchReps {
 			none = append(none, launchLoop(b, loop, nil))
 
@@ -64,11 +75,21 @@ func BenchmarkProbeOverhead(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			before := progStats(b, objs.Empty)
 			empty = append(empty, launchLoop(b, loop, nil))
+			emptyRun = append(emptyRun, progStats(b, objs.Empty).since(b, before))
 			l.Close()
 
-			ours = append(ours, tracedLaunchLoop(b, loop, cudart))
+			perLaunch, run := tracedLaunchLoop(b, loop, cudart)
+			ours, oursRun = append(ours, perLaunch), append(oursRun, run)
 		}
+		mEmptyRun, mOursRun := median(emptyRun), median(oursRun)
+		b.ReportMetric(mOursRun, "ours-bpf-ns")
+		b.ReportMetric(mEmptyRun, "empty-bpf-ns")
+		b.ReportMetric(mOursRun-mEmptyRun, "ours-empty-bpf-ns")
+		b.Logf("BPF run time per launch (bpf_stats) over %d runs: empty %v, ours %v", benchReps, emptyRun, oursRun)
+		benchtable.Row(b, "cudaLaunchKernel, our program's run time in the kernel (bpf_stats)", ns(mOursRun-mEmptyRun)+" (ours - empty)",
+			ns(probeCostTarget)+" (target)", (mOursRun-mEmptyRun)/probeCostTarget)
 		mNone, mEmpty, mOurs := median(none), median(empty), median(ours)
 		b.ReportMetric(mNone, "none-ns/launch")
 		b.ReportMetric(mEmpty, "empty-ns/launch")
@@ -169,7 +190,7 @@ func launchLoop(b *testing.B, loop string, follow func(pid int)) float64 {
 // the runtime ahead, and checks that every launch was delivered or counted
 // lost; it fails when any was lost or none delivered: the figure would be
 // of a tracer that drops, or of no tracer at all.
-func tracedLaunchLoop(b *testing.B, loop, cudart string) float64 {
+func tracedLaunchLoop(b *testing.B, loop, cudart string) (perLaunch, bpfRun float64) {
 	b.Helper()
 	tr, err := NewTracer(Options{Libraries: []string{cudart}})
 	if err != nil {
@@ -187,7 +208,8 @@ func tracedLaunchLoop(b *testing.B, loop, cudart string) float64 {
 		}, nil)
 	}()
 	defer func() { cancel(); <-done }()
-	perLaunch := launchLoop(b, loop, func(pid int) {
+	before := progStats(b, tr.objs.LaunchKernel)
+	perLaunch = launchLoop(b, loop, func(pid int) {
 		if err := tr.Follow(pid); err != nil {
 			b.Fatal(err)
 		}
@@ -200,7 +222,7 @@ func tracedLaunchLoop(b *testing.B, loop, cudart string) float64 {
 				b.Fatalf("traced launchloop: %d of %d launches delivered, %d lost: the ring buffer (%d bytes) overflowed or nothing was probed",
 					n, benchLaunches, st.Lost, ringSize(0))
 			}
-			return perLaunch
+			return perLaunch, progStats(b, tr.objs.LaunchKernel).since(b, before)
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d launches delivered, %+v", launches.Load(), benchLaunches, st)
@@ -282,4 +304,30 @@ func median(v []float64) float64 {
 	s := slices.Clone(v)
 	slices.Sort(s)
 	return s[len(s)/2]
+}
+
+// runStats is a program's accumulated run time and runs (bpf_stats).
+type runStats struct {
+	runtime time.Duration
+	runs    uint64
+}
+
+func progStats(b *testing.B, p *ebpf.Program) runStats {
+	b.Helper()
+	st, err := p.Stats()
+	if err != nil {
+		b.Fatalf("program stats: %v", err)
+	}
+	return runStats{st.Runtime, st.RunCount}
+}
+
+// since is the mean run time in ns per run from before to s; it fails the
+// benchmark when the program did not run.
+func (s runStats) since(b *testing.B, before runStats) float64 {
+	b.Helper()
+	n := s.runs - before.runs
+	if n < benchLaunches {
+		b.Fatalf("the program ran %d times, want at least %d launches: it measured nothing", n, benchLaunches)
+	}
+	return float64(s.runtime-before.runtime) / float64(n)
 }

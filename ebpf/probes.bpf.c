@@ -270,19 +270,22 @@ static __always_inline struct event *reserve(__u64 pid_tgid, __u8 kind, __u8 pha
 
 /*
  * submit hands a call record to Go. Waking the reader is most of a
- * record's price when it keeps up (an irq_work and a scheduler wakeup per
- * record), so a call record wakes it only when it makes the unread data
- * cross a batch (an eighth of the ring, at most 16 KiB); the reader picks
- * up smaller remainders on its own within its poll interval (tracer.go,
- * pollInterval). Process records always wake it: scans wait on them.
+ * record's price when it keeps up (an irq_work, an APIC write that a
+ * paravirtualised guest pays as a hypercall, and a scheduler wakeup), so a
+ * call record wakes it only when it makes the unread data cross a batch,
+ * an eighth of the ring (1 MiB of the default 8: one wakeup per ~5,000
+ * records, where a 16 KiB batch cost 19% of a launch record's time in
+ * perf on this project's VM); the reader picks up smaller remainders on
+ * its own within its poll interval (tracer.go, pollInterval, 20 ms), and
+ * an eighth of the ring read every 20 ms is 50 MiB/s, far above any
+ * training loop's call rate. Process records always wake it: scans wait
+ * on them.
  */
 #define RECORD_BYTES (sizeof(struct event) + 8) /* with the ring's header */
 
 static __always_inline void submit(struct event *e)
 {
 	__u64 batch = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 8;
-	if (batch > 16384)
-		batch = 16384;
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	int crossed = avail >= batch && avail < batch + RECORD_BYTES;
 	bpf_ringbuf_submit(e, crossed ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
@@ -304,6 +307,15 @@ static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
 	bpf_probe_read_user(&v, sizeof(v), (void *)(ctx->sp + 8 * n));
 	return v;
 }
+
+/* stack_args reads the stack arguments n.. into v (zero if unreadable) in
+ * one copy: each bpf_probe_read_user is a fault-guarded user access, the
+ * second costliest step of a launch record after the ring buffer. */
+#define STACK_ARGS(ctx, n, v)                                                    \
+	do {                                                                     \
+		if (bpf_probe_read_user(&(v), sizeof(v), (void *)((ctx)->sp + 8 * (n)))) \
+			__builtin_memset(&(v), 0, sizeof(v));                    \
+	} while (0)
 
 static __always_inline __u64 stash_key(__u64 pid_tgid, __u8 kind)
 {
@@ -340,8 +352,10 @@ int launch_kernel(struct pt_regs *ctx)
 	e->block[0] = (__u32)block;
 	e->block[1] = block >> 32;
 	e->block[2] = (__u32)ARG5(ctx);
-	e->shmem = stack_arg(ctx, 1);
-	e->stream = stack_arg(ctx, 2);
+	__u64 st[2];
+	STACK_ARGS(ctx, 1, st);
+	e->shmem = st[0];
+	e->stream = st[1];
 	submit(e);
 	return 0;
 }
@@ -382,9 +396,11 @@ int cu_launch_kernel(struct pt_regs *ctx)
 	e->grid[2] = ARG4(ctx);
 	e->block[0] = ARG5(ctx);
 	e->block[1] = ARG6(ctx);
-	e->block[2] = stack_arg(ctx, 1);
-	e->shmem = (__u32)stack_arg(ctx, 2);
-	e->stream = stack_arg(ctx, 3);
+	__u64 st[3];
+	STACK_ARGS(ctx, 1, st);
+	e->block[2] = st[0];
+	e->shmem = (__u32)st[1];
+	e->stream = st[2];
 	submit(e);
 	return 0;
 }
@@ -756,8 +772,10 @@ int coll_reduce(struct pt_regs *ctx)
 	e->dtype = ARG4(ctx);
 	e->redop = ARG5(ctx);
 	e->peer = ARG6(ctx);
-	e->comm = stack_arg(ctx, 1);
-	e->stream = stack_arg(ctx, 2);
+	__u64 st[2];
+	STACK_ARGS(ctx, 1, st);
+	e->comm = st[0];
+	e->stream = st[1];
 	submit(e);
 	return 0;
 }

@@ -58,6 +58,7 @@ TorchJob	cli-native-frames	eu-stack-frames	-	torch rank, native frames vs eu-sta
 TorchJob	cli-python-frames	=1	-	torch rank, Python frames (eu-stack, gdb: none)
 ProbeOverhead	ours-ns/launch	empty-ns/launch	-	ns per cudaLaunchKernel, ours vs an empty uprobe
 ProbeOverhead	ours-empty-ns	=150	1	ns our programs add per launch vs 150 ns
+ProbeOverhead	ours-empty-bpf-ns	=150	1	ns our program runs in the kernel (bpf_stats) over an empty one vs 150 ns
 ProbeOverhead	steps/s-traced	steps/s-plain	-	training steps/s, traced vs not
 Viewer	seconds	flamegraph.pl-seconds	-	viewer vs flamegraph.pl
 MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job's
