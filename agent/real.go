@@ -56,5 +56,5 @@ func (d *dumper) Capture(pid int) (*dump.Process, error) {
 func (d *dumper) Warm(pid int) {
 	d.warm.Lock()
 	defer d.warm.Unlock()
-	d.u.Cache().Warm(pid)
+	_ = dump.Warm(d.u, pid) // what fails here, the capture reports
 }

@@ -103,6 +103,18 @@ func Shared() *native.Unwinder {
 	return shared
 }
 
+// Warm reads ahead, into u's symbol cache (nil: Shared's) and the Python
+// reader's image cache, what a capture of pid will need: its libraries'
+// call frame information, symbols and line tables, and its interpreter's
+// layout. A capture afterwards pays for none of it.
+func Warm(u *native.Unwinder, pid int) error {
+	if u == nil {
+		u = Shared()
+	}
+	_, _ = python.Open(pid) // not Python, or an error the capture will report
+	return u.Cache().Warm(pid)
+}
+
 // Capture dumps pid. A process in state D is not ptraced: only its state
 // (and Python stacks, read without stopping) are returned. While it runs,
 // the collector's GOGC is at least captureGC.

@@ -36,7 +36,7 @@ const torchRanks = 4
 //   - `xpu-timer dump --pid` as a new process (cli): time, peak RSS, the
 //     longest stop;
 //   - a dump inside a running process, as the agent does it (agent): a
-//     new symbol cache read ahead by Cache.Warm (untimed), then Capture;
+//     new symbol cache read ahead by Warm (untimed), then Capture;
 //   - elfutils' `eu-stack -p` (no Python frames, inlined frames or lines);
 //   - gdb's `thread apply all bt`.
 //
@@ -230,7 +230,7 @@ func agentDump(b *testing.B, pid int) torchRun {
 	b.Helper()
 	u := native.NewUnwinder(nil)
 	b.StopTimer()
-	if err := u.Cache().Warm(pid); err != nil {
+	if err := Warm(u, pid); err != nil {
 		b.Fatal(err)
 	}
 	b.StartTimer()

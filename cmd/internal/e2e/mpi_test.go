@@ -66,7 +66,9 @@ func TestOpenMPI(t *testing.T) {
 	if !strings.Contains(summary, "Likely culprit: rank 2\n") {
 		t.Errorf("the viewer does not name rank %d:\n%s", faulty, summary)
 	}
-	p.kill()
+	// SIGTERM to the launcher ends mpirun, which ends its ranks: none is
+	// left behind in its own process group.
+	p.end(30 * time.Second)
 }
 
 // linesWith returns the lines of out that hold any of subs.

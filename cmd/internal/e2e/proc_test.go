@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -115,23 +116,32 @@ func (p *proc) waitExit(timeout time.Duration) int {
 
 // end ends the job the way an operator does, with SIGTERM to the command,
 // and checks that it ends cleanly: the command exits, no process of its
-// group is left, and once the segments a killed fake NCCL cannot remove
-// are removed, none of the job's remains in /dev/shm.
+// group or its tree is left (mpirun puts its ranks in groups of their
+// own), and once the segments a killed fake NCCL cannot remove are
+// removed, none of the job's remains in /dev/shm.
 func (p *proc) end(timeout time.Duration) int {
 	p.t.Helper()
+	tree := procfs.Descendants(p.cmd.Process.Pid)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	code := p.waitExit(timeout)
-	p.checkClean()
+	p.checkClean(tree...)
 	return code
 }
 
 // checkClean checks, after the command exited, that no process of its
-// group is left and removes the job's segments and store.
-func (p *proc) checkClean() {
+// group nor any of tree (its descendants, as they were) is left, and
+// removes the job's segments and store.
+func (p *proc) checkClean(tree ...int) {
 	p.t.Helper()
 	var left []int
 	for range 100 { // a rank may still be on its way out
-		if left = group(p.cmd.Process.Pid); len(left) == 0 {
+		left = group(p.cmd.Process.Pid)
+		for _, pid := range tree {
+			if st, err := procfs.ReadStat(pid); err == nil && st.State != 'Z' && st.State != 'X' && !slices.Contains(left, pid) {
+				left = append(left, pid)
+			}
+		}
+		if len(left) == 0 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -155,14 +165,16 @@ func (p *proc) checkClean() {
 	os.RemoveAll(p.store)
 }
 
-// kill is the cleanup: the whole group, then the leftovers.
+// kill is the cleanup: the whole group, then the leftovers, its tree's
+// too (mpirun's ranks, in groups of their own, would outlive it).
 func (p *proc) kill() {
+	tree := procfs.Descendants(p.cmd.Process.Pid)
 	p.Kill()
 	select {
 	case <-p.Done():
 	case <-time.After(10 * time.Second):
 	}
-	for _, pid := range group(p.cmd.Process.Pid) {
+	for _, pid := range append(group(p.cmd.Process.Pid), tree...) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	testbed.RemoveSegments(p.segments())
