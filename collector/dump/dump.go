@@ -131,9 +131,21 @@ func Capture(pid int, o Options) (*Process, error) {
 	}
 	p := &Process{PID: pid, State: procfs.StateName(st.State)}
 
+	// One read of the mappings serves the Python reader and the native
+	// capture.
+	var proc *symbols.Process
+	if !o.NoNative && st.State != 'D' {
+		if proc, err = u.Cache().Process(pid); err != nil {
+			return nil, fmt.Errorf("capture %d: read maps: %w", pid, ErrNoProcess)
+		}
+	}
 	var py *python.Reader
 	if !o.NoPython {
-		py, err = python.Open(pid)
+		if proc != nil {
+			py, err = python.OpenMapped(pid, proc.Mappings())
+		} else {
+			py, err = python.Open(pid)
+		}
 		switch {
 		case errors.Is(err, python.ErrNotPython):
 			py = nil
@@ -160,7 +172,7 @@ func Capture(pid int, o Options) (*Process, error) {
 	} else if o.NoNative || st.State == 'D' {
 		readPython()
 	} else {
-		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress})
+		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress, Process: proc})
 		p.StoppedFor = res.StoppedFor
 		if err != nil {
 			if errors.Is(err, native.ErrNotPermitted) || errors.Is(err, native.ErrNoProcess) || errors.Is(err, native.ErrExited) {

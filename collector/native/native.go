@@ -36,6 +36,9 @@ type Options struct {
 	// kernel's trampoline at stack address slot of thread tid (see
 	// ebpf.Tracer.ReturnAddress). Without it a stack ends at the trampoline.
 	ReturnAddress ReturnAddressFunc
+	// Process is pid's resolver from the unwinder's cache, when the caller
+	// has made it (its mappings read); nil: Dump reads them.
+	Process *symbols.Process
 }
 
 // ReturnAddressFunc looks up the return address that a uretprobe moved out

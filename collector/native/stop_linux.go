@@ -70,9 +70,11 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 			return res, fmt.Errorf("dump %d: %w", pid, ErrExited)
 		}
 	}
-	proc, err := u.cache.Process(pid)
-	if err != nil {
-		return res, fmt.Errorf("dump %d: read maps: %w", pid, ErrNoProcess)
+	proc := o.Process
+	if proc == nil {
+		if proc, err = u.cache.Process(pid); err != nil {
+			return res, fmt.Errorf("dump %d: read maps: %w", pid, ErrNoProcess)
+		}
 	}
 	maps := proc.Mappings()
 

@@ -185,13 +185,9 @@ type located struct {
 	bias uint64
 }
 
-// locate finds the file mapped into pid that defines _PyRuntime: libpython
-// when loaded, else the executable.
-func locate(pid int) (*located, error) {
-	maps, err := procfs.Maps(pid)
-	if err != nil {
-		return nil, fmt.Errorf("read maps of %d: %w", pid, err)
-	}
+// locate finds the file mapped into pid (its mappings maps) that defines
+// _PyRuntime: libpython when loaded, else the executable.
+func locate(pid int, maps []procfs.Mapping) (*located, error) {
 	exe, _ := os.Readlink(filepath.Join(procfs.Root, strconv.Itoa(pid), "exe"))
 	exe = string(bytes.TrimSuffix([]byte(exe), []byte(" (deleted)")))
 	seen := map[string]bool{}

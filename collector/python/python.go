@@ -58,7 +58,17 @@ type Reader struct {
 
 // Open finds the interpreter in process pid.
 func Open(pid int) (*Reader, error) {
-	loc, err := locate(pid)
+	maps, err := procfs.Maps(pid)
+	if err != nil {
+		return nil, fmt.Errorf("read maps of %d: %w", pid, err)
+	}
+	return OpenMapped(pid, maps)
+}
+
+// OpenMapped is Open with pid's mappings already read (/proc/PID/maps of
+// a framework's process runs to thousands of lines, milliseconds to read).
+func OpenMapped(pid int, maps []procfs.Mapping) (*Reader, error) {
+	loc, err := locate(pid, maps)
 	if err != nil {
 		return nil, err
 	}
