@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"iter"
 	"slices"
 	"sync"
 
@@ -227,14 +228,28 @@ func (b *rankBook) incarnate(p *procInfo) {
 	p.counted, p.inc, p.id.Incarnation = true, h.incarnation, h.incarnation
 }
 
-// descends says whether p descends from the process pid, through any
-// processes between them, exited ones included; b.mu held.
+// lineage yields the pids of p's parent, its parent's, and so on, through
+// exited processes too (a shell's subshell that forked p and is gone), as
+// far as the record knows them: the last one yielded may be a pid the
+// record has forgotten. At most len(b.procs) steps, so that pids reused
+// into a cycle end the walk; b.mu held.
+func (b *rankBook) lineage(p *procInfo) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		for seen := 0; p != nil && p.ppid != 0 && seen <= len(b.procs); seen++ {
+			if !yield(p.ppid) {
+				return
+			}
+			p = b.procs[p.ppid]
+		}
+	}
+}
+
+// descends says whether p descends from the process pid; b.mu held.
 func (b *rankBook) descends(p *procInfo, pid int) bool {
-	for seen := 0; p != nil && seen < len(b.procs); seen++ {
-		if p.ppid == pid {
+	for a := range b.lineage(p) {
+		if a == pid {
 			return true
 		}
-		p = b.procs[p.ppid]
 	}
 	return false
 }
@@ -283,7 +298,7 @@ func (b *rankBook) elect() {
 		for _, p := range g {
 			switch {
 			case p.demoted:
-			case owner == nil, rankLike(p) > rankLike(owner), rankLike(p) == rankLike(owner) && b.under(owner, p):
+			case owner == nil, rankLike(p) > rankLike(owner), rankLike(p) == rankLike(owner) && b.descends(owner, p.pid):
 				owner = p
 			}
 		}
@@ -293,9 +308,9 @@ func (b *rankBook) elect() {
 		for _, p := range g {
 			switch {
 			case p == owner:
-			case b.under(p, owner):
+			case b.descends(p, owner.pid):
 				p.helperOf, p.demoted = owner.pid, true
-			case b.under(owner, p) || rankLike(p) < rankLike(owner):
+			case b.descends(owner, p.pid) || rankLike(p) < rankLike(owner):
 				p.wrapper, p.demoted = true, true
 			}
 		}
@@ -314,27 +329,15 @@ func rankLike(p *procInfo) int {
 	return 0
 }
 
-// under says whether p descends from q, through any processes between
-// them, exited ones included (a shell's subshell that forked the process
-// and is gone); b.mu held.
-func (b *rankBook) under(p, q *procInfo) bool {
-	for seen := 0; p != nil && seen < len(b.procs); seen++ {
-		if p = b.procs[p.ppid]; p == q {
-			return true
-		}
-	}
-	return false
-}
-
 // exitedRankAbove returns the nearest exited ancestor of p that was the
 // rank of the identity (job, rank, world): not a wrapper, running Python
 // or the GPU; nil when none; b.mu held.
 func (b *rankBook) exitedRankAbove(p *procInfo, job string, rank, world int) *procInfo {
-	for seen := 0; p != nil && seen < len(b.procs); seen++ {
-		p = b.procs[p.ppid]
-		if p != nil && p.exited && !p.wrapper && rankLike(p) > 0 &&
-			p.id.Job == job && p.id.Rank == rank && p.id.World == world && (p.id.FromEnv || p.id.Source == "nccl") {
-			return p
+	for pid := range b.lineage(p) {
+		a := b.procs[pid]
+		if a != nil && a.exited && !a.wrapper && rankLike(a) > 0 &&
+			a.id.Job == job && a.id.Rank == rank && a.id.World == world && (a.id.FromEnv || a.id.Source == "nccl") {
+			return a
 		}
 	}
 	return nil
