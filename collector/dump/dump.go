@@ -111,8 +111,13 @@ func Warm(u *native.Unwinder, pid int) error {
 	if u == nil {
 		u = Shared()
 	}
-	_, _ = python.Open(pid) // not Python, or an error the capture will report
-	return u.Cache().Warm(pid)
+	proc, err := u.Cache().Process(pid) // one read of the mappings serves both
+	if err != nil {
+		return err
+	}
+	_, _ = python.OpenMapped(pid, proc.Mappings()) // not Python, or an error the capture will report
+	proc.Warm()
+	return nil
 }
 
 // Capture dumps pid. A process in state D is not ptraced: only its state

@@ -17,6 +17,12 @@ func (c *Cache) Warm(pid int) error {
 	if err != nil {
 		return err
 	}
+	p.Warm()
+	return nil
+}
+
+// Warm is Cache.Warm for a process whose mappings are read.
+func (p *Process) Warm() {
 	p.mu.Lock()
 	maps := append([]*mapping(nil), p.maps...)
 	p.mu.Unlock()
@@ -34,7 +40,6 @@ func (c *Cache) Warm(pid int) error {
 			lt.inflate()
 		}
 	}
-	return nil
 }
 
 // inflate reads the compressed sections of the table's DWARF whole, each
