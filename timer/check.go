@@ -9,7 +9,6 @@ type view struct {
 	stuck   *qop              // oldest op awaited by a waiter past the timeout, nil if none
 	colls   map[string]uint64 // highest awaited collective per communicator of those waiters
 	coll    *qop              // oldest collective awaited by those waiters
-	gpuWait bool              // some thread waits, for any time, on GPU work not known complete
 }
 
 // Check decides at time now which processes newly hang. A process fires
@@ -38,11 +37,11 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 	for _, p := range e.procs {
 		v := view{p: p, waiters: p.waiters(now, e.cfg.PollRepeat)}
 		for _, w := range v.waiters {
-			o := p.awaited(w.targets)
-			if o != nil {
-				v.gpuWait = true
+			if now-w.Since <= e.timeout {
+				continue
 			}
-			if o == nil || now-w.Since <= e.timeout || now-o.op.Issued <= e.timeout {
+			o := p.awaited(w.targets)
+			if o == nil || now-o.op.Issued <= e.timeout {
 				continue
 			}
 			if v.stuck == nil || o.gseq < v.stuck.gseq {
@@ -145,8 +144,11 @@ func (e *Engine) decision(p *proc, kind string, now int64) Hang {
 // host before that.
 func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 	p := v.p
-	if v.stuck != nil || v.gpuWait || now-p.lastWork <= e.timeout || (p.gseq == 0 && len(p.comms) == 0) {
-		return nil, false // busy on the GPU, waiting on it, recently active, or never a GPU user (a launcher, a data loader)
+	if v.stuck != nil || now-p.lastWork <= e.timeout || (p.gseq == 0 && len(p.comms) == 0) {
+		return nil, false // busy on the GPU, recently active, or never a GPU user (a launcher, a data loader)
+	}
+	if p.waitsOnGPU(v.waiters) {
+		return nil, false // waiting on it, not yet for the timeout
 	}
 	for i := range views {
 		q := &views[i]

@@ -80,6 +80,17 @@ func (th *thread) clearPoll(handle uint64) {
 	th.polls = slices.DeleteFunc(th.polls, func(ps pollStreak) bool { return ps.handle == handle })
 }
 
+// waitsOnGPU says whether any of ws, for however long, waits on GPU work
+// of p not known complete.
+func (p *proc) waitsOnGPU(ws []waiting) bool {
+	for _, w := range ws {
+		if p.awaited(w.targets) != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // waiting is a waiter with what it waits for.
 type waiting struct {
 	Waiter
