@@ -520,16 +520,6 @@ func TestKillGroup(t *testing.T) {
 	}
 }
 
-func TestIdentityOf(t *testing.T) {
-	id := IdentityOf(map[string]string{"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "2", "TORCHELASTIC_RUN_ID": "r1"})
-	if id != (Identity{Rank: 3, LocalRank: 1, World: 8, LocalWorld: 2, FromEnv: true, Source: "torchrun", Job: "r1", Incarnation: -1}) {
-		t.Fatalf("%+v", id)
-	}
-	if id := IdentityOf(map[string]string{"RANK": "x"}); id.FromEnv || id.Rank != -1 {
-		t.Fatalf("bad RANK accepted: %+v", id)
-	}
-}
-
 // dlroverHung is DLRover's rule: keep the lines starting with
 // XPU_TIMER_COMMON_HANG; the worker is hung when there are some and every
 // one ends in 1.

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/xpu-timer/xpu-timer/agent/identity"
+
 	"bytes"
 	"context"
 	"errors"
@@ -129,7 +131,7 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 // dumpHelper captures a helper process of a rank, for the rank's dump.
 func (a *Agent) dumpHelper(pid int) dumpfile.Helper {
 	c, err := a.o.Capturer.Capture(pid)
-	g := NewFile(pid, Identity{}, Labels{}, c, err)
+	g := identity.File(pid, Identity{}, Labels{}, c, err)
 	return dumpfile.Helper{PID: pid, Cmdline: g.Cmdline, State: g.State, Threads: g.Threads, Errors: g.Errors}
 }
 
@@ -139,7 +141,7 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	start := time.Now()
 	comms := a.engine.Comms(p.pid)
 	c, err := a.o.Capturer.Capture(p.pid)
-	f := NewFile(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
+	f := identity.File(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
 	f.Reason, f.Hang, f.Comms = reason, h, comms
 	f.Job, f.Incarnation = p.id.Job, max(p.id.Incarnation, 0)
 	for _, pid := range a.book.helpers(p.pid) {

@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"github.com/xpu-timer/xpu-timer/agent/identity"
+
 	"iter"
 	"slices"
 	"sync"
@@ -155,7 +157,7 @@ func (b *rankBook) resolved(pid int, env map[string]string, err error, final boo
 		p.ppid = ppid
 	}
 	if err == nil {
-		if id := IdentityOf(env); id.FromEnv {
+		if id := identity.Of(env); id.FromEnv {
 			p.id = id
 		} else if p.id.Job == "" {
 			p.id.Job, p.id.Incarnation = id.Job, id.Incarnation

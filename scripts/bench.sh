@@ -47,8 +47,10 @@ Dump	cold-ms	gdb-ms	0.1	first dump, 32 threads, 160 libraries, vs gdb
 Dump	warmed-ms	gdb-ms	-	first dump after Warm vs gdb
 Dump	cached-ms	gdb-ms	-	cached dump vs gdb
 Dump	max-stop-ms	=10	1	longest stop vs 10 ms
-TorchJob	cli-ms	eu-stack-ms	1	torch rank, first dump (new process) vs eu-stack
+TorchJob	cli-ms	eu-stack-ms	1	torch rank, first dump by xpu-timer-dump (new process) vs eu-stack
 TorchJob	cli-ms	gdb-ms	0.05	torch rank, first dump (new process) vs gdb
+TorchJob	cli-full-ms	eu-stack-ms	-	torch rank, first dump by xpu-timer dump (full binary) vs eu-stack
+TorchJob	cli-full-rss-MB	eu-stack-rss-MB	-	torch rank, peak RSS of xpu-timer dump (full binary) vs eu-stack
 TorchJob	agent-ms	eu-stack-ms	0.5	torch rank, first dump in the agent vs eu-stack
 TorchJob	cli-cpu-ms	eu-stack-cpu-ms	-	torch rank, CPU of a new-process dump vs eu-stack
 TorchJob	cli-rss-MB	eu-stack-rss-MB	2	torch rank, peak RSS of a new-process dump vs eu-stack

@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/xpu-timer/xpu-timer/cmd/internal/cli"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 )
 
-func main() { os.Exit(cli.Execute(cli.NewRoot())) }
+func main() { os.Exit(exitcode.Execute(cli.NewRoot())) }

@@ -5,8 +5,8 @@ package main
 import (
 	"os"
 
-	"github.com/xpu-timer/xpu-timer/cmd/internal/cli"
+	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
 )
 
-func main() { os.Exit(cli.Execute(launch.New())) }
+func main() { os.Exit(exitcode.Execute(launch.New())) }

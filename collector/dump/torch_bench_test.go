@@ -33,8 +33,9 @@ const torchRanks = 4
 // gloo, 3 blocked in an allreduce, 1 asleep in Python; the stripped 120 MB
 // libtorch_cpu.so with its 9.9 MB .eh_frame mapped in each), and on each
 // rank, one after the other:
-//   - `xpu-timer dump --pid` as a new process (cli): time, peak RSS, the
-//     longest stop;
+//   - `xpu-timer-dump --pid` as a new process (cli): time, peak RSS, the
+//     longest stop; and the same dump by the full binary, `xpu-timer dump
+//     --pid` (cli-full);
 //   - a dump inside a running process, as the agent does it (agent): a
 //     new symbol cache read ahead by Warm (untimed), then Capture;
 //   - elfutils' `eu-stack -p` (no Python frames, inlined frames or lines);
@@ -59,21 +60,27 @@ func BenchmarkTorchJob(b *testing.B) {
 	if out, err := exec.Command(torchPython, "-c", "import torch.distributed").CombinedOutput(); err != nil {
 		b.Fatalf("%s cannot import torch (python3-torch): %v\n%s", torchPython, err, out)
 	}
-	bin := filepath.Join(b.TempDir(), "xpu-timer")
-	if out, err := exec.Command("go", "build", "-o", bin, "../../cmd/xpu-timer").CombinedOutput(); err != nil {
-		b.Fatalf("build xpu-timer: %v\n%s", err, out)
+	dir := b.TempDir()
+	for _, cmd := range []string{"xpu-timer", "xpu-timer-dump"} {
+		if out, err := exec.Command("go", "build", "-o", dir, "../../cmd/"+cmd).CombinedOutput(); err != nil {
+			b.Fatalf("build %s: %v\n%s", cmd, err, out)
+		}
 	}
+	lean, full := []string{filepath.Join(dir, "xpu-timer-dump")}, []string{filepath.Join(dir, "xpu-timer"), "dump"}
 	pids := startTorchJob(b)
 
-	var cli, agent, eu, gd torchRuns
+	var cli, cliFull, agent, eu, gd torchRuns
 	var maxStop time.Duration
 	b.ResetTimer()
 	for range b.N {
 		for _, pid := range pids {
 			// Ours and its anchors side by side on the same process.
-			r := cliDump(b, bin, pid)
+			r := cliDump(b, lean, pid)
 			maxStop = max(maxStop, r.stop)
 			cli.add(r)
+			r = cliDump(b, full, pid)
+			maxStop = max(maxStop, r.stop)
+			cliFull.add(r)
 			eu.add(tool(b, "eu-stack", pid, euStack, "-p", strconv.Itoa(pid)))
 			r = agentDump(b, pid)
 			maxStop = max(maxStop, r.stop)
@@ -85,6 +92,8 @@ func BenchmarkTorchJob(b *testing.B) {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	mb := func(kb int64) float64 { return float64(kb) / 1024 }
 	b.ReportMetric(ms(cli.time()), "cli-ms")
+	b.ReportMetric(ms(cliFull.time()), "cli-full-ms")
+	b.ReportMetric(mb(cliFull.rss()), "cli-full-rss-MB")
 	b.ReportMetric(ms(agent.time()), "agent-ms")
 	b.ReportMetric(ms(eu.time()), "eu-stack-ms")
 	b.ReportMetric(ms(gd.time()), "gdb-ms")
@@ -99,8 +108,8 @@ func BenchmarkTorchJob(b *testing.B) {
 	b.ReportMetric(agent.frames(), "agent-native-frames")
 	b.ReportMetric(eu.frames(), "eu-stack-frames")
 	b.ReportMetric(gd.frames(), "gdb-frames")
-	b.Logf("per rank (ms): cli %v, agent %v, eu-stack %v, gdb %v; stops (ms): cli %v, agent %v",
-		cli.times(), agent.times(), eu.times(), gd.times(), cli.stops(), agent.stops())
+	b.Logf("per rank (ms): cli %v, cli-full %v, agent %v, eu-stack %v, gdb %v; stops (ms): cli %v, agent %v",
+		cli.times(), cliFull.times(), agent.times(), eu.times(), gd.times(), cli.stops(), agent.stops())
 }
 
 // torchRun is one dump of one rank.
@@ -202,11 +211,11 @@ func timed(path string, args ...string) (out []byte, took, cpu time.Duration, rs
 }
 
 // cliDump runs `xpu-timer dump --pid --json` on pid.
-func cliDump(b *testing.B, bin string, pid int) torchRun {
+func cliDump(b *testing.B, cmd []string, pid int) torchRun {
 	b.Helper()
-	out, took, cpu, rss, err := timed(bin, "dump", "--pid", strconv.Itoa(pid), "--json")
+	out, took, cpu, rss, err := timed(cmd[0], append(cmd[1:], "--pid", strconv.Itoa(pid), "--json")...)
 	if err != nil {
-		b.Fatalf("xpu-timer dump --pid %d: %v\n%s", pid, err, out)
+		b.Fatalf("%s --pid %d: %v\n%s", strings.Join(cmd, " "), pid, err, out)
 	}
 	// The dump file's fields (docs/stacktrace-schema.md) that are counted.
 	var f struct {
@@ -216,9 +225,9 @@ func cliDump(b *testing.B, bin string, pid int) torchRun {
 		Errors     []string       `json:"errors"`
 	}
 	if err := json.Unmarshal(out, &f); err != nil {
-		b.Fatalf("xpu-timer dump --pid %d: %v\n%s", pid, err, out)
+		b.Fatalf("%s --pid %d: %v\n%s", strings.Join(cmd, " "), pid, err, out)
 	}
-	r := counted(b, "xpu-timer dump", &Process{PID: f.PID, StoppedFor: f.StoppedFor, Threads: f.Threads, Errors: f.Errors})
+	r := counted(b, strings.Join(cmd, " "), &Process{PID: f.PID, StoppedFor: f.StoppedFor, Threads: f.Threads, Errors: f.Errors})
 	r.took, r.cpu, r.rssKB = took, cpu, rss
 	return r
 }

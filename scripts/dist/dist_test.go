@@ -43,7 +43,7 @@ func TestVersions(t *testing.T) {
 
 const testVersion = "v1.2.3"
 
-// build builds the three binaries stamped with testVersion, stripped to keep
+// build builds the binaries stamped with testVersion, stripped to keep
 // the archives small.
 func build(t *testing.T) string {
 	t.Helper()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xpu-timer/xpu-timer/cmd/internal/dumpcmd"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/launch"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/viewercmd"
@@ -21,6 +22,7 @@ func TestExitStatuses(t *testing.T) {
 		"xpu-timer":                   NewRoot,
 		"xpu_timer_launch":            launch.New,
 		"xpu_timer_stacktrace_viewer": viewercmd.New,
+		"xpu-timer-dump":              dumpcmd.Standalone,
 	}
 	for _, tc := range []struct {
 		bin    string
@@ -32,6 +34,9 @@ func TestExitStatuses(t *testing.T) {
 		{bin: "xpu-timer", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu-timer dev (revision "},
 		{bin: "xpu_timer_launch", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu_timer_launch dev (revision "},
 		{bin: "xpu_timer_stacktrace_viewer", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu_timer_stacktrace_viewer dev (revision "},
+		{bin: "xpu-timer-dump", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu-timer-dump dev (revision "},
+		{bin: "xpu-timer-dump", args: nil, want: exitcode.Usage, stderr: "--pid is required"},
+		{bin: "xpu-timer-dump", args: []string{"--pid", "999999999"}, want: exitcode.NoProcess, stderr: "process 999999999 does not exist"},
 
 		{bin: "xpu-timer", args: nil, want: exitcode.Usage, stderr: "xpu-timer: no command given"},
 		{bin: "xpu-timer", args: []string{"bogus"}, want: exitcode.Usage, stderr: `unknown command "bogus"`},
@@ -73,7 +78,7 @@ func TestExitStatuses(t *testing.T) {
 			if tc.args == nil {
 				cmd.SetArgs([]string{})
 			}
-			got := Execute(cmd)
+			got := exitcode.Execute(cmd)
 			if got != tc.want || !strings.Contains(errb.String(), tc.stderr) || !strings.Contains(out.String(), tc.stdout) {
 				t.Fatalf("exit %d, want %d\nstdout %q (want %q)\nstderr %q (want %q)", got, tc.want, out.String(), tc.stdout, errb.String(), tc.stderr)
 			}
@@ -98,7 +103,7 @@ func TestAgentBadEnvironment(t *testing.T) {
 			cmd.SetOut(&errb)
 			cmd.SetErr(&errb)
 			cmd.SetArgs([]string{"agent"})
-			if got := Execute(cmd); got != exitcode.Usage || !strings.Contains(errb.String(), want) {
+			if got := exitcode.Execute(cmd); got != exitcode.Usage || !strings.Contains(errb.String(), want) {
 				t.Fatalf("exit %d, stderr %q; want %d and %q", got, errb.String(), exitcode.Usage, want)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/agent"
+	"github.com/xpu-timer/xpu-timer/agent/identity"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
 	"github.com/xpu-timer/xpu-timer/timer"
@@ -233,13 +234,13 @@ var variables = []variable{
 		}},
 	retainCount, retainBytes, retainAge,
 	namespaces, podRegex, podUIDs, commandRegex,
-	{env: "XPU_TIMER_JOB_NAME", flag: "job-name", fallbacks: []string{"ELASTIC_JOB_NAME", "JOB_NAME"}, kind: "string",
+	{env: identity.JobNameVars[0], flag: "job-name", fallbacks: identity.JobNameVars[1:], kind: "string",
 		usage: "job_name label (default $ELASTIC_JOB_NAME, then $JOB_NAME)",
 		set:   func(c *Config, v string) error { c.JobName = v; return nil }},
-	{env: "XPU_TIMER_POD_NAME", flag: "pod-name", fallbacks: []string{"POD_NAME", "HOSTNAME"}, kind: "string",
+	{env: identity.PodNameVars[0], flag: "pod-name", fallbacks: identity.PodNameVars[1:], kind: "string",
 		usage: "pod_name label (default $POD_NAME, then $HOSTNAME)",
 		set:   func(c *Config, v string) error { c.PodName = v; return nil }},
-	{env: "XPU_TIMER_IP", flag: "ip", fallbacks: []string{"POD_IP"}, kind: "string",
+	{env: identity.IPVars[0], flag: "ip", fallbacks: identity.IPVars[1:], kind: "string",
 		usage: "ip label (default $POD_IP)",
 		set:   func(c *Config, v string) error { c.IP = v; return nil }},
 }

@@ -2,7 +2,7 @@
 // uses (README.md, "Exit statuses"): the same number means the same thing in
 // xpu_timer_launch, xpu_timer_stacktrace_viewer and every xpu-timer
 // subcommand. Commands return an error carrying the status (Status, or
-// Usage for a bad command line); cli.Execute exits with it.
+// Usage for a bad command line); Execute exits with it.
 package exitcode
 
 import (

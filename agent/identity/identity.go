@@ -1,4 +1,4 @@
-package agent
+package identity
 
 import (
 	"strconv"
@@ -21,7 +21,7 @@ type Identity struct {
 	// Slurm, Paddle), else "".
 	Job string
 	// Incarnation counts the job's restarts: TORCHELASTIC_RESTART_COUNT
-	// where the launcher sets it; IdentityOf gives -1 when the environment
+	// where the launcher sets it; Of gives -1 when the environment
 	// does not say, and the agent then counts the restarts it sees itself
 	// (rankBook, "Incarnations").
 	Incarnation int
@@ -62,9 +62,9 @@ var jobKeys = [][]string{
 	{"PADDLE_JOB_ID"},
 }
 
-// IdentityOf reads the identity from an environment (see launchers for
+// Of reads the identity from an environment (see launchers for
 // the precedence; README.md has the table).
-func IdentityOf(env map[string]string) Identity {
+func Of(env map[string]string) Identity {
 	id := Identity{Rank: -1, LocalRank: -1, Incarnation: -1}
 	num := func(k string) (int, bool) {
 		if k == "" {

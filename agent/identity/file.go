@@ -1,4 +1,4 @@
-package agent
+package identity
 
 import (
 	"fmt"
@@ -16,10 +16,10 @@ type Labels struct {
 	Host, IP, JobName, PodName string
 }
 
-// NewFile returns the dump file of a capture c of pid at id (c nil, err
+// File returns the dump file of a capture c of pid at id (c nil, err
 // set, when the capture failed): identity, labels, command line, state and
 // stacks. The caller sets the reason and the decision.
-func NewFile(pid int, id Identity, l Labels, c *dump.Process, err error) *dumpfile.File {
+func File(pid int, id Identity, l Labels, c *dump.Process, err error) *dumpfile.File {
 	f := &dumpfile.File{
 		Rank: id.Rank, WorldSize: id.World, LocalRank: max(id.LocalRank, 0), LocalWorldSize: id.LocalWorld,
 		Host: l.Host, IP: l.IP, JobName: l.JobName, PodName: l.PodName, PID: pid,
@@ -48,13 +48,13 @@ func NewFile(pid int, id Identity, l Labels, c *dump.Process, err error) *dumpfi
 	return f
 }
 
-// ManualFile is the dump file of a capture taken on request (xpu-timer
+// Manual is the dump file of a capture taken on request (xpu-timer
 // dump), reason "manual": the identity comes from env, the process's
 // environment (a process without RANK is rank 0 of 1, as a single process
 // is), the host name from this machine. It is what the agent would write,
 // so the viewer merges it with the agent's dumps.
-func ManualFile(c *dump.Process, env map[string]string, l Labels) *dumpfile.File {
-	id := IdentityOf(env)
+func Manual(c *dump.Process, env map[string]string, l Labels) *dumpfile.File {
+	id := Of(env)
 	if !id.FromEnv {
 		id.Rank = 0
 	}
@@ -64,8 +64,32 @@ func ManualFile(c *dump.Process, env map[string]string, l Labels) *dumpfile.File
 	if l.Host == "" {
 		l.Host, _ = os.Hostname()
 	}
-	f := NewFile(c.PID, id, l, c, nil)
+	f := File(c.PID, id, l, c, nil)
 	f.Schema, f.Reason = dumpfile.Schema, dumpfile.ReasonManual
 	f.DumpedAt, f.DumpDuration = time.Now(), c.Took
 	return f
+}
+
+// The environment variables a label is read from, the first one set (and
+// not empty) winning: ours, then the platform's. The launcher's
+// configuration (cmd/internal/config) binds the same lists, its flags and
+// configuration file coming before them.
+var (
+	JobNameVars = []string{"XPU_TIMER_JOB_NAME", "ELASTIC_JOB_NAME", "JOB_NAME"}
+	PodNameVars = []string{"XPU_TIMER_POD_NAME", "POD_NAME", "HOSTNAME"}
+	IPVars      = []string{"XPU_TIMER_IP", "POD_IP"}
+)
+
+// LabelsOf reads the labels the launcher would have given a process with
+// environment env (no flags, no configuration file); Host is left empty.
+func LabelsOf(env map[string]string) Labels {
+	first := func(names []string) string {
+		for _, n := range names {
+			if v := env[n]; v != "" {
+				return v
+			}
+		}
+		return ""
+	}
+	return Labels{IP: first(IPVars), JobName: first(JobNameVars), PodName: first(PodNameVars)}
 }

@@ -1,18 +1,17 @@
-package cli
+package exitcode
 
 import (
 	"fmt"
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/internal/version"
 )
 
 // Execute runs cmd, prints its error and returns the exit status of the one
 // table in package exitcode: a bad flag, argument or missing required flag
 // is a usage error (2) in every command; other errors carry their own
-// status (exitcode.Of), else 1. Every binary answers --version.
+// status (Of), else 1. Every binary answers --version.
 func Execute(cmd *cobra.Command) int {
 	if cmd.Version == "" {
 		cmd.Version = version.String()
@@ -21,12 +20,12 @@ func Execute(cmd *cobra.Command) int {
 	prepare(cmd)
 	c, err := cmd.ExecuteC()
 	if err == nil {
-		return exitcode.OK
+		return OK
 	}
-	code := exitcode.Of(err)
-	if _, told := err.(exitcode.Status); !told { // a bare status has been told already
+	code := Of(err)
+	if _, told := err.(Status); !told { // a bare status has been told already
 		fmt.Fprintf(c.ErrOrStderr(), "%s: %v\n", c.CommandPath(), err)
-		if code == exitcode.Usage {
+		if code == Usage {
 			fmt.Fprintf(c.ErrOrStderr(), "Run '%s --help' for usage.\n", c.CommandPath())
 		}
 	}
@@ -37,15 +36,15 @@ func Execute(cmd *cobra.Command) int {
 // usage errors, and leaves the printing to Execute.
 func prepare(c *cobra.Command) {
 	c.SilenceErrors, c.SilenceUsage = true, true
-	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return exitcode.With(exitcode.Usage, err) })
+	c.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return With(Usage, err) })
 	if args := c.Args; args != nil {
-		c.Args = func(c *cobra.Command, a []string) error { return exitcode.With(exitcode.Usage, args(c, a)) }
+		c.Args = func(c *cobra.Command, a []string) error { return With(Usage, args(c, a)) }
 	}
 	// cobra checks required flags after PreRunE; check them first, as usage.
 	pre, preNoErr := c.PreRunE, c.PreRun
 	c.PreRunE = func(c *cobra.Command, a []string) error {
 		if err := c.ValidateRequiredFlags(); err != nil {
-			return exitcode.With(exitcode.Usage, err)
+			return With(Usage, err)
 		}
 		if pre != nil {
 			return pre(c, a)
