@@ -200,7 +200,7 @@ func zlibContents(f *elf.File, s *elf.Section, r io.ReaderAt) (raw []byte, unmap
 	}
 	off, n := int64(s.Offset)+int64(hdr), int(s.FileSize)-hdr
 	if n >= populateMin {
-		if raw, unmap := mapFile(r, off, n); raw != nil {
+		if raw, unmap := mapFile(r, off, n, true); raw != nil {
 			return raw, unmap, nil
 		}
 	}

@@ -104,7 +104,7 @@ func TestMappedStreamTruncated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	raw, unmap := mapFile(f, off, len(z))
+	raw, unmap := mapFile(f, off, len(z), true)
 	if raw == nil {
 		t.Fatal("not mapped")
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"sync"
 
@@ -25,6 +27,7 @@ type ehIndex struct {
 	// a function and the address of its FDE, both signed 32-bit offsets
 	// from hdrAddr, sorted by start.
 	table     []byte
+	mapped    bool // table is the file's pages (mapSection), unmapped with ix
 	frameAddr uint64
 	frameSize uint64
 	// frame holds .eh_frame when it was read whole; else it is read from
@@ -66,13 +69,26 @@ func newEhIndex(f *elf.File, frame []byte, open func() (io.ReaderAt, io.Closer, 
 		hs.Flags&elf.SHF_COMPRESSED != 0 || es.Flags&elf.SHF_COMPRESSED != 0 || f.Class != elf.ELFCLASS64 {
 		return nil, errNoHdr
 	}
-	hdr, err := sectionBytes(hs)
-	if err != nil {
-		return nil, fmt.Errorf("read .eh_frame_hdr: %w", err)
+	// A large library's table (1.7 MB of libtorch_cpu.so's) is mapped,
+	// not read: a search touches a few of its pages. lookup recovers when
+	// the file is truncated under it.
+	hdr, unmap := mapSection(hs, false)
+	if hdr == nil {
+		var err error
+		if hdr, err = sectionBytes(hs); err != nil {
+			return nil, fmt.Errorf("read .eh_frame_hdr: %w", err)
+		}
 	}
 	ix, err := parseEhHdr(hdr, f.ByteOrder, hs.Addr, es.Addr, es.Size)
 	if err != nil {
+		if unmap != nil {
+			unmap()
+		}
 		return nil, err
+	}
+	if unmap != nil {
+		ix.mapped = true
+		runtime.AddCleanup(ix, func(unmap func()) { unmap() }, unmap)
 	}
 	if frame != nil && uint64(len(frame)) != es.Size {
 		return nil, fmt.Errorf(".eh_frame: %d bytes read of %d", len(frame), es.Size)
@@ -157,7 +173,15 @@ func (ix *ehIndex) entry(i int) (start, fde uint64) {
 
 // lookup returns the FDE covering vaddr, an error wrapping ErrNoFDE when
 // none does.
-func (ix *ehIndex) lookup(vaddr uint64) (*frame.FrameDescriptionEntry, error) {
+func (ix *ehIndex) lookup(vaddr uint64) (fde *frame.FrameDescriptionEntry, err error) {
+	if ix.mapped {
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() {
+			if r := recover(); r != nil {
+				fde, err = nil, fmt.Errorf("search table: %w", recovered(r))
+			}
+		}()
+	}
 	n := len(ix.table) / 8
 	i := sort.Search(n, func(i int) bool { start, _ := ix.entry(i); return start > vaddr }) - 1
 	if i < 0 {
@@ -167,8 +191,7 @@ func (ix *ehIndex) lookup(vaddr uint64) (*frame.FrameDescriptionEntry, error) {
 	if addr < ix.frameAddr || addr-ix.frameAddr >= ix.frameSize {
 		return nil, fmt.Errorf("search table entry %d: FDE at %#x is outside .eh_frame", i, addr)
 	}
-	fde, err := ix.fde(addr - ix.frameAddr)
-	if err != nil {
+	if fde, err = ix.fde(addr - ix.frameAddr); err != nil {
 		return nil, err
 	}
 	if !fde.Cover(vaddr) {

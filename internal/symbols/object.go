@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -261,35 +262,53 @@ func (o *Object) symbolsFrom(f *elf.File) {
 	o.mem.Add(int64(n))
 }
 
-// addSymbols appends the function symbols of .symtab and .dynsym.
+// addSymbols appends the function symbols of .symtab and .dynsym. A table
+// is read where the file lies, mapped (see mapSection), not copied: a
+// large library's is megabytes of fresh memory for one pass, and the
+// slice of symbols is sized in a first pass, not grown. A file truncated
+// while mapped faults; symbolsFrom recovers.
 func (o *Object) addSymbols(f *elf.File) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 		s := sectionOfType(f, typ)
 		if s == nil || s.Link >= uint32(len(f.Sections)) || f.Class != elf.ELFCLASS64 {
-			continue
-		}
-		data, err := sectionBytes(s)
-		if err != nil {
 			continue
 		}
 		strs, err := sectionBytes(f.Sections[s.Link])
 		if err != nil || len(o.strtab) >= 255 {
 			continue
 		}
-		tab := uint8(len(o.strtab))
-		o.strtab = append(o.strtab, strs)
-		for i := elf.Sym64Size; i+elf.Sym64Size <= len(data); i += elf.Sym64Size {
-			e := data[i : i+elf.Sym64Size]
-			name := f.ByteOrder.Uint32(e[0:])
-			info := e[4]
-			shndx := f.ByteOrder.Uint16(e[6:])
-			value := f.ByteOrder.Uint64(e[8:])
-			size := f.ByteOrder.Uint64(e[16:])
-			t := elf.SymType(info & 0xf)
-			if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || shndx == uint16(elf.SHN_UNDEF) || value == 0 {
+		data, unmap := mapSection(s, true) // read whole, at once
+		if data == nil {
+			if data, err = sectionBytes(s); err != nil {
 				continue
 			}
-			o.syms = append(o.syms, sym{addr: value, size: size, tab: tab, name: name, global: elf.SymBind(info>>4) != elf.STB_LOCAL})
+		}
+		tab := uint8(len(o.strtab))
+		o.strtab = append(o.strtab, strs)
+		funcs := func(yield func(e []byte) bool) {
+			for i := elf.Sym64Size; i+elf.Sym64Size <= len(data); i += elf.Sym64Size {
+				e := data[i : i+elf.Sym64Size]
+				t := elf.SymType(e[4] & 0xf)
+				if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || f.ByteOrder.Uint16(e[6:]) == uint16(elf.SHN_UNDEF) || f.ByteOrder.Uint64(e[8:]) == 0 {
+					continue
+				}
+				if !yield(e) {
+					return
+				}
+			}
+		}
+		n := 0
+		for range funcs {
+			n++
+		}
+		o.syms = slices.Grow(o.syms, n)
+		for e := range funcs {
+			o.syms = append(o.syms, sym{addr: f.ByteOrder.Uint64(e[8:]), size: f.ByteOrder.Uint64(e[16:]), tab: tab,
+				name: f.ByteOrder.Uint32(e[0:]), global: elf.SymBind(e[4]>>4) != elf.STB_LOCAL})
+		}
+		if unmap != nil {
+			unmap()
 		}
 	}
 }

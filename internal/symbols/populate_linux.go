@@ -2,6 +2,7 @@ package symbols
 
 import (
 	"bytes"
+	"debug/elf"
 	"io"
 	"os"
 	"sync"
@@ -9,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
@@ -82,7 +84,7 @@ func offHeap(n int) ([]byte, func()) {
 // mmap fails. The pages are the page cache's own: nothing is copied, and
 // no fresh memory is faulted in (10 µs a page on a VM). Reading them after
 // the file is truncated faults (SIGBUS): see faultSafe.
-func mapFile(r io.ReaderAt, off int64, n int) ([]byte, func()) {
+func mapFile(r io.ReaderAt, off int64, n int, populate bool) ([]byte, func()) {
 	f := fileOf(r)
 	if f == nil || n <= 0 || off < 0 {
 		return nil, nil
@@ -92,12 +94,40 @@ func mapFile(r io.ReaderAt, off int64, n int) ([]byte, func()) {
 	var m []byte
 	var err error
 	cerr := f.Control(func(fd int) {
-		m, err = unix.Mmap(fd, start, int(off-start)+n, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_POPULATE)
+		flags := unix.MAP_PRIVATE
+		if populate {
+			flags |= unix.MAP_POPULATE
+		}
+		m, err = unix.Mmap(fd, start, int(off-start)+n, unix.PROT_READ, flags)
 	})
 	if cerr != nil || err != nil {
 		return nil, nil
 	}
 	return m[off-start:], func() { unix.Munmap(m) }
+}
+
+// mapSection maps s, an uncompressed section, from the file it was read
+// from, as mapFile does; nil when it is compressed or no file's.
+func mapSection(s *elf.Section, populate bool) ([]byte, func()) {
+	if s.Flags&elf.SHF_COMPRESSED != 0 || s.Type == elf.SHT_NOBITS || s.ReaderAt == nil {
+		return nil, nil
+	}
+	n, err := elfcheck.Size(s)
+	if err != nil || n < populateMin {
+		return nil, nil
+	}
+	// debug/elf reads a section through a SectionReader at its offset,
+	// over (elfcheck's) SectionReader over the file.
+	r, off := io.ReaderAt(s.ReaderAt), int64(0)
+	for {
+		sr, ok := r.(*io.SectionReader)
+		if !ok {
+			break
+		}
+		outer, base, _ := sr.Outer()
+		r, off = outer, off+base
+	}
+	return mapFile(r, off, n, populate)
 }
 
 // fileOf returns the open file whose contents r is, or nil.

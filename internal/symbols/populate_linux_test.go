@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
@@ -117,5 +119,105 @@ func TestOffHeapSection(t *testing.T) {
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A symbol table is mapped from the file the object is read from, byte for
+// byte what reading it gives, and the symbols found are those of a copy.
+func TestSymbolTableMapped(t *testing.T) {
+	lib := "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	r, c, err := fileOpener(lib)()
+	if err != nil {
+		t.Skipf("no %s: %v", lib, err)
+	}
+	defer c.Close()
+	fi, err := os.Stat(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elfcheck.NewFile(r, fi.Size())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sectionOfType(f, elf.SHT_DYNSYM)
+	b, unmap := mapSection(s, true)
+	if b == nil {
+		t.Fatalf("%s's .dynsym (%d bytes) not mapped", lib, s.Size)
+	}
+	defer unmap()
+	want, err := sectionBytes(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, want) {
+		t.Fatal("the mapped .dynsym differs from the one read")
+	}
+	if !mappedAt(t, uintptr(unsafe.Pointer(unsafe.SliceData(b)))) {
+		t.Fatal("not a mapping")
+	}
+
+	mapped, read := &Object{Path: lib}, &Object{Path: lib}
+	mapped.addSymbols(f)
+	g, err := elfcheck.NewFile(bytes.NewReader(mustRead(t, lib)), fi.Size()) // not a file: read
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := mapSection(sectionOfType(g, elf.SHT_DYNSYM), true); b != nil {
+		t.Fatal("a section of bytes in memory mapped")
+	}
+	read.addSymbols(g)
+	if len(mapped.syms) == 0 || !slices.Equal(mapped.syms, read.syms) {
+		t.Fatalf("mapped: %d symbols, read: %d", len(mapped.syms), len(read.syms))
+	}
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A large search table is mapped from the file; a file truncated under it
+// makes a lookup fail, not the process.
+func TestEhIndexMappedTruncated(t *testing.T) {
+	src, err := filepath.EvalSymlinks("/usr/bin/python3") // 80 KB of .eh_frame_hdr
+	if err != nil {
+		t.Skipf("no python3: %v", err)
+	}
+	b := mustRead(t, src)
+	path := filepath.Join(t.TempDir(), "prog")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, c, err := fileOpener(path)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f, err := elfcheck.NewFile(r, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := newEhIndex(f, nil, fileOpener(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ix.mapped || len(ix.table) < populateMin {
+		t.Fatalf("%s: a table of %d bytes, mapped %v", src, len(ix.table), ix.mapped)
+	}
+	n := len(ix.table) / 8
+	start, _ := ix.entry(n / 2)
+	last, _ := ix.entry(n - 1)
+	if _, err := ix.lookup(start); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ix.lookup(last); err == nil {
+		t.Fatal("a lookup in a truncated file succeeded")
 	}
 }
