@@ -2,6 +2,9 @@ package procfs
 
 import (
 	"bytes"
+	"cmp"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -102,4 +105,52 @@ func FuzzParseChildren(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The fast parse of a line gives what the reference parse gives, or
+// leaves the line to it.
+func FuzzParseMapsLineFast(f *testing.F) {
+	f.Add([]byte("7f0000001000-7f0000002000 r-xp 00001000 fd:01 1234   /usr/lib/my lib.so (deleted)"))
+	f.Add([]byte("00400000-00401000 rw-p 00000000 00:00 0 "))
+	f.Add([]byte("00400000-00401000\trw-p 0 00:00 0\t[heap] "))
+	f.Add([]byte("ffffffffffffffff-10000000000000000 r-xp 0 0 0 /x"))
+	f.Add([]byte("00400000-00401000 rw-p 00000000 00:00 0 /caf\xc3\xa9"))
+	f.Fuzz(func(t *testing.T, line []byte) {
+		if bytes.IndexByte(line, '\n') >= 0 {
+			return
+		}
+		m, ok := parseMapsLineFast(line, map[string]string{})
+		if !ok {
+			return
+		}
+		want, err := parseMapsLine(string(line))
+		if err != nil || m != want {
+			t.Fatalf("%q: fast %+v, reference %+v, %v", line, m, want, err)
+		}
+	})
+}
+
+// A live process's maps parse as the reference parses each line.
+func TestParseMapsAsReference(t *testing.T) {
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip(err)
+	}
+	b = append(b, "00400000-00401000 rw-p 00000000 00:00 0 /caf\xc3\xa9 (deleted)\n"...)
+	got, err := ParseMaps(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []Mapping
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		m, err := parseMapsLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, m)
+	}
+	slices.SortStableFunc(want, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
+	if len(got) < 10 || !slices.Equal(got, want) {
+		t.Fatalf("ParseMaps: %d mappings, the reference %d, or they differ", len(got), len(want))
+	}
 }

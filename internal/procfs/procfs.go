@@ -5,11 +5,14 @@ package procfs
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,55 +63,168 @@ func Maps(pid int) ([]Mapping, error) {
 	return ParseMaps(b)
 }
 
-// ParseMaps parses the text of a maps file.
+// ParseMaps parses the text of a maps file. A torch rank's is 200 KB,
+// 1,700 lines, read at each dump: a line is cut by hand and its strings
+// (the same few permissions and devices, a library's path on each of its
+// mappings) are shared, so that parsing costs a slice and a string per
+// distinct path. A line the fast way does not take (not ASCII, odd
+// whitespace, a malformed number) is parsed by parseMapsLine, the
+// reference.
 func ParseMaps(b []byte) ([]Mapping, error) {
-	var out []Mapping
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 64*1024), 1024*1024)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
+	out := make([]Mapping, 0, bytes.Count(b, []byte{'\n'})+1)
+	strs := map[string]string{}
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		line = bytes.TrimSuffix(line, []byte{'\r'}) // as bufio.ScanLines
+		if len(line) > maxMapsLine {
+			return nil, bufio.ErrTooLong
+		}
+		if len(line) == 0 {
 			continue
 		}
-		// start-end perms offset dev inode [path]
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			return nil, fmt.Errorf("parse maps line %q: too few fields", line)
-		}
-		se := strings.SplitN(f[0], "-", 2)
-		if len(se) != 2 {
-			return nil, fmt.Errorf("parse maps line %q: bad range", line)
-		}
-		var m Mapping
-		var err error
-		if m.Start, err = strconv.ParseUint(se[0], 16, 64); err != nil {
-			return nil, fmt.Errorf("parse maps line %q: %w", line, err)
-		}
-		if m.End, err = strconv.ParseUint(se[1], 16, 64); err != nil {
-			return nil, fmt.Errorf("parse maps line %q: %w", line, err)
-		}
-		m.Perms = f[1]
-		if m.Offset, err = strconv.ParseUint(f[2], 16, 64); err != nil {
-			return nil, fmt.Errorf("parse maps line %q: %w", line, err)
-		}
-		m.Dev = f[3]
-		if m.Inode, err = strconv.ParseUint(f[4], 10, 64); err != nil {
-			return nil, fmt.Errorf("parse maps line %q: %w", line, err)
-		}
-		if m.End < m.Start {
-			return nil, fmt.Errorf("parse maps line %q: range ends before it starts", line)
-		}
-		if len(f) > 5 {
-			// The path is everything after the inode field, spaces included.
-			m.Path = strings.TrimSuffix(afterFields(line, 5), " (deleted)")
+		m, ok := parseMapsLineFast(line, strs)
+		if !ok {
+			var err error
+			if m, err = parseMapsLine(string(line)); err != nil {
+				return nil, err
+			}
 		}
 		out = append(out, m)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Start < out[j].Start })
+	slices.SortStableFunc(out, func(a, b Mapping) int { return cmp.Compare(a.Start, b.Start) })
 	return out, nil
+}
+
+// maxMapsLine bounds a line of a maps file (a path is at most 4 KB).
+const maxMapsLine = 1 << 20
+
+// parseMapsLineFast parses a well-formed ASCII line the way parseMapsLine
+// does, sharing strings through strs; false for any other line.
+func parseMapsLineFast(line []byte, strs map[string]string) (Mapping, bool) {
+	i := 0
+	blank := func() {
+		for i < len(line) && (line[i] == ' ' || line[i] == '\t') {
+			i++
+		}
+	}
+	var f [5][]byte
+	for k := range f {
+		blank()
+		j := i
+		for i < len(line) && line[i] != ' ' && line[i] != '\t' {
+			i++
+		}
+		if f[k] = line[j:i]; i == j {
+			return Mapping{}, false
+		}
+	}
+	blank()
+	path := line[i:]
+	// Numbers are checked as parsed; the rest must hold no byte that
+	// strings.Fields would take for a space (or a part of one).
+	for _, b := range [][]byte{f[1], f[3], path} {
+		for _, c := range b {
+			if c >= 0x80 || c == '\v' || c == '\f' || c == '\r' {
+				return Mapping{}, false
+			}
+		}
+	}
+	dash := bytes.IndexByte(f[0], '-')
+	if dash < 0 {
+		return Mapping{}, false
+	}
+	var m Mapping
+	var ok [4]bool
+	m.Start, ok[0] = parseBase(f[0][:dash], 16)
+	m.End, ok[1] = parseBase(f[0][dash+1:], 16)
+	m.Offset, ok[2] = parseBase(f[2], 16)
+	m.Inode, ok[3] = parseBase(f[4], 10)
+	if ok != [4]bool{true, true, true, true} || m.End < m.Start {
+		return Mapping{}, false
+	}
+	shared := func(b []byte) string {
+		if s, ok := strs[string(b)]; ok {
+			return s
+		}
+		s := string(b)
+		strs[s] = s
+		return s
+	}
+	m.Perms, m.Dev = shared(f[1]), shared(f[3])
+	if len(path) > 0 {
+		m.Path = shared(bytes.TrimSuffix(path, []byte(" (deleted)")))
+	}
+	return m, true
+}
+
+// parseBase parses digits of base 10 or 16, as strconv.ParseUint would
+// without error; false for anything else (an empty field, another
+// character, a value over 64 bits).
+func parseBase(b []byte, base uint64) (uint64, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	var v uint64
+	for _, c := range b {
+		var d uint64
+		switch {
+		case c >= '0' && c <= '9':
+			d = uint64(c - '0')
+		case base == 16 && c >= 'a' && c <= 'f':
+			d = uint64(c-'a') + 10
+		case base == 16 && c >= 'A' && c <= 'F':
+			d = uint64(c-'A') + 10
+		default:
+			return 0, false
+		}
+		if v > (math.MaxUint64-d)/base {
+			return 0, false
+		}
+		v = v*base + d
+	}
+	return v, true
+}
+
+// parseMapsLine parses one line of a maps file: start-end perms offset
+// dev inode [path].
+func parseMapsLine(line string) (Mapping, error) {
+	f := strings.Fields(line)
+	if len(f) < 5 {
+		return Mapping{}, fmt.Errorf("parse maps line %q: too few fields", line)
+	}
+	se := strings.SplitN(f[0], "-", 2)
+	if len(se) != 2 {
+		return Mapping{}, fmt.Errorf("parse maps line %q: bad range", line)
+	}
+	var m Mapping
+	var err error
+	if m.Start, err = strconv.ParseUint(se[0], 16, 64); err != nil {
+		return Mapping{}, fmt.Errorf("parse maps line %q: %w", line, err)
+	}
+	if m.End, err = strconv.ParseUint(se[1], 16, 64); err != nil {
+		return Mapping{}, fmt.Errorf("parse maps line %q: %w", line, err)
+	}
+	m.Perms = f[1]
+	if m.Offset, err = strconv.ParseUint(f[2], 16, 64); err != nil {
+		return Mapping{}, fmt.Errorf("parse maps line %q: %w", line, err)
+	}
+	m.Dev = f[3]
+	if m.Inode, err = strconv.ParseUint(f[4], 10, 64); err != nil {
+		return Mapping{}, fmt.Errorf("parse maps line %q: %w", line, err)
+	}
+	if m.End < m.Start {
+		return Mapping{}, fmt.Errorf("parse maps line %q: range ends before it starts", line)
+	}
+	if len(f) > 5 {
+		// The path is everything after the inode field, spaces included.
+		m.Path = strings.TrimSuffix(afterFields(line, 5), " (deleted)")
+	}
+	return m, nil
 }
 
 // afterFields returns what follows the first n whitespace-separated fields

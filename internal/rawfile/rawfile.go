@@ -109,7 +109,9 @@ func ReadFile(name string) ([]byte, error) {
 	b := make([]byte, 0, 512)
 	for {
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			// Twice as large: a proc file (a torch rank's maps is 200
+			// KB) is read in a read per buffer, a syscall each.
+			b = append(make([]byte, 0, 2*cap(b)), b...)
 		}
 		k, err := unix.Read(fd, b[len(b):cap(b)])
 		switch {
