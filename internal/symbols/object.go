@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"runtime/debug"
 	"slices"
 	"sort"
@@ -42,6 +43,9 @@ type Object struct {
 	symErr  error
 	syms    []sym // function symbols sorted by address
 	strtab  [][]byte
+	// strMapped says a table of strtab is the file's pages (mapSection),
+	// unmapped with the object.
+	strMapped bool
 
 	pltAt    []span // the PLT sections, where only PLT entries lie
 	pltOnce  sync.Once
@@ -270,12 +274,21 @@ func (o *Object) symbolsFrom(f *elf.File) {
 func (o *Object) addSymbols(f *elf.File) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
+		var err error
 		s := sectionOfType(f, typ)
 		if s == nil || s.Link >= uint32(len(f.Sections)) || f.Class != elf.ELFCLASS64 {
 			continue
 		}
-		strs, err := sectionBytes(f.Sections[s.Link])
-		if err != nil || len(o.strtab) >= 255 {
+		if len(o.strtab) >= 255 {
+			continue
+		}
+		// The names are mapped for the object's life: a dump reads a few
+		// of libtorch's 2.7 MB. A truncated file faults: see symName.
+		strs, unmapStrs := mapSection(f.Sections[s.Link], false)
+		if strs != nil {
+			o.strMapped = true
+			runtime.AddCleanup(o, func(unmap func()) { unmap() }, unmapStrs)
+		} else if strs, err = sectionBytes(f.Sections[s.Link]); err != nil {
 			continue
 		}
 		data, unmap := mapSection(s, true) // read whole, at once
@@ -489,7 +502,32 @@ func (o *Object) symbolAt(vaddr uint64) (name string, start uint64, ok bool) {
 		return "", 0, false
 	}
 	s := o.syms[best]
-	return Demangle(cstring(o.strtab[s.tab], s.name)), s.addr, true
+	name, ok = o.symName(s)
+	return Demangle(name), s.addr, ok
+}
+
+// symName returns a symbol's name; false when its string table is mapped
+// from a file truncated since (the read faults).
+func (o *Object) symName(s sym) (name string, ok bool) {
+	ok = faultSafely(o.strMapped, func() { name = cstring(o.strtab[s.tab], s.name) })
+	return name, ok
+}
+
+// faultSafely runs f, turning a fault on mapped memory into false when
+// mapped says f reads some.
+func faultSafely(mapped bool, f func()) (ok bool) {
+	if !mapped {
+		f()
+		return true
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			ok = false
+		}
+	}()
+	f()
+	return true
 }
 
 func b2i(b bool) int {

@@ -125,7 +125,7 @@ func TestOffHeapSection(t *testing.T) {
 // A symbol table is mapped from the file the object is read from, byte for
 // byte what reading it gives, and the symbols found are those of a copy.
 func TestSymbolTableMapped(t *testing.T) {
-	lib := "/usr/lib/x86_64-linux-gnu/libc.so.6"
+	lib := "/usr/lib/x86_64-linux-gnu/libstdc++.so.6"
 	r, c, err := fileOpener(lib)()
 	if err != nil {
 		t.Skipf("no %s: %v", lib, err)
@@ -168,6 +168,53 @@ func TestSymbolTableMapped(t *testing.T) {
 	read.addSymbols(g)
 	if len(mapped.syms) == 0 || !slices.Equal(mapped.syms, read.syms) {
 		t.Fatalf("mapped: %d symbols, read: %d", len(mapped.syms), len(read.syms))
+	}
+	if !mapped.strMapped || read.strMapped {
+		t.Fatalf("names mapped: %v and %v, want true and false", mapped.strMapped, read.strMapped)
+	}
+	for _, sy := range mapped.syms[:100] {
+		a, okA := mapped.symName(sy)
+		b, okB := read.symName(sy)
+		if a != b || !okA || !okB || a == "" {
+			t.Fatalf("name %q (%v) mapped, %q (%v) read", a, okA, b, okB)
+		}
+	}
+}
+
+// A symbol's name mapped from a file truncated since is not found, and
+// nothing crashes.
+func TestSymbolNamesTruncated(t *testing.T) {
+	b := mustRead(t, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6")
+	path := filepath.Join(t.TempDir(), "libstdc++.so")
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, c, err := fileOpener(path)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	f, err := elfcheck.NewFile(r, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := &Object{Path: path}
+	o.symOnce.Do(func() { o.symbolsFrom(f) })
+	if !o.strMapped || len(o.syms) == 0 {
+		t.Fatalf("%d symbols, names mapped %v", len(o.syms), o.strMapped)
+	}
+	sy := o.syms[len(o.syms)/2]
+	if name, _, ok := o.symbolAt(sy.addr); !ok || name == "" {
+		t.Fatalf("symbol at %#x: %q, %v", sy.addr, name, ok)
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	if name, _, ok := o.symbolAt(sy.addr); ok {
+		t.Fatalf("symbol at %#x of a truncated file: %q", sy.addr, name)
+	}
+	if _, _, ok := o.addrOf("__cxa_throw"); ok {
+		t.Fatal("a name found in a truncated file")
 	}
 }
 

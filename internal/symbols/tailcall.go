@@ -441,16 +441,21 @@ func (o *Object) addrOf(name string) (vaddr uint64, global, ok bool) {
 		return 0, false, false
 	}
 	o.nameOnce.Do(func() {
-		o.byName = make(map[string]int, len(o.syms))
-		for i, s := range o.syms {
-			n := cstring(o.strtab[s.tab], s.name)
-			if at := strings.IndexByte(n, '@'); at > 0 {
-				n = n[:at]
+		byName := make(map[string]int, len(o.syms))
+		if !faultSafely(o.strMapped, func() {
+			for i, s := range o.syms {
+				n := cstring(o.strtab[s.tab], s.name)
+				if at := strings.IndexByte(n, '@'); at > 0 {
+					n = n[:at]
+				}
+				if j, dup := byName[n]; !dup || (s.global && !o.syms[j].global) {
+					byName[n] = i
+				}
 			}
-			if j, dup := o.byName[n]; !dup || (s.global && !o.syms[j].global) {
-				o.byName[n] = i
-			}
+		}) {
+			byName = map[string]int{} // the file was truncated: no names
 		}
+		o.byName = byName
 		// A map entry (about 48 bytes with its share of buckets) and the
 		// name's own copy.
 		n := 0
