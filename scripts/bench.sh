@@ -63,9 +63,9 @@ ProbeOverhead	ours-empty-ns	=150	1	ns our programs add per launch vs 150 ns
 ProbeOverhead	ours-empty-bpf-ns	=150	1	ns our program runs in the kernel (bpf_stats) over an empty one vs 150 ns
 ProbeOverhead	steps/s-traced	steps/s-plain	-	training steps/s, traced vs not
 Viewer	seconds	flamegraph.pl-seconds	-	viewer vs flamegraph.pl
-MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job's
+MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job
 MonitorFootprint	watch-on-cpu-%	watch-off-cpu-%	-	launcher CPU, stall watch on vs off
-MonitorFootprint	watch-on-rss-MB	rank-rss-MB	-	launcher RSS following 8 ranks vs one rank's
+MonitorFootprint	watch-on-rss-MB	rank-rss-MB	-	launcher RSS following 8 ranks vs one rank
 '
 
 awk -v rows="$rows" -v bench="${BENCH:-.}" -F'\t' '

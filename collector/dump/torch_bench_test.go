@@ -18,6 +18,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/native"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
@@ -108,6 +109,16 @@ func BenchmarkTorchJob(b *testing.B) {
 	b.ReportMetric(agent.frames(), "agent-native-frames")
 	b.ReportMetric(eu.frames(), "eu-stack-frames")
 	b.ReportMetric(gd.frames(), "gdb-frames")
+	row := func(name string, fig, anchor float64, unit, what string) {
+		benchtable.Row(b, "torch rank, "+name, fmt.Sprintf("%.1f %s", fig, unit), fmt.Sprintf("%.1f %s (%s)", anchor, unit, what), fig/anchor)
+	}
+	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(eu.time()), "ms", "eu-stack")
+	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(gd.time()), "ms", "gdb")
+	row("first dump, xpu-timer dump (new process)", ms(cliFull.time()), ms(eu.time()), "ms", "eu-stack")
+	row("first dump in the agent, after its read-ahead", ms(agent.time()), ms(eu.time()), "ms", "eu-stack")
+	row("peak RSS, xpu-timer-dump", mb(cli.rss()), mb(eu.rss()), "MB", "eu-stack")
+	row("peak RSS, xpu-timer dump", mb(cliFull.rss()), mb(eu.rss()), "MB", "eu-stack")
+	row("longest stop", ms(maxStop), 10, "ms", "bound")
 	b.Logf("per rank (ms): cli %v, cli-full %v, agent %v, eu-stack %v, gdb %v; stops (ms): cli %v, agent %v",
 		cli.times(), cliFull.times(), agent.times(), eu.times(), gd.times(), cli.stops(), agent.stops())
 }
@@ -276,6 +287,9 @@ func counted(b *testing.B, name string, p *Process) torchRun {
 // Python at its third step, and returns the ranks' pids once every thread
 // of every rank sleeps: the others hung in the allreduce. The job is
 // killed at cleanup.
+// startedRE matches a rank's "started" line (testdata/torchjob/job.py).
+var startedRE = regexp.MustCompile(`xpu-torchjob rank=\d+ pid=(\d+) started`)
+
 func startTorchJob(b *testing.B) []int {
 	b.Helper()
 	cmd := exec.Command(torchPython, "../../testdata/torchjob/job.py", "--spawn", strconv.Itoa(torchRanks),
@@ -312,8 +326,10 @@ func startTorchJob(b *testing.B) []int {
 				b.Fatalf("job ended: %s", stderr.String())
 			}
 			said = append(said, line)
-			var rank, pid int
-			if _, err := fmt.Sscanf(line, "xpu-torchjob rank=%d pid=%d started", &rank, &pid); err == nil {
+			// Anywhere in the line: a rank's line could once run into
+			// another's.
+			for _, m := range startedRE.FindAllStringSubmatch(line, -1) {
+				pid, _ := strconv.Atoi(m[1])
 				pids = append(pids, pid)
 			}
 		case <-timeout:

@@ -68,7 +68,10 @@ def parse_args(argv=None):
 
 
 def say(rank, what):
-    print("xpu-torchjob rank=%d %s" % (rank, what), flush=True)
+    # One write per line: the ranks share the launcher's stdout, and
+    # print's text and newline as two writes interleave with theirs.
+    sys.stdout.flush()
+    os.write(sys.stdout.fileno(), ("xpu-torchjob rank=%d %s\n" % (rank, what)).encode())
 
 
 # --------------------------------------------------------------------------
