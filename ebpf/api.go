@@ -22,8 +22,10 @@ type Options struct {
 	// load are not missed (a library found in a process's maps is probed
 	// a millisecond or more after it is mapped).
 	Libraries []string
-	// RingBufferBytes is the size of the ring buffer that carries events
-	// to user space, rounded up to a power of two pages; default 8 MiB.
+	// RingBufferBytes is what the rings that carry call records to user
+	// space may take in all, default 8 MiB: one ring per possible CPU,
+	// each a power of two of 88-byte records, at least 4096 (352 KiB).
+	// Process records have a ring buffer of their own (256 KiB).
 	RingBufferBytes int
 	// NoReturnProbes leaves out the uretprobes: queries, synchronize
 	// exits, cudaMemcpy's exit, elapsed times and communicator creation
@@ -33,6 +35,9 @@ type Options struct {
 	// has uprobe_multi links (6.6+), which attach a library's probes in
 	// one call per program. For tests of the fallback and for measuring.
 	SingleProbes bool
+	// slotsPerCPU, when set, lowers the floor of each CPU's call ring
+	// (tests of overflow).
+	slotsPerCPU int
 	// Linger is how long a library no followed process maps keeps its
 	// probes before they are detached; default 10 s.
 	Linger time.Duration
@@ -52,7 +57,7 @@ type Notice struct {
 // Stats counts what the tracer has seen.
 type Stats struct {
 	Events    uint64 // events delivered
-	Lost      uint64 // events dropped because the ring buffer was full
+	Lost      uint64 // events dropped: call records overwritten before they were read, process records that found the ring buffer full
 	Processes int    // processes followed now
 	Probes    int    // uprobes and uretprobes of libraries followed processes map (those of Options.Libraries stay until Close)
 	Idle      int    // uprobes and uretprobes of libraries nobody maps now, kept for Options.Linger

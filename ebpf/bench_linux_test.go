@@ -102,6 +102,19 @@ func BenchmarkProbeOverhead(b *testing.B) {
 			ns(probeCostTarget)+" (target)", (mOurs-mEmpty)/probeCostTarget)
 		benchtable.Row(b, "cudaLaunchKernel, empty uprobe vs none", ns(mEmpty), ns(mNone)+" (no probe)", mEmpty/mNone)
 
+		for _, c := range benchCalls {
+			var emptyRun, oursRun []float64
+			for range benchCallReps {
+				emptyRun = append(emptyRun, emptyCallRun(b, ex, &objs, loop, c))
+				oursRun = append(oursRun, tracedCallRun(b, loop, cudart, c))
+			}
+			me, mo := median(emptyRun), median(oursRun)
+			b.ReportMetric(mo-me, c.metric)
+			b.Logf("%s: BPF run time per call (bpf_stats) over %d runs: empty %v, ours %v", c.name, benchCallReps, emptyRun, oursRun)
+			benchtable.Row(b, c.name+", our programs' run time in the kernel (bpf_stats)", ns(mo-me)+" (ours - empty)",
+				ns(probeCostTarget)+" (target)", (mo-me)/probeCostTarget)
+		}
+
 		var plain, traced []float64
 		var calls, exits int
 		for range benchJobReps {
@@ -122,6 +135,114 @@ func BenchmarkProbeOverhead(b *testing.B) {
 			fmt.Sprintf("%.1f steps/s (untraced)", bPlain), bTraced/bPlain)
 	}
 }
+
+// benchCall is a call kind other than launches whose programs' run time
+// the benchmark measures: launchloop --call, the symbol, how many calls
+// per run, the programs it runs (entry, and return where it has one), the
+// events it yields per call.
+type benchCall struct {
+	name, call, sym, metric string
+	n                       int
+	progs                   func(*probesObjects) []*ebpf.Program
+	ret                     bool // the call has a return probe too
+	kind                    timer.Kind
+	perCall                 int
+}
+
+var benchCalls = []benchCall{
+	{name: "cudaMemcpyAsync", call: "memcpy", sym: "cudaMemcpyAsync", metric: "memcpy-async-ours-empty-bpf-ns", n: 5_000,
+		progs: func(o *probesObjects) []*ebpf.Program { return []*ebpf.Program{o.MemcpyAsync} }, kind: timer.KindMemcpyAsync, perCall: 1},
+	{name: "cudaEventRecord", call: "record", sym: "cudaEventRecord", metric: "event-record-ours-empty-bpf-ns", n: benchLaunches,
+		progs: func(o *probesObjects) []*ebpf.Program { return []*ebpf.Program{o.EventRecord} }, kind: timer.KindEventRecord, perCall: 1},
+	{name: "cudaStreamSynchronize (entry + return)", call: "sync", sym: "cudaStreamSynchronize", metric: "stream-sync-ours-empty-bpf-ns", n: benchLaunches,
+		progs: func(o *probesObjects) []*ebpf.Program { return []*ebpf.Program{o.StreamSyncEnter, o.CallExit} }, ret: true,
+		kind: timer.KindStreamSynchronize, perCall: 2},
+}
+
+const benchCallReps = 3
+
+// emptyCallRun is the run time per call of the empty program attached
+// where c's programs are (entry, and return).
+func emptyCallRun(b *testing.B, ex *link.Executable, objs *probesObjects, loop string, c benchCall) float64 {
+	b.Helper()
+	var links []link.Link
+	l, err := ex.Uprobe(c.sym, objs.Empty, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	links = append(links, l)
+	if c.ret {
+		if l, err = ex.Uretprobe(c.sym, objs.Empty, nil); err != nil {
+			b.Fatal(err)
+		}
+		links = append(links, l)
+	}
+	before := progStats(b, objs.Empty)
+	callLoop(b, loop, c.call, c.n, nil)
+	after := progStats(b, objs.Empty)
+	for _, l := range links {
+		l.Close()
+	}
+	return runPerCall(b, before, after, c)
+}
+
+// tracedCallRun is the run time per call of our programs, with a Tracer
+// following launchloop; it fails when an event was lost or none came.
+func tracedCallRun(b *testing.B, loop, cudart string, c benchCall) float64 {
+	b.Helper()
+	tr, err := NewTracer(Options{Libraries: []string{cudart}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer tr.Close()
+	var got atomic.Int64
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- tr.Run(ctx, func(ev timer.Event) {
+			if ev.Kind == c.kind {
+				got.Add(1)
+			}
+		}, nil)
+	}()
+	defer func() { cancel(); <-done }()
+	progs := c.progs(&tr.objs)
+	var before, after runStats
+	for _, p := range progs {
+		before = before.add(progStats(b, p))
+	}
+	callLoop(b, loop, c.call, c.n, func(pid int) {
+		if err := tr.Follow(pid); err != nil {
+			b.Fatal(err)
+		}
+	})
+	want := int64(c.n * c.perCall)
+	deadline := time.Now().Add(10 * time.Second)
+	for got.Load() < want {
+		if st := tr.Stats(); st.Lost != 0 || time.Now().After(deadline) {
+			b.Fatalf("%s: %d of %d events delivered, %d lost", c.name, got.Load(), want, st.Lost)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for _, p := range progs {
+		after = after.add(progStats(b, p))
+	}
+	return runPerCall(b, before, after, c)
+}
+
+// runPerCall is the run time per call from before to after, failing when
+// the programs ran fewer times than the calls made them: it measured
+// nothing.
+func runPerCall(b *testing.B, before, after runStats, c benchCall) float64 {
+	b.Helper()
+	runs := after.runs - before.runs
+	if want := uint64(c.n); c.ret && runs < 2*want || runs < want {
+		b.Fatalf("%s: the programs ran %d times for %d calls: it measured nothing", c.name, runs, c.n)
+	}
+	return float64(after.runtime-before.runtime) / float64(c.n)
+}
+
+func (s runStats) add(o runStats) runStats { return runStats{s.runtime + o.runtime, s.runs + o.runs} }
 
 // probeCostTarget is what our programs may add to an empty uprobe per
 // launch (issue 18), in ns.
@@ -160,7 +281,13 @@ var nsPerLaunch = regexp.MustCompile(`ns_per_launch=([0-9.]+)`)
 // exec'ing it, so that follow can take the process before its first call.
 func launchLoop(b *testing.B, loop string, follow func(pid int)) float64 {
 	b.Helper()
-	cmd := exec.Command("/bin/sh", "-c", `read x; exec "$0" "$1"`, loop, strconv.Itoa(benchLaunches))
+	return callLoop(b, loop, "launch", benchLaunches, follow)
+}
+
+// callLoop is launchLoop making n calls of launchloop's --call.
+func callLoop(b *testing.B, loop, call string, n int, follow func(pid int)) float64 {
+	b.Helper()
+	cmd := exec.Command("/bin/sh", "-c", `read x; exec "$0" "$1" --call "$2"`, loop, strconv.Itoa(n), call)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	stdin, err := cmd.StdinPipe()
@@ -219,8 +346,8 @@ func tracedLaunchLoop(b *testing.B, loop, cudart string) (perLaunch, bpfRun floa
 		st := tr.Stats()
 		if n := launches.Load(); n+int64(st.Lost) >= benchLaunches {
 			if st.Lost != 0 || n == 0 {
-				b.Fatalf("traced launchloop: %d of %d launches delivered, %d lost: the ring buffer (%d bytes) overflowed or nothing was probed",
-					n, benchLaunches, st.Lost, ringSize(0))
+				b.Fatalf("traced launchloop: %d of %d launches delivered, %d lost: the call rings overflowed or nothing was probed",
+					n, benchLaunches, st.Lost)
 			}
 			return perLaunch, progStats(b, tr.objs.LaunchKernel).since(b, before)
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // Process record kinds of probes.bpf.c (enum proc_kind, EV_*), beyond
-// every timer.Kind, as struct event's one-byte kind.
+// every timer.Kind, as struct call's one-byte kind.
 const (
 	evFork = uint8(probesProcKindEV_FORK)
 	evExec = uint8(probesProcKindEV_EXEC)
@@ -19,54 +19,64 @@ const (
 	evMmap = uint8(probesProcKindEV_MMAP)
 )
 
-// rawEvent views a ring buffer sample as the C struct event.
-func rawEvent(b []byte) (*probesEvent, bool) {
-	if len(b) < int(unsafe.Sizeof(probesEvent{})) {
+// rawCall views a ring buffer sample as the C struct call.
+func rawCall(b []byte) (*probesCall, bool) {
+	if len(b) < callSize {
 		return nil, false
 	}
-	var e probesEvent
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&e)), unsafe.Sizeof(e)), b)
-	return &e, true
+	var c probesCall
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&c)), callSize), b)
+	return &c, true
 }
 
 // decode turns a call record into a timer.Event (the capture layer fills
-// Kernel and split communicator ids afterwards).
-func decode(r *probesEvent) timer.Event {
+// Kernel and split communicator ids afterwards). Which payload field holds
+// what, per kind, is the table in probes.bpf.c's header comment.
+func decode(r *probesCall) timer.Event {
 	ev := timer.Event{
-		Time:     int64(r.Time),
-		PID:      int(r.Pid),
-		TID:      int(r.Tid),
-		Kind:     timer.Kind(r.Kind),
-		Phase:    timer.Phase(r.Phase),
-		Vendor:   timer.Vendor(r.Vendor),
-		Ret:      r.Ret,
-		Stream:   r.Stream,
-		Handle:   r.Handle,
-		Handle2:  r.Handle2,
-		Func:     r.Func,
-		Grid:     r.Grid,
-		Block:    r.Block,
-		Shmem:    r.Shmem,
-		Bytes:    r.Bytes,
-		CopyKind: r.CopyKind,
-		Count:    r.Count,
-		Dtype:    r.Dtype,
-		RedOp:    r.Redop,
-		Peer:     r.Peer,
-		Comm:     r.Comm,
-		CommID:   r.CommId,
-		NRanks:   r.Nranks,
-		Rank:     r.Rank,
+		Time:   int64(r.Time),
+		PID:    int(r.Pid),
+		TID:    int(r.Tid),
+		Kind:   timer.Kind(r.Kind),
+		Phase:  timer.Phase(r.Phase),
+		Vendor: timer.Vendor(r.Vendor),
+		Ret:    r.Ret,
+		Stream: r.Stream,
+		Peer:   -1,
 	}
-	if ev.Kind == timer.KindCollective {
+	w := r.Word
+	switch ev.Kind {
+	case timer.KindLaunch:
+		ev.Func = r.Handle
+		ev.Grid = [3]uint32{w[0], w[1], w[2]}
+		ev.Block = [3]uint32{w[3], w[4], w[5]}
+		ev.Shmem = r.Size
+	case timer.KindMemcpyAsync, timer.KindMemcpy:
+		ev.Bytes = r.Size
+		ev.CopyKind = int32(w[0])
+	case timer.KindEventElapsed:
+		ev.Handle, ev.Handle2 = r.Handle, r.Handle2
+		ev.ElapsedMs = math.Float32frombits(w[0])
+	case timer.KindCommInit:
+		ev.Comm = r.Handle2
+		if r.Op == 1 { // a split: see commIDs.split
+			ev.Handle = r.Handle // parent communicator
+			ev.Rank = -1         // not known at the split
+			break
+		}
+		for i := range 4 {
+			binary.LittleEndian.PutUint32(ev.CommID[4*i:], w[i])
+		}
+		ev.NRanks, ev.Rank = int32(w[4]), int32(w[5])
+	case timer.KindCommDestroy:
+		ev.Comm = r.Handle2
+	case timer.KindCollective:
 		ev.Op = timer.CollOp(r.Op)
-	}
-	if ev.Kind == timer.KindEventElapsed {
-		ev.ElapsedMs = math.Float32frombits(r.Elapsed)
-	}
-	if ev.Kind == timer.KindCommInit && r.Op == 1 { // a split: see commIDs.split
-		ev.Handle = r.Handle // parent communicator
-		ev.Rank = -1         // not known at the split
+		ev.Comm = r.Handle2
+		ev.Count = r.Size
+		ev.Dtype, ev.RedOp, ev.Peer = int32(w[0]), int32(w[1]), int32(w[2])
+	default: // graph launch, event record, query, synchronize, stream wait
+		ev.Handle = r.Handle
 	}
 	return ev
 }
@@ -112,7 +122,7 @@ func (c *commIDs) split(parent uint64, color int32) [16]byte {
 
 // complete fills what the BPF side cannot: the kernel's name and the id
 // of a split communicator. Called from Run's goroutine.
-func (t *Tracer) complete(ev *timer.Event, raw *probesEvent) {
+func (t *Tracer) complete(ev *timer.Event, raw *probesCall) {
 	switch ev.Kind {
 	case timer.KindLaunch:
 		ev.Kernel = t.names.lookup(ev.PID, ev.Func)
@@ -124,7 +134,7 @@ func (t *Tracer) complete(ev *timer.Event, raw *probesEvent) {
 			t.comms[ev.PID] = c
 		}
 		if raw.Op == 1 {
-			ev.CommID = c.split(raw.Handle, raw.Color)
+			ev.CommID = c.split(raw.Handle, int32(raw.Word[0])) // the color
 		}
 		if ev.Ret == 0 {
 			c.ids[ev.Comm] = ev.CommID

@@ -11,6 +11,12 @@
 // Options.Libraries are probed before any process loads them. When the last
 // process holding a library exits, its probes go.
 //
+// Call records reach Go through per-CPU rings in a memory-mapped BPF
+// array, read without system calls or wakeups and delivered in time order;
+// process records (fork, exec, exit, dlopen) through a BPF ring buffer that
+// wakes the reader at once (probes.bpf.c states the contract, calls_linux.go
+// and Tracer.Run the reading side).
+//
 // A launch is named by the ELF symbol at its function pointer (a runtime
 // launch's host stub) or, for the driver's opaque CUfunction and CUkernel
 // handles, by the name the process looked the handle up with

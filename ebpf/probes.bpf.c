@@ -8,12 +8,43 @@
  *
  * Contract with the Go side
  * -------------------------
- * Every record on the ring buffer `events` is one `struct event` (below,
- * exported to Go with bpf2go -type event, so the layouts cannot drift).
+ * Every record is one `struct call` (below, exported to Go with bpf2go
+ * -type call, so the layouts cannot drift): a header (time, pid, tid,
+ * kind, phase, vendor, op, ret) and five payload fields whose meaning
+ * depends on the kind (decode in decode_linux.go):
+ *
+ *   kind              stream  handle        handle2  size    word[6]
+ *   LAUNCH            stream  func          -        shmem   grid[3], block[3]
+ *   GRAPH_LAUNCH      stream  graph exec
+ *   MEMCPY(_ASYNC)    stream  -             -        bytes   [0] copy kind
+ *   EVENT_RECORD      stream  event
+ *   EVENT_QUERY/SYNC  -       event
+ *   STREAM_SYNC/QUERY stream
+ *   STREAM_WAIT_EVENT stream  event
+ *   EVENT_ELAPSED     -       start event   end      -       [0] float bits of the ms
+ *   COMM_INIT         -       -             comm     -       [0-3] comm_id, [4] nranks, [5] rank
+ *     a split (op 1)  -       parent comm   comm     -       [0] color, [1] key
+ *   COMM_DESTROY      -       -             comm
+ *   COLLECTIVE        stream  -             comm     count   [0] dtype, [1] redop, [2] peer/root (-1: none)
+ *   EV_FORK           -       parent pid
+ *
  * kind holds an enum kind, whose values are timer.Kind's, or an enum
  * proc_kind (EV_*, >= 100, beyond every timer.Kind). Both enums are
  * exported too (bpf2go -type kind -type proc_kind); kinds_linux_test.go
  * checks them against timer. Fields a kind does not use are zero.
+ *
+ * Two transports:
+ *   - Call records (every uprobe and uretprobe) go into per-CPU rings in
+ *     the BPF_F_MMAPABLE array `calls`, which Go maps and reads without
+ *     system calls (calls_linux.go). A record is reserved with one atomic
+ *     fetch-and-add on its CPU's head, written, and published by storing
+ *     its seq (position + 1) last (reserve, publish). No wakeup: Go drains
+ *     the rings every few milliseconds and before each process record, and
+ *     delivers them in time order (tracer_linux.go, Run). A full ring
+ *     overwrites its oldest records; Go counts what it missed as lost.
+ *   - Process records (fork, exec, exit, loader) go on the ring buffer
+ *     `procs`, and wake Go at once: scans wait on them. A failed
+ *     reservation there is counted in `lost`, never silent.
  *
  * Each program serves the CUDA and the MACA name of a call; the attach
  * cookie says which: bits 0-7 vendor (0 CUDA, 1 MACA), bits 8-15 the
@@ -61,14 +92,14 @@
  * Only thread groups present in the map `followed` are recorded. A fork
  * of a followed process adds the child here, before it can run; exec, exit
  * and dynamic loader updates (dlopen) of followed processes are
- * reported to Go, which (re)scans their libraries. A failed ring buffer
- * reservation is counted in `lost`, never silent. Call records wake the
- * reader in batches (see submit), so Go sees one up to its poll interval
- * (20 ms) after the call.
+ * reported to Go, which (re)scans their libraries. Go sees a call record
+ * up to its poll interval (20 ms) after the call.
  *
- * Minimum kernel: 5.15 (ring buffer 5.8, tp_btf 5.5, uprobe attach cookie
- * 5.15), with BTF (CONFIG_DEBUG_INFO_BTF): the process hooks are tp_btf
- * programs and a uprobe on ld.so, so no tracefs mount is needed.
+ * x86-64 only: the call rings rely on its total store order (see barrier).
+ * Minimum kernel: 5.15 (ring buffer 5.8, tp_btf 5.5, BPF_F_MMAPABLE 5.5,
+ * atomic fetch-and-add 5.12, so -mcpu=v3; uprobe attach cookie 5.15), with
+ * BTF (CONFIG_DEBUG_INFO_BTF): the process hooks are tp_btf programs and a
+ * uprobe on ld.so, so no tracefs mount is needed.
  */
 #include "include/types.h"
 #include <bpf/bpf_helpers.h>
@@ -120,36 +151,26 @@ enum {
 	STASH_SPLIT = 64 + K_COMM_INIT,
 };
 
-struct event {
+/*
+ * One call or process record (Go: probesCall). The header is the same for
+ * every kind; the five payload fields mean what the table in the file's
+ * header comment says, per kind, and are zero where a kind has nothing.
+ */
+struct call {
+	__u64 seq;  /* call rings: position + 1 once complete, 0 while written */
 	__u64 time; /* bpf_ktime_get_ns */
 	__u32 pid;  /* thread group id */
 	__u32 tid;
 	__u8 kind;
 	__u8 phase;
 	__u8 vendor;
-	__u8 op; /* timer.CollOp */
+	__u8 op; /* timer.CollOp; 1 on the K_COMM_INIT of a split */
 	__s32 ret;
 	__u64 stream;
-	__u64 handle;  /* event, graph exec, elapsed start; parent comm of a split; parent pid of EV_FORK */
-	__u64 handle2; /* elapsed end */
-	__u64 func;
-	__u32 grid[3];
-	__u32 block[3];
-	__u64 shmem;
-	__u64 bytes;
-	__u64 count;
-	__u64 comm;
-	__s32 copy_kind;
-	__s32 dtype;
-	__s32 redop;
-	__s32 peer;
-	__u8 comm_id[16];
-	__s32 nranks;
-	__s32 rank;
-	__u32 elapsed; /* float bits of the milliseconds handed back */
-	__s32 color;   /* ncclCommSplit */
-	__s32 key;
-	__u32 pad;
+	__u64 handle;
+	__u64 handle2;
+	__u64 size;
+	__u32 word[6];
 };
 
 /* Arguments kept from entry to return, keyed by kind << 32 | tid. */
@@ -159,10 +180,29 @@ struct stash {
 	__s32 nranks, rank;
 };
 
+/* Process records (fork, exec, exit, loader): few, and each wakes Go. */
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20); /* replaced by Options.RingBufferBytes */
-} events SEC(".maps");
+	__uint(max_entries, 256 << 10); /* Go: procRingBytes */
+} procs SEC(".maps");
+
+/*
+ * The call rings: one block of slot_mask + 2 entries per possible CPU, at
+ * cpu * (slot_mask + 2). The block's first entry is its header, whose seq
+ * is the CPU's head: how many records were ever reserved on it. Then come
+ * its slot_mask + 1 slots; record number pos lives in slot pos & slot_mask.
+ * Go sizes the map (calls_linux.go) and reads it through a shared mapping.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1); /* replaced by Go */
+	__type(key, __u32);
+	__type(value, struct call);
+} calls SEC(".maps");
+
+/* Slots per CPU minus one (a power of two minus one), set by Go. */
+volatile const __u64 slot_mask = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -230,9 +270,9 @@ struct {
 	__type(value, __u64);
 } returns SEC(".maps");
 
-/* Keep struct event and the kind enums in the BTF, for bpf2go -type: Go
+/* Keep struct call and the kind enums in the BTF, for bpf2go -type: Go
  * sees the same values (probes_x86_bpfel.go, checked in kinds_test.go). */
-const struct event *unused_event __attribute__((unused));
+const struct call *unused_call __attribute__((unused));
 const enum kind *unused_kind __attribute__((unused));
 const enum proc_kind *unused_proc_kind __attribute__((unused));
 
@@ -249,56 +289,73 @@ static __always_inline void count_lost(void)
 		*n += 1;
 }
 
-/* reserve returns a zeroed event of the current thread, or 0 (counted). */
-static __always_inline struct event *reserve(__u64 pid_tgid, __u8 kind, __u8 phase, __u64 cookie)
+/* A compiler barrier: on x86-64 (TSO) stores reach other CPUs in program
+ * order, so keeping the compiler from reordering them is all the seq
+ * protocol needs; the JIT emits BPF stores as plain x86 stores. */
+#define barrier() asm volatile("" ::: "memory")
+
+/*
+ * reserve takes the next slot of this CPU's call ring and returns it with
+ * the header filled in and the payload zeroed (clang drops the zero stores
+ * that a program's own stores overwrite), or 0. *pos is the record's
+ * position, for publish.
+ *
+ * Lock-free and safe against preemption: a uprobe program runs with
+ * migration disabled, so the CPU stays the same, but it may be preempted,
+ * and another program may then reserve on the same CPU; one atomic
+ * fetch-and-add gives each its own position. Marking the slot (seq 0)
+ * before writing it lets the reader see that a copy it made while the
+ * slot was rewritten is torn. The ring overwrites: a writer never waits,
+ * the reader counts what it missed as lost (calls_linux.go).
+ */
+static __always_inline struct call *reserve(__u64 pid_tgid, __u8 kind, __u8 phase, __u64 cookie, __u64 *pos)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count_lost();
+	__u32 base = bpf_get_smp_processor_id() * (__u32)(slot_mask + 2);
+	struct call *h = bpf_map_lookup_elem(&calls, &base);
+	if (!h)
 		return 0;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
+	__u64 p = __sync_fetch_and_add(&h->seq, 1);
+	__u32 idx = base + 1 + (__u32)(p & slot_mask);
+	struct call *e = bpf_map_lookup_elem(&calls, &idx);
+	if (!e)
+		return 0;
+	*(volatile __u64 *)&e->seq = 0;
+	barrier();
 	e->time = bpf_ktime_get_ns();
 	e->pid = pid_tgid >> 32;
 	e->tid = (__u32)pid_tgid;
 	e->kind = kind;
 	e->phase = phase;
 	e->vendor = cookie & 0xff;
-	e->peer = -1;
+	e->op = 0;
+	e->ret = 0;
+	e->stream = 0;
+	e->handle = 0;
+	e->handle2 = 0;
+	e->size = 0;
+	__builtin_memset(e->word, 0, sizeof(e->word));
+	*pos = p;
 	return e;
 }
 
-/*
- * submit hands a call record to Go. Waking the reader is most of a
- * record's price when it keeps up (an irq_work, an APIC write that a
- * paravirtualised guest pays as a hypercall, and a scheduler wakeup), so a
- * call record wakes it only when it makes the unread data cross a batch,
- * an eighth of the ring (1 MiB of the default 8: one wakeup per ~5,000
- * records, where a 16 KiB batch cost 19% of a launch record's time in
- * perf on this project's VM); the reader picks up smaller remainders on
- * its own within its poll interval (tracer.go, pollInterval, 20 ms), and
- * an eighth of the ring read every 20 ms is 50 MiB/s, far above any
- * training loop's call rate. Process records always wake it: scans wait
- * on them.
- */
-#define RECORD_BYTES (sizeof(struct event) + 8) /* with the ring's header */
-
-static __always_inline void submit(struct event *e)
+/* publish completes a record: its seq, stored last, tells the reader. No
+ * wakeup: Go drains the rings on its poll (tracer_linux.go, pollInterval)
+ * and before each process record. */
+static __always_inline void publish(struct call *e, __u64 pos)
 {
-	__u64 batch = bpf_ringbuf_query(&events, BPF_RB_RING_SIZE) / 8;
-	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	int crossed = avail >= batch && avail < batch + RECORD_BYTES;
-	bpf_ringbuf_submit(e, crossed ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
+	barrier();
+	*(volatile __u64 *)&e->seq = pos + 1;
 }
 
 /* begin filters by followed thread group and reserves an event. */
-#define BEGIN(kind, phase)                                         \
-	__u64 pid_tgid = bpf_get_current_pid_tgid();               \
-	if (!is_followed(pid_tgid >> 32))                          \
-		return 0;                                          \
-	__u64 cookie = bpf_get_attach_cookie(ctx);                 \
-	struct event *e = reserve(pid_tgid, kind, phase, cookie);  \
-	if (!e)                                                    \
+#define BEGIN(kind, phase)                                              \
+	__u64 pid_tgid = bpf_get_current_pid_tgid();                    \
+	if (!is_followed(pid_tgid >> 32))                               \
+		return 0;                                               \
+	__u64 cookie = bpf_get_attach_cookie(ctx);                      \
+	__u64 pos;                                                      \
+	struct call *e = reserve(pid_tgid, kind, phase, cookie, &pos);  \
+	if (!e)                                                         \
 		return 0;
 
 static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
@@ -345,18 +402,18 @@ int launch_kernel(struct pt_regs *ctx)
 {
 	BEGIN(K_LAUNCH, PHASE_ENTER);
 	__u64 grid = ARG2(ctx), block = ARG4(ctx);
-	e->func = ARG1(ctx);
-	e->grid[0] = (__u32)grid;
-	e->grid[1] = grid >> 32;
-	e->grid[2] = (__u32)ARG3(ctx);
-	e->block[0] = (__u32)block;
-	e->block[1] = block >> 32;
-	e->block[2] = (__u32)ARG5(ctx);
+	e->handle = ARG1(ctx);
+	e->word[0] = (__u32)grid;
+	e->word[1] = grid >> 32;
+	e->word[2] = (__u32)ARG3(ctx);
+	e->word[3] = (__u32)block;
+	e->word[4] = block >> 32;
+	e->word[5] = (__u32)ARG5(ctx);
 	__u64 st[2];
 	STACK_ARGS(ctx, 1, st);
-	e->shmem = st[0];
+	e->size = st[0];
 	e->stream = st[1];
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -373,16 +430,16 @@ int launch_kernel_exc(struct pt_regs *ctx)
 	BEGIN(K_LAUNCH, PHASE_ENTER);
 	struct launch_config cfg = {};
 	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx));
-	e->func = ARG2(ctx);
-	e->grid[0] = cfg.grid[0];
-	e->grid[1] = cfg.grid[1];
-	e->grid[2] = cfg.grid[2];
-	e->block[0] = cfg.block[0];
-	e->block[1] = cfg.block[1];
-	e->block[2] = cfg.block[2];
-	e->shmem = cfg.shmem;
+	e->handle = ARG2(ctx);
+	e->word[0] = cfg.grid[0];
+	e->word[1] = cfg.grid[1];
+	e->word[2] = cfg.grid[2];
+	e->word[3] = cfg.block[0];
+	e->word[4] = cfg.block[1];
+	e->word[5] = cfg.block[2];
+	e->size = cfg.shmem;
 	e->stream = cfg.stream;
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -390,18 +447,18 @@ SEC("uprobe")
 int cu_launch_kernel(struct pt_regs *ctx)
 {
 	BEGIN(K_LAUNCH, PHASE_ENTER);
-	e->func = ARG1(ctx);
-	e->grid[0] = ARG2(ctx);
-	e->grid[1] = ARG3(ctx);
-	e->grid[2] = ARG4(ctx);
-	e->block[0] = ARG5(ctx);
-	e->block[1] = ARG6(ctx);
+	e->handle = ARG1(ctx);
+	e->word[0] = ARG2(ctx);
+	e->word[1] = ARG3(ctx);
+	e->word[2] = ARG4(ctx);
+	e->word[3] = ARG5(ctx);
+	e->word[4] = ARG6(ctx);
 	__u64 st[3];
 	STACK_ARGS(ctx, 1, st);
-	e->block[2] = st[0];
-	e->shmem = (__u32)st[1];
+	e->word[5] = st[0];
+	e->size = (__u32)st[1];
 	e->stream = st[2];
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -454,7 +511,7 @@ int graph_launch(struct pt_regs *ctx)
 	BEGIN(K_GRAPH_LAUNCH, PHASE_ENTER);
 	e->handle = ARG1(ctx);
 	e->stream = ARG2(ctx);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -464,10 +521,10 @@ SEC("uprobe")
 int memcpy_async(struct pt_regs *ctx)
 {
 	BEGIN(K_MEMCPY_ASYNC, PHASE_ENTER);
-	e->bytes = ARG3(ctx);
-	e->copy_kind = ARG4(ctx);
+	e->size = ARG3(ctx);
+	e->word[0] = ARG4(ctx);
 	e->stream = ARG5(ctx);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -481,9 +538,9 @@ int memcpy_enter(struct pt_regs *ctx)
 	s.a1 = ARG4(ctx);
 	__u64 key = stash_key(pid_tgid, K_MEMCPY);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
-	e->bytes = s.a0;
-	e->copy_kind = s.a1;
-	submit(e);
+	e->size = s.a0;
+	e->word[0] = s.a1;
+	publish(e, pos);
 	return 0;
 }
 
@@ -495,7 +552,7 @@ int event_record(struct pt_regs *ctx)
 	BEGIN(K_EVENT_RECORD, PHASE_ENTER);
 	e->handle = ARG1(ctx);
 	e->stream = ARG2(ctx);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -505,7 +562,7 @@ int stream_wait_event(struct pt_regs *ctx)
 	BEGIN(K_STREAM_WAIT_EVENT, PHASE_ENTER);
 	e->stream = ARG1(ctx);
 	e->handle = ARG2(ctx);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -547,7 +604,7 @@ static __always_inline int blocking_enter(struct pt_regs *ctx, __u8 kind)
 		e->stream = s.a0;
 	else if (kind == K_EVENT_SYNC)
 		e->handle = s.a0;
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -580,14 +637,15 @@ int call_exit(struct pt_regs *ctx)
 	struct stash a = *s;
 	bpf_map_delete_elem(&stashes, &key);
 
-	struct event *e = reserve(pid_tgid, kind, PHASE_EXIT, cookie);
+	__u64 pos;
+	struct call *e = reserve(pid_tgid, kind, PHASE_EXIT, cookie, &pos);
 	if (!e)
 		return 0;
 	e->ret = ctx->ax;
 	switch (kind) {
 	case K_MEMCPY:
-		e->bytes = a.a0;
-		e->copy_kind = a.a1;
+		e->size = a.a0;
+		e->word[0] = a.a1;
 		break;
 	case K_EVENT_QUERY:
 	case K_EVENT_SYNC:
@@ -600,10 +658,10 @@ int call_exit(struct pt_regs *ctx)
 	case K_EVENT_ELAPSED:
 		e->handle = a.a1;
 		e->handle2 = a.a2;
-		bpf_probe_read_user(&e->elapsed, sizeof(e->elapsed), (void *)a.a0);
+		bpf_probe_read_user(&e->word[0], sizeof(e->word[0]), (void *)a.a0);
 		break;
 	}
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -652,15 +710,16 @@ int comm_init_exit(struct pt_regs *ctx)
 	struct stash a = *s;
 	bpf_map_delete_elem(&stashes, &key);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct event *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie);
+	__u64 pos;
+	struct call *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie, &pos);
 	if (!e)
 		return 0;
 	e->ret = ctx->ax;
-	bpf_probe_read_user(&e->comm, sizeof(e->comm), (void *)a.a0);
-	__builtin_memcpy(e->comm_id, a.id, sizeof(e->comm_id));
-	e->nranks = a.nranks;
-	e->rank = a.rank;
-	submit(e);
+	bpf_probe_read_user(&e->handle2, sizeof(e->handle2), (void *)a.a0);
+	__builtin_memcpy(e->word, a.id, 16);
+	e->word[4] = a.nranks;
+	e->word[5] = a.rank;
+	publish(e, pos);
 	return 0;
 }
 
@@ -697,16 +756,17 @@ int comm_split_exit(struct pt_regs *ctx)
 	struct stash a = *s;
 	bpf_map_delete_elem(&stashes, &key);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
-	struct event *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie);
+	__u64 pos;
+	struct call *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie, &pos);
 	if (!e)
 		return 0;
 	e->ret = ctx->ax;
 	e->handle = a.a0;
-	bpf_probe_read_user(&e->comm, sizeof(e->comm), (void *)a.a1);
-	e->color = a.nranks;
-	e->key = a.rank;
+	bpf_probe_read_user(&e->handle2, sizeof(e->handle2), (void *)a.a1);
+	e->word[0] = a.nranks;
+	e->word[1] = a.rank;
 	e->op = 1; /* marks a split */
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -714,8 +774,8 @@ SEC("uprobe")
 int comm_destroy(struct pt_regs *ctx)
 {
 	BEGIN(K_COMM_DESTROY, PHASE_ENTER);
-	e->comm = ARG1(ctx);
-	submit(e);
+	e->handle2 = ARG1(ctx);
+	publish(e, pos);
 	return 0;
 }
 
@@ -727,12 +787,13 @@ int coll_reduce_op(struct pt_regs *ctx)
 {
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
-	e->count = ARG3(ctx);
-	e->dtype = ARG4(ctx);
-	e->redop = ARG5(ctx);
-	e->comm = ARG6(ctx);
+	e->size = ARG3(ctx);
+	e->word[0] = ARG4(ctx);
+	e->word[1] = ARG5(ctx);
+	e->word[2] = -1; /* no peer */
+	e->handle2 = ARG6(ctx);
 	e->stream = stack_arg(ctx, 1);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -741,11 +802,12 @@ int coll_all_gather(struct pt_regs *ctx)
 {
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
-	e->count = ARG3(ctx);
-	e->dtype = ARG4(ctx);
-	e->comm = ARG5(ctx);
+	e->size = ARG3(ctx);
+	e->word[0] = ARG4(ctx);
+	e->word[2] = -1; /* no peer */
+	e->handle2 = ARG5(ctx);
 	e->stream = ARG6(ctx);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -754,12 +816,12 @@ int coll_broadcast(struct pt_regs *ctx)
 {
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
-	e->count = ARG3(ctx);
-	e->dtype = ARG4(ctx);
-	e->peer = ARG5(ctx);
-	e->comm = ARG6(ctx);
+	e->size = ARG3(ctx);
+	e->word[0] = ARG4(ctx);
+	e->word[2] = ARG5(ctx);
+	e->handle2 = ARG6(ctx);
 	e->stream = stack_arg(ctx, 1);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -768,15 +830,15 @@ int coll_reduce(struct pt_regs *ctx)
 {
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
-	e->count = ARG3(ctx);
-	e->dtype = ARG4(ctx);
-	e->redop = ARG5(ctx);
-	e->peer = ARG6(ctx);
+	e->size = ARG3(ctx);
+	e->word[0] = ARG4(ctx);
+	e->word[1] = ARG5(ctx);
+	e->word[2] = ARG6(ctx);
 	__u64 st[2];
 	STACK_ARGS(ctx, 1, st);
-	e->comm = st[0];
+	e->handle2 = st[0];
 	e->stream = st[1];
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -786,12 +848,12 @@ int coll_p2p(struct pt_regs *ctx)
 {
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
-	e->count = ARG2(ctx);
-	e->dtype = ARG3(ctx);
-	e->peer = ARG4(ctx);
-	e->comm = ARG5(ctx);
+	e->size = ARG2(ctx);
+	e->word[0] = ARG3(ctx);
+	e->word[2] = ARG4(ctx);
+	e->handle2 = ARG5(ctx);
 	e->stream = ARG6(ctx);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -799,7 +861,7 @@ SEC("uprobe")
 int group_start(struct pt_regs *ctx)
 {
 	BEGIN(K_GROUP_START, PHASE_ENTER);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -807,7 +869,7 @@ SEC("uprobe")
 int group_end(struct pt_regs *ctx)
 {
 	BEGIN(K_GROUP_END, PHASE_ENTER);
-	submit(e);
+	publish(e, pos);
 	return 0;
 }
 
@@ -820,9 +882,11 @@ int empty(struct pt_regs *ctx)
 
 /* ---- following a process tree --------------------------------------- */
 
+/* Process records go on the ring buffer procs and wake Go at once: scans
+ * wait on them. */
 static __always_inline void process_event(__u8 kind, __u32 pid, __u32 parent)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	struct call *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
 	if (!e) {
 		count_lost();
 		return;
@@ -833,7 +897,6 @@ static __always_inline void process_event(__u8 kind, __u32 pid, __u32 parent)
 	e->tid = pid;
 	e->kind = kind;
 	e->handle = parent;
-	e->peer = -1;
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 

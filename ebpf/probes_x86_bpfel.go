@@ -13,37 +13,22 @@ import (
 	"github.com/cilium/ebpf"
 )
 
-type probesEvent struct {
-	_        structs.HostLayout
-	Time     uint64
-	Pid      uint32
-	Tid      uint32
-	Kind     uint8
-	Phase    uint8
-	Vendor   uint8
-	Op       uint8
-	Ret      int32
-	Stream   uint64
-	Handle   uint64
-	Handle2  uint64
-	Func     uint64
-	Grid     [3]uint32
-	Block    [3]uint32
-	Shmem    uint64
-	Bytes    uint64
-	Count    uint64
-	Comm     uint64
-	CopyKind int32
-	Dtype    int32
-	Redop    int32
-	Peer     int32
-	CommId   [16]uint8
-	Nranks   int32
-	Rank     int32
-	Elapsed  uint32
-	Color    int32
-	Key      int32
-	Pad      uint32
+type probesCall struct {
+	_       structs.HostLayout
+	Seq     uint64
+	Time    uint64
+	Pid     uint32
+	Tid     uint32
+	Kind    uint8
+	Phase   uint8
+	Vendor  uint8
+	Op      uint8
+	Ret     int32
+	Stream  uint64
+	Handle  uint64
+	Handle2 uint64
+	Size    uint64
+	Word    [6]uint32
 }
 
 type probesFuncKey struct {
@@ -110,10 +95,11 @@ type probesStash struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	probesMapEvents            = "events"
+	probesMapCalls             = "calls"
 	probesMapFollowed          = "followed"
 	probesMapFuncNames         = "func_names"
 	probesMapLost              = "lost"
+	probesMapProcs             = "procs"
 	probesMapReturns           = "returns"
 	probesMapStashes           = "stashes"
 	probesProgCallExit         = "call_exit"
@@ -150,7 +136,8 @@ const (
 	probesProgStreamQueryEnter = "stream_query_enter"
 	probesProgStreamSyncEnter  = "stream_sync_enter"
 	probesProgStreamWaitEvent  = "stream_wait_event"
-	probesVarUnusedEvent       = "unused_event"
+	probesVarSlotMask          = "slot_mask"
+	probesVarUnusedCall        = "unused_call"
 	probesVarUnusedKind        = "unused_kind"
 	probesVarUnusedProcKind    = "unused_proc_kind"
 )
@@ -237,10 +224,11 @@ type probesProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesMapSpecs struct {
-	Events    *ebpf.MapSpec `ebpf:"events"`
+	Calls     *ebpf.MapSpec `ebpf:"calls"`
 	Followed  *ebpf.MapSpec `ebpf:"followed"`
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
+	Procs     *ebpf.MapSpec `ebpf:"procs"`
 	Returns   *ebpf.MapSpec `ebpf:"returns"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
 }
@@ -249,7 +237,8 @@ type probesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesVariableSpecs struct {
-	UnusedEvent    *ebpf.VariableSpec `ebpf:"unused_event"`
+	SlotMask       *ebpf.VariableSpec `ebpf:"slot_mask"`
+	UnusedCall     *ebpf.VariableSpec `ebpf:"unused_call"`
 	UnusedKind     *ebpf.VariableSpec `ebpf:"unused_kind"`
 	UnusedProcKind *ebpf.VariableSpec `ebpf:"unused_proc_kind"`
 }
@@ -274,20 +263,22 @@ func (o *probesObjects) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesMaps struct {
-	Events    *ebpf.Map `ebpf:"events"`
+	Calls     *ebpf.Map `ebpf:"calls"`
 	Followed  *ebpf.Map `ebpf:"followed"`
 	FuncNames *ebpf.Map `ebpf:"func_names"`
 	Lost      *ebpf.Map `ebpf:"lost"`
+	Procs     *ebpf.Map `ebpf:"procs"`
 	Returns   *ebpf.Map `ebpf:"returns"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
 }
 
 func (m *probesMaps) Close() error {
 	return _ProbesClose(
-		m.Events,
+		m.Calls,
 		m.Followed,
 		m.FuncNames,
 		m.Lost,
+		m.Procs,
 		m.Returns,
 		m.Stashes,
 	)
@@ -297,7 +288,8 @@ func (m *probesMaps) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesVariables struct {
-	UnusedEvent    *ebpf.Variable `ebpf:"unused_event"`
+	SlotMask       *ebpf.Variable `ebpf:"slot_mask"`
+	UnusedCall     *ebpf.Variable `ebpf:"unused_call"`
 	UnusedKind     *ebpf.Variable `ebpf:"unused_kind"`
 	UnusedProcKind *ebpf.Variable `ebpf:"unused_proc_kind"`
 }

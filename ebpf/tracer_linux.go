@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -29,10 +30,16 @@ import (
 // read might have missed.
 const rescanDelay = 20 * time.Millisecond
 
-// pollInterval bounds how long a call record may wait in the ring buffer:
-// the BPF side wakes the reader only per batch of records (submit in
-// probes.bpf.c), so the reader looks on its own this often.
+// pollInterval bounds how long a call record may wait in its ring: the
+// BPF side never wakes the reader for a call (publish in probes.bpf.c), so
+// the reader looks on its own this often, and before each process record.
 const pollInterval = 20 * time.Millisecond
+
+// inFlightWait bounds how long a process record waits for call records
+// that were reserved but not yet published when it was read (a writer
+// preempted inside its program), so that a process's calls come before
+// its exit.
+const inFlightWait = time.Millisecond
 
 // maxScanLag bounds how long a process that mapped code waits for its scan
 // while records keep coming: scans wait for the ring buffer to drain, so
@@ -48,8 +55,10 @@ const closeWait = 2 * time.Second
 type Tracer struct {
 	opts    Options
 	objs    probesObjects
-	hooks   []link.Link // scheduler hooks
-	rd      *ringbuf.Reader
+	hooks   []link.Link     // scheduler hooks
+	rd      *ringbuf.Reader // process records (map procs)
+	rings   *callRings      // call records (map calls)
+	calls   []probesCall    // records being delivered; Run's goroutine only
 	progs   map[string]*ebpf.Program
 	names   *kernelNames
 	events  atomic.Uint64
@@ -85,7 +94,16 @@ func NewTracer(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec.Maps["events"].MaxEntries = ringSize(opts.RingBufferBytes)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("count CPUs: %w", err)
+	}
+	slots := slotsPerCPU(opts.RingBufferBytes, ncpu, opts.slotsPerCPU)
+	spec.Maps["calls"].MaxEntries = uint32(ncpu * (slots + 1))
+	spec.Maps["procs"].MaxEntries = procRingBytes
+	if err := spec.Variables["slot_mask"].Set(uint64(slots - 1)); err != nil {
+		return nil, fmt.Errorf("size the call rings: %w", err)
+	}
 	t := &Tracer{
 		opts:    opts,
 		procs:   map[int]*process{},
@@ -114,9 +132,13 @@ func NewTracer(opts Options) (*Tracer, error) {
 		t.Close()
 		return nil, err
 	}
-	if t.rd, err = ringbuf.NewReader(t.objs.Events); err != nil {
+	if t.rd, err = ringbuf.NewReader(t.objs.Procs); err != nil {
 		t.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
+	}
+	if t.rings, err = mapCallRings(t.objs.Calls, ncpu, slots); err != nil {
+		t.Close()
+		return nil, err
 	}
 	for _, lib := range opts.Libraries {
 		if filepath.IsAbs(lib) {
@@ -124,17 +146,6 @@ func NewTracer(opts Options) (*Tracer, error) {
 		}
 	}
 	return t, nil
-}
-
-func ringSize(n int) uint32 {
-	if n <= 0 {
-		n = 8 << 20
-	}
-	size := uint32(os.Getpagesize())
-	for int(size) < n {
-		size <<= 1
-	}
-	return size
 }
 
 func loadError(err error) error {
@@ -299,7 +310,25 @@ func (t *Tracer) notice(n Notice) {
 // Run reads events until ctx is done or the tracer is closed, calling
 // onEvent for each decoded call and onNotice for what the tracer did. Both
 // are called from this goroutine only.
+//
+// Process records come on the ring buffer procs, which wakes Run; call
+// records wait in the per-CPU call rings, drained on each wakeup and
+// every pollInterval. The engine must see each thread's calls in order,
+// and a process's calls before its exit. Records of one thread are
+// published one after another, but possibly on different CPUs, so their
+// order is their time (bpf_ktime_get_ns, CLOCK_MONOTONIC). A drain first
+// takes now, then collects every published record, and delivers, sorted
+// by time, only those before now; the rest wait for the next drain. That
+// is enough: if a thread's record r2 was collected but its earlier r1 was
+// not, r1 was not yet published when its CPU's ring was read; then r2,
+// which the thread began only after publishing r1, began after the drain
+// did, and its time is after now: it waits, and the next drain, which
+// sees r1, sorts the two. A process record of time T is delivered after
+// a drain whose cut is T: the calls made before it first.
 func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(Notice)) error {
+	stop := make(chan struct{})
+	defer close(stop)
+	go t.rings.poll(stop)
 	var rec ringbuf.Record
 	for {
 		if ctx.Err() != nil {
@@ -310,20 +339,53 @@ func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice fu
 		err := t.rd.ReadInto(&rec)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
+			now := monotonicNow()
+			// A process record reserved before now (still being written,
+			// or just committed) must go first, with the calls before it:
+			// the next read takes it.
+			if t.rd.AvailableBytes() == 0 {
+				t.deliverCalls(now, onEvent)
+			}
 			continue
 		case errors.Is(err, ringbuf.ErrClosed):
 			return nil
 		case err != nil:
 			return fmt.Errorf("read ring buffer: %w", err)
 		}
-		raw, ok := rawEvent(rec.RawSample)
+		raw, ok := rawCall(rec.RawSample)
 		if !ok {
 			continue
 		}
-		if raw.Kind >= evFork {
-			t.processEvent(raw, onEvent)
-			continue
+		deadline := time.Now().Add(inFlightWait)
+		t.drainCalls()
+		for t.rings.inFlight() && time.Now().Before(deadline) {
+			runtime.Gosched()
+			t.drainCalls()
 		}
+		t.deliverCalls(raw.Time, onEvent)
+		t.processEvent(raw, onEvent)
+	}
+}
+
+// monotonicNow is the clock of bpf_ktime_get_ns.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+// drainCalls collects the call records published so far into t.calls.
+func (t *Tracer) drainCalls() {
+	t.rings.collect()
+}
+
+// deliverCalls drains the call rings and delivers, in time order, the
+// records from before cut (CLOCK_MONOTONIC ns, taken before the drain);
+// the later ones wait for the next drain.
+func (t *Tracer) deliverCalls(cut uint64, onEvent func(timer.Event)) {
+	t.calls = t.rings.take(cut, t.calls[:0])
+	for i := range t.calls {
+		raw := &t.calls[i]
 		ev := decode(raw)
 		t.complete(&ev, raw)
 		t.events.Add(1)
@@ -369,7 +431,7 @@ func (t *Tracer) housekeep(onNotice func(Notice)) {
 }
 
 // processEvent handles fork, exec, exit and mmap of followed processes.
-func (t *Tracer) processEvent(raw *probesEvent, onEvent func(timer.Event)) {
+func (t *Tracer) processEvent(raw *probesCall, onEvent func(timer.Event)) {
 	pid := int(raw.Pid)
 	ev := timer.Event{Time: int64(raw.Time), PID: pid, TID: pid}
 	t.mu.Lock()
@@ -425,7 +487,7 @@ func (t *Tracer) processEvent(raw *probesEvent, onEvent func(timer.Event)) {
 
 // Stats reports counters and what is attached now.
 func (t *Tracer) Stats() Stats {
-	s := Stats{Events: t.events.Load()}
+	s := Stats{Events: t.events.Load(), Lost: t.rings.lostCount()}
 	var perCPU []uint64
 	if err := t.objs.Lost.Lookup(uint32(0), &perCPU); err == nil {
 		for _, n := range perCPU {
@@ -490,6 +552,9 @@ func (t *Tracer) Close() error {
 	var errs []error
 	if t.rd != nil {
 		errs = append(errs, t.rd.Close())
+	}
+	if t.rings != nil {
+		errs = append(errs, t.rings.close())
 	}
 	for _, h := range t.hooks {
 		errs = append(errs, h.Close())

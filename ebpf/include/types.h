@@ -22,6 +22,7 @@ typedef __u32 __wsum;
 
 enum bpf_map_type {
 	BPF_MAP_TYPE_HASH = 1,
+	BPF_MAP_TYPE_ARRAY = 2,
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
@@ -32,14 +33,15 @@ enum {
 	BPF_NOEXIST = 1,
 };
 
+/* Map flags. */
+enum {
+	BPF_F_MMAPABLE = 1U << 10,
+};
+
 /* bpf_ringbuf_submit flags and bpf_ringbuf_query fields. */
 enum {
 	BPF_RB_NO_WAKEUP = 1,
 	BPF_RB_FORCE_WAKEUP = 2,
-};
-enum {
-	BPF_RB_AVAIL_DATA = 0,
-	BPF_RB_RING_SIZE = 1,
 };
 
 /*

@@ -1,6 +1,10 @@
 /* launchloop: launches N trivial kernels on one stream as fast as it can,
  * synchronizes once, and prints the rate. The baseline of the probe-overhead
- * benchmarks. Usage: launchloop N [--vendor cuda|maca] */
+ * benchmarks. Usage: launchloop N [--vendor cuda|maca] [--call CALL]
+ * CALL is launch (the default), memcpy (MemcpyAsync of 64 bytes), record
+ * (EventRecord) or sync (StreamSynchronize of the idle stream): N of those
+ * calls instead of launches; the rate is printed as ns_per_launch all the
+ * same. */
 #define _GNU_SOURCE
 #include "vendor.h"
 #include <dlfcn.h>
@@ -15,6 +19,9 @@
 typedef int (*launch_fn)(const void *, dim3, dim3, void **, size_t, void *);
 typedef int (*stream_create_fn)(void **);
 typedef int (*stream_sync_fn)(void *);
+typedef int (*memcpy_async_fn)(void *, const void *, size_t, int, void *);
+typedef int (*event_create_fn)(void **);
+typedef int (*event_record_fn)(void *, void *);
 
 static void *open_lib(const char *dir, const char *name)
 {
@@ -30,12 +37,14 @@ static void *open_lib(const char *dir, const char *name)
 
 int main(int argc, char **argv)
 {
-	const char *vendor = "cuda";
+	const char *vendor = "cuda", *call = "launch";
 	long n = -1;
 	char exe[PATH_MAX];
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--vendor") && i + 1 < argc)
 			vendor = argv[++i];
+		else if (!strcmp(argv[i], "--call") && i + 1 < argc)
+			call = argv[++i];
 		else
 			n = atol(argv[i]);
 	}
@@ -54,8 +63,11 @@ int main(int argc, char **argv)
 	launch_fn launch = (launch_fn)dlsym(rt, maca ? "mcLaunchKernel" : "cudaLaunchKernel");
 	stream_create_fn create = (stream_create_fn)dlsym(rt, maca ? "mcStreamCreate" : "cudaStreamCreate");
 	stream_sync_fn sync = (stream_sync_fn)dlsym(rt, maca ? "mcStreamSynchronize" : "cudaStreamSynchronize");
+	memcpy_async_fn memcpy_async = (memcpy_async_fn)dlsym(rt, maca ? "mcMemcpyAsync" : "cudaMemcpyAsync");
+	event_create_fn event_create = (event_create_fn)dlsym(rt, maca ? "mcEventCreate" : "cudaEventCreate");
+	event_record_fn event_record = (event_record_fn)dlsym(rt, maca ? "mcEventRecord" : "cudaEventRecord");
 	void *kernel = dlsym(kl, "noop_kernel");
-	if (!launch || !create || !sync || !kernel) {
+	if (!launch || !create || !sync || !memcpy_async || !event_create || !event_record || !kernel) {
 		fprintf(stderr, "launchloop: missing symbol\n");
 		return 2;
 	}
@@ -63,13 +75,30 @@ int main(int argc, char **argv)
 	if (create(&stream))
 		return 1;
 	dim3 grid = {1, 1, 1}, block = {32, 1, 1};
+	static char src[64], dst[64];
+	void *event;
+	if (event_create(&event))
+		return 1;
+	int what = !strcmp(call, "launch") ? 0 : !strcmp(call, "memcpy") ? 1 : !strcmp(call, "record") ? 2 : !strcmp(call, "sync") ? 3 : -1;
+	if (what < 0) {
+		fprintf(stderr, "launchloop: unknown call %s\n", call);
+		return 2;
+	}
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	for (long i = 0; i < n; i++)
-		if (launch(kernel, grid, block, NULL, 0, stream)) {
-			fprintf(stderr, "launchloop: launch failed\n");
+	for (long i = 0; i < n; i++) {
+		int err;
+		switch (what) {
+		case 0: err = launch(kernel, grid, block, NULL, 0, stream); break;
+		case 1: err = memcpy_async(dst, src, sizeof(dst), 4, stream); break;
+		case 2: err = event_record(event, stream); break;
+		default: err = sync(stream); break;
+		}
+		if (err) {
+			fprintf(stderr, "launchloop: %s failed\n", call);
 			return 1;
 		}
+	}
 	sync(stream);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) / 1e9;

@@ -1,0 +1,295 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// callSize is the size of one call record and of one ring slot.
+const callSize = int(unsafe.Sizeof(probesCall{}))
+
+// minSlotsPerCPU is the floor of each CPU's call ring: 4096 records of
+// 88 bytes, 352 KiB. Read every pollInterval (20 ms), a ring sustains
+// slots/20 ms records per second on its CPU: 4096 slots 205,000 records/s,
+// more than one thread makes with uprobes that cost a microsecond or more
+// each. The default budget (8 MiB) gives 2 CPUs 32768 slots each (1.6
+// million records/s), and 128 CPUs the floor (46 MiB in all). Between
+// polls a ring holds a burst of its size; the reader polls 16 times as
+// often while a ring is more than a quarter full (busyFraction).
+const minSlotsPerCPU = 4096
+
+// collectInterval is how often a goroutine of Run's copies the call
+// rings into memory, so that they do not overflow while Run itself is busy
+// (a first launch of a process reads its symbols, which may take longer
+// than a ring holds). A drain that finds more than 1/busyFraction of a
+// ring's slots new makes it look again 16 times as often, until one does
+// not.
+const (
+	collectInterval = 5 * time.Millisecond
+	busyFraction    = 4
+)
+
+// maxPending bounds the records collected and not yet delivered (88 MiB):
+// beyond it, a stalled Run loses records, counted.
+const maxPending = 1 << 20
+
+// procRingBytes is the size of the ring buffer of process records (the
+// map procs): 2,700 records of 96 bytes with the ring's header, for the
+// bursts of loader records of a Python import.
+const procRingBytes = 256 << 10
+
+// slotsPerCPU is how many slots each CPU's call ring gets from a budget
+// of bytes (Options.RingBufferBytes, default 8 MiB) split over ncpu
+// possible CPUs: the largest power of two that fits, at least
+// minSlotsPerCPU (or floor, where a test sets a smaller one).
+func slotsPerCPU(budget, ncpu, floor int) int {
+	if budget <= 0 {
+		budget = 8 << 20
+	}
+	if floor <= 0 {
+		floor = minSlotsPerCPU
+	}
+	n := floor
+	for n < 1<<24 && 2*n*callSize*ncpu <= budget {
+		n *= 2
+	}
+	return n
+}
+
+// callRings reads the per-CPU call rings of the map calls (probes.bpf.c,
+// reserve and publish) through a shared mapping, without system calls.
+//
+// Each CPU's block is a header (its seq: the head, how many records were
+// ever reserved there) and n slots; record pos lives in slot pos % n. A
+// writer takes pos with a fetch-and-add on the head, marks the slot (seq
+// 0), writes it and publishes it by storing seq = pos+1 last. The reader
+// keeps, per CPU, the position it has read up to (tail) and the positions
+// below it that were reserved but not yet published when it looked (in
+// flight: a writer preempted inside its program). A slot is read like a
+// seqlock: seq, copy, seq again; a copy is good when both equal pos+1.
+// Whatever the writers overwrote before it was read is counted lost.
+type callRings struct {
+	mu    sync.Mutex
+	mem   []byte // nil once closed
+	unmap func() error
+	ncpu  int
+	n     uint64 // slots per CPU, a power of two
+	tails []uint64
+	holes [][]uint64 // per CPU: positions below the tail still in flight
+	lost  uint64
+	busy  bool // the last drain found a ring more than 1/busyFraction full
+
+	pending []probesCall // collected, not yet taken
+}
+
+// mapCallRings maps the map calls of ncpu blocks of n slots.
+func mapCallRings(m *ebpf.Map, ncpu, n int) (*callRings, error) {
+	size := ncpu * (n + 1) * callSize
+	page := os.Getpagesize()
+	size = (size + page - 1) / page * page
+	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map the call rings: %w", err)
+	}
+	r := newCallRings(mem, ncpu, n)
+	r.unmap = func() error { return unix.Munmap(mem) }
+	return r, nil
+}
+
+// newCallRings reads rings laid out in mem.
+func newCallRings(mem []byte, ncpu, n int) *callRings {
+	return &callRings{mem: mem, ncpu: ncpu, n: uint64(n), tails: make([]uint64, ncpu), holes: make([][]uint64, ncpu)}
+}
+
+// entry is the address of entry i of the map (block headers included).
+func (r *callRings) entry(i uint64) unsafe.Pointer {
+	return unsafe.Pointer(&r.mem[i*uint64(callSize)])
+}
+
+func (r *callRings) head(cpu int) uint64 {
+	return atomic.LoadUint64((*uint64)(r.entry(uint64(cpu) * (r.n + 1))))
+}
+
+// slot states.
+const (
+	slotRead     = iota // copied whole
+	slotInFlight        // reserved, not published yet
+	slotLost            // overwritten before it was read
+)
+
+// read copies record pos of cpu into c; head is the CPU's head as seen
+// at the start of this drain.
+func (r *callRings) read(cpu int, pos, head uint64, c *probesCall) int {
+	p := r.entry(uint64(cpu)*(r.n+1) + 1 + pos&(r.n-1))
+	seq := (*uint64)(p)
+	s := atomic.LoadUint64(seq)
+	switch {
+	case s == pos+1:
+	case s > pos+1 || head-pos > r.n:
+		return slotLost // a later record has (or is reserved for) the slot
+	default:
+		return slotInFlight // 0 (being written) or an older record: not yet published
+	}
+	*c = *(*probesCall)(p)
+	if atomic.LoadUint64(seq) != s {
+		return slotLost // rewritten while copied
+	}
+	return slotRead
+}
+
+// collect drains the rings into the pending records.
+func (r *callRings) collect() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending = r.drainLocked(r.pending)
+	if n := len(r.pending) - maxPending; n > 0 {
+		r.lost += uint64(n)
+		r.pending = r.pending[:maxPending]
+	}
+}
+
+// take collects, then moves the pending records from before cut to dst,
+// in time order; the later ones stay pending.
+func (r *callRings) take(cut uint64, dst []probesCall) []probesCall {
+	r.collect()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	slices.SortStableFunc(r.pending, func(a, b probesCall) int { return cmp.Compare(a.Time, b.Time) })
+	n, _ := slices.BinarySearchFunc(r.pending, cut, func(c probesCall, cut uint64) int { return cmp.Compare(c.Time, cut) })
+	dst = append(dst, r.pending[:n]...)
+	r.pending = append(r.pending[:0], r.pending[n:]...)
+	return dst
+}
+
+// poll collects every collectInterval (faster while busy) until stop.
+func (r *callRings) poll(stop <-chan struct{}) {
+	tick := time.NewTimer(collectInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		r.collect()
+		d := collectInterval
+		if r.isBusy() {
+			d /= 16
+		}
+		tick.Reset(d)
+	}
+}
+
+// drain appends every record published since the last drain to dst.
+func (r *callRings) drain(dst []probesCall) []probesCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.drainLocked(dst)
+}
+
+func (r *callRings) drainLocked(dst []probesCall) []probesCall {
+	if r.mem == nil {
+		return dst
+	}
+	r.busy = false
+	var c probesCall
+	for cpu := 0; cpu < r.ncpu; cpu++ {
+		head := r.head(cpu)
+		holes := r.holes[cpu][:0]
+		for _, pos := range r.holes[cpu] {
+			switch r.read(cpu, pos, head, &c) {
+			case slotRead:
+				dst = append(dst, c)
+			case slotInFlight:
+				holes = append(holes, pos)
+			case slotLost:
+				r.lost++
+			}
+		}
+		tail := r.tails[cpu]
+		if head-tail > r.n {
+			r.lost += head - r.n - tail
+			tail = head - r.n
+		}
+		if head-tail > r.n/busyFraction {
+			r.busy = true
+		}
+		for pos := tail; pos < head; pos++ {
+			switch r.read(cpu, pos, head, &c) {
+			case slotRead:
+				dst = append(dst, c)
+			case slotInFlight:
+				holes = append(holes, pos)
+			case slotLost:
+				r.lost++
+			}
+		}
+		r.holes[cpu] = holes
+		r.tails[cpu] = head
+	}
+	return dst
+}
+
+// inFlight says whether the last drain left records reserved but not yet
+// published.
+func (r *callRings) inFlight() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, h := range r.holes {
+		if len(h) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// isBusy says whether the last drain found a ring filling up.
+func (r *callRings) isBusy() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.busy
+}
+
+// lostCount is how many records the reader missed, and will miss: those
+// overwritten before it read them, counted at drains, and those already
+// beyond a ring's size that no drain has counted yet (a reader that stopped
+// reading still reports its losses).
+func (r *callRings) lostCount() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := r.lost
+	if r.mem == nil {
+		return n
+	}
+	for cpu := 0; cpu < r.ncpu; cpu++ {
+		if d := r.head(cpu) - r.tails[cpu]; d > r.n {
+			n += d - r.n
+		}
+	}
+	return n
+}
+
+// close unmaps the rings; later drains find nothing.
+func (r *callRings) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mem == nil {
+		return nil
+	}
+	r.mem = nil
+	if r.unmap != nil {
+		return r.unmap()
+	}
+	return nil
+}
