@@ -30,9 +30,10 @@ const callSize = int(unsafe.Sizeof(probesCall{}))
 const minSlotsPerCPU = 4096
 
 // collectInterval is how often a goroutine of Run's copies the call
-// rings into memory, so that they do not overflow while Run itself is busy
-// (a first launch of a process reads its symbols, which may take longer
-// than a ring holds). A drain that finds more than 1/busyFraction of a
+// rings into memory while records come, so that they do not overflow while
+// Run itself is busy (a first launch of a process reads its symbols, which
+// may take longer than a ring holds); after a drain that found nothing it
+// waits pollInterval. A drain that finds more than 1/busyFraction of a
 // ring's slots new makes it look again 16 times as often, until one does
 // not.
 const (
@@ -89,6 +90,7 @@ type callRings struct {
 	holes [][]uint64 // per CPU: positions below the tail still in flight
 	lost  uint64
 	busy  bool // the last drain found a ring more than 1/busyFraction full
+	idle  bool // the last drain found nothing
 
 	pending []probesCall // collected, not yet taken
 }
@@ -183,10 +185,15 @@ func (r *callRings) poll(stop <-chan struct{}) {
 		case <-tick.C:
 		}
 		r.collect()
+		r.mu.Lock()
 		d := collectInterval
-		if r.isBusy() {
+		switch {
+		case r.busy:
 			d /= 16
+		case r.idle:
+			d = pollInterval
 		}
+		r.mu.Unlock()
 		tick.Reset(d)
 	}
 }
@@ -203,6 +210,8 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 		return dst
 	}
 	r.busy = false
+	n0 := len(dst)
+	defer func() { r.idle = len(dst) == n0 }()
 	var c probesCall
 	for cpu := 0; cpu < r.ncpu; cpu++ {
 		head := r.head(cpu)
@@ -252,13 +261,6 @@ func (r *callRings) inFlight() bool {
 		}
 	}
 	return false
-}
-
-// isBusy says whether the last drain found a ring filling up.
-func (r *callRings) isBusy() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.busy
 }
 
 // lostCount is how many records the reader missed, and will miss: those
