@@ -80,6 +80,12 @@ func slotsPerCPU(budget, ncpu, floor int) int {
 // flight: a writer preempted inside its program). A slot is read like a
 // seqlock: seq, copy, seq again; a copy is good when both equal pos+1.
 // Whatever the writers overwrote before it was read is counted lost.
+//
+// One case the seqlock cannot catch: a writer preempted inside its
+// program for a whole lap of its CPU's ring (n records written there
+// meanwhile) goes on writing into a slot that a later record owns, and
+// may tear that record without changing its seq. The record it was
+// writing is counted lost; the torn one is not detected.
 type callRings struct {
 	mu    sync.Mutex
 	mem   []byte // nil once closed
