@@ -35,9 +35,9 @@ type Options struct {
 	// has uprobe_multi links (6.6+), which attach a library's probes in
 	// one call per program. For tests of the fallback and for measuring.
 	SingleProbes bool
-	// slotsPerCPU, when set, lowers the floor of each CPU's call ring
+	// slotsPerRing, when set, lowers the floor of each call ring
 	// (tests of overflow).
-	slotsPerCPU int
+	slotsPerRing int
 	// Linger is how long a library no followed process maps keeps its
 	// probes before they are detached; default 10 s.
 	Linger time.Duration

@@ -19,15 +19,35 @@ import (
 // callSize is the size of one call record and of one ring slot.
 const callSize = int(unsafe.Sizeof(probesCall{}))
 
-// minSlotsPerCPU is the floor of each CPU's call ring: 4096 records of
-// 88 bytes, 352 KiB. Read every pollInterval (20 ms), a ring sustains
-// slots/20 ms records per second on its CPU: 4096 slots 205,000 records/s,
-// more than one thread makes with uprobes that cost a microsecond or more
-// each. The default budget (8 MiB) gives 2 CPUs 32768 slots each (1.6
-// million records/s), and 128 CPUs the floor (46 MiB in all). Between
-// polls a ring holds a burst of its size; the reader polls 16 times as
-// often while a ring is more than a quarter full (busyFraction).
-const minSlotsPerCPU = 4096
+// maxRings bounds the call rings: CPU c writes into ring c % rings, rings
+// being the CPUs (possible ones) up to maxRings, rounded down to a power
+// of two. A ring per CPU would make the map grow with the machine (352 KiB
+// a CPU at the floor: 90 MiB on a 256-CPU node, charged to the agent's
+// memory); sixteen keep it at the budget. CPUs that share a ring share its
+// head, an atomic add on one cache line: a training node runs a handful of
+// ranks, so two launching at once on CPUs of one ring is rare, and costs
+// a cache miss.
+const maxRings = 16
+
+// ringCount is how many call rings ncpu possible CPUs get.
+func ringCount(ncpu int) int {
+	n := 1
+	for 2*n <= min(ncpu, maxRings) {
+		n *= 2
+	}
+	return n
+}
+
+// minSlotsPerRing is the floor of each call ring: 4096 records of 88
+// bytes, 352 KiB. Read every pollInterval (20 ms), a ring sustains
+// slots/20 ms records per second: 4096 slots 205,000 records/s, more than
+// one thread makes with uprobes that cost a microsecond or more each. The
+// default budget (8 MiB) gives 2 rings (2 CPUs) 32768 slots each (1.6
+// million records/s), and 16 rings (16 CPUs or more) 4096 each (5.5 MiB
+// in all). Between polls a ring holds a burst of its size; the reader
+// polls 16 times as often while a ring is more than a quarter full
+// (busyFraction).
+const minSlotsPerRing = 4096
 
 // collectInterval is how often a goroutine of Run's copies the call
 // rings into memory while records come, so that they do not overflow while
@@ -41,48 +61,50 @@ const (
 	busyFraction    = 4
 )
 
-// maxPending bounds the records collected and not yet delivered (88 MiB):
-// beyond it, a stalled Run loses records, counted.
-const maxPending = 1 << 20
+// maxPending bounds the records collected and not yet delivered (11 MiB,
+// more than the default rings hold): beyond it, a stalled Run loses
+// records, counted.
+const maxPending = 1 << 17
 
 // procRingBytes is the size of the ring buffer of process records (the
 // map procs): 2,700 records of 96 bytes with the ring's header, for the
 // bursts of loader records of a Python import.
 const procRingBytes = 256 << 10
 
-// slotsPerCPU is how many slots each CPU's call ring gets from a budget
-// of bytes (Options.RingBufferBytes, default 8 MiB) split over ncpu
-// possible CPUs: the largest power of two that fits, at least
-// minSlotsPerCPU (or floor, where a test sets a smaller one).
-func slotsPerCPU(budget, ncpu, floor int) int {
+// slotsPerRing is how many slots each call ring gets from a budget of
+// bytes (Options.RingBufferBytes, default 8 MiB) split over rings: the
+// largest power of two that fits, at least minSlotsPerRing (or floor,
+// where a test sets a smaller one).
+func slotsPerRing(budget, rings, floor int) int {
 	if budget <= 0 {
 		budget = 8 << 20
 	}
 	if floor <= 0 {
-		floor = minSlotsPerCPU
+		floor = minSlotsPerRing
 	}
 	n := floor
-	for n < 1<<24 && 2*n*callSize*ncpu <= budget {
+	for n < 1<<24 && 2*n*callSize*rings <= budget {
 		n *= 2
 	}
 	return n
 }
 
-// callRings reads the per-CPU call rings of the map calls (probes.bpf.c,
+// callRings reads the call rings of the map calls (probes.bpf.c,
 // reserve and publish) through a shared mapping, without system calls.
 //
-// Each CPU's block is a header (its seq: the head, how many records were
+// Each ring's block is a header (its seq: the head, how many records were
 // ever reserved there) and n slots; record pos lives in slot pos % n. A
 // writer takes pos with a fetch-and-add on the head, marks the slot (seq
 // 0), writes it and publishes it by storing seq = pos+1 last. The reader
-// keeps, per CPU, the position it has read up to (tail) and the positions
+// keeps, per ring, the position it has read up to (tail) and the positions
 // below it that were reserved but not yet published when it looked (in
-// flight: a writer preempted inside its program). A slot is read like a
+// flight: a writer preempted inside its program, or one on another CPU of
+// the ring). A slot is read like a
 // seqlock: seq, copy, seq again; a copy is good when both equal pos+1.
 // Whatever the writers overwrote before it was read is counted lost.
 //
 // One case the seqlock cannot catch: a writer preempted inside its
-// program for a whole lap of its CPU's ring (n records written there
+// program for a whole lap of its ring (n records written there
 // meanwhile) goes on writing into a slot that a later record owns, and
 // may tear that record without changing its seq. The record it was
 // writing is counted lost; the torn one is not detected.
@@ -90,10 +112,10 @@ type callRings struct {
 	mu    sync.Mutex
 	mem   []byte // nil once closed
 	unmap func() error
-	ncpu  int
-	n     uint64 // slots per CPU, a power of two
+	rings int
+	n     uint64 // slots per ring, a power of two
 	tails []uint64
-	holes [][]uint64 // per CPU: positions below the tail still in flight
+	holes [][]uint64 // per ring: positions below the tail still in flight
 	lost  uint64
 	busy  bool // the last drain found a ring more than 1/busyFraction full
 	idle  bool // the last drain found nothing
@@ -101,23 +123,23 @@ type callRings struct {
 	pending []probesCall // collected, not yet taken
 }
 
-// mapCallRings maps the map calls of ncpu blocks of n slots.
-func mapCallRings(m *ebpf.Map, ncpu, n int) (*callRings, error) {
-	size := ncpu * (n + 1) * callSize
+// mapCallRings maps the map calls of rings blocks of n slots.
+func mapCallRings(m *ebpf.Map, rings, n int) (*callRings, error) {
+	size := rings * (n + 1) * callSize
 	page := os.Getpagesize()
 	size = (size + page - 1) / page * page
 	mem, err := unix.Mmap(m.FD(), 0, size, unix.PROT_READ, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("map the call rings: %w", err)
 	}
-	r := newCallRings(mem, ncpu, n)
+	r := newCallRings(mem, rings, n)
 	r.unmap = func() error { return unix.Munmap(mem) }
 	return r, nil
 }
 
 // newCallRings reads rings laid out in mem.
-func newCallRings(mem []byte, ncpu, n int) *callRings {
-	return &callRings{mem: mem, ncpu: ncpu, n: uint64(n), tails: make([]uint64, ncpu), holes: make([][]uint64, ncpu)}
+func newCallRings(mem []byte, rings, n int) *callRings {
+	return &callRings{mem: mem, rings: rings, n: uint64(n), tails: make([]uint64, rings), holes: make([][]uint64, rings)}
 }
 
 // entry is the address of entry i of the map (block headers included).
@@ -219,7 +241,7 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 	n0 := len(dst)
 	defer func() { r.idle = len(dst) == n0 }()
 	var c probesCall
-	for cpu := 0; cpu < r.ncpu; cpu++ {
+	for cpu := 0; cpu < r.rings; cpu++ {
 		head := r.head(cpu)
 		holes := r.holes[cpu][:0]
 		for _, pos := range r.holes[cpu] {
@@ -280,7 +302,7 @@ func (r *callRings) lostCount() uint64 {
 	if r.mem == nil {
 		return n
 	}
-	for cpu := 0; cpu < r.ncpu; cpu++ {
+	for cpu := 0; cpu < r.rings; cpu++ {
 		if d := r.head(cpu) - r.tails[cpu]; d > r.n {
 			n += d - r.n
 		}

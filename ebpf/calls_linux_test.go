@@ -168,17 +168,27 @@ func TestDeliverCallsInTimeOrder(t *testing.T) {
 	}
 }
 
-func TestSlotsPerCPU(t *testing.T) {
-	for _, c := range []struct{ budget, ncpu, floor, want int }{
-		{0, 2, 0, 32768},            // 8 MiB default over 2 CPUs, rounded down to a power of two
-		{0, 128, 0, minSlotsPerCPU}, // the floor
+func TestRingSizes(t *testing.T) {
+	for _, c := range []struct{ budget, rings, floor, want int }{
+		{0, 2, 0, 32768},            // 8 MiB default over 2 rings, rounded down to a power of two
+		{0, 16, 0, minSlotsPerRing}, // the floor
 		{1 << 30, 1, 0, 1 << 23},    // as many as fit
 		{4096, 2, 8, 16},            // a test's floor
-		{64 << 20, 4, 0, 128 << 10}, // 64 MiB over 4 CPUs
+		{64 << 20, 4, 0, 128 << 10}, // 64 MiB over 4 rings
 	} {
-		if got := slotsPerCPU(c.budget, c.ncpu, c.floor); got != c.want {
-			t.Errorf("slotsPerCPU(%d, %d, %d) = %d, want %d", c.budget, c.ncpu, c.floor, got, c.want)
+		if got := slotsPerRing(c.budget, c.rings, c.floor); got != c.want {
+			t.Errorf("slotsPerRing(%d, %d, %d) = %d, want %d", c.budget, c.rings, c.floor, got, c.want)
 		}
+	}
+	// CPUs share at most maxRings rings, a power of two: the map does not
+	// grow with the machine.
+	for ncpu, want := range map[int]int{1: 1, 2: 2, 3: 2, 12: 8, 16: 16, 17: 16, 256: 16, 4096: 16} {
+		if got := ringCount(ncpu); got != want {
+			t.Errorf("ringCount(%d) = %d, want %d", ncpu, got, want)
+		}
+	}
+	if bytes := ringCount(256) * (slotsPerRing(0, ringCount(256), 0) + 1) * callSize; bytes > 8<<20 {
+		t.Errorf("a 256-CPU machine's rings take %d bytes, over the 8 MiB budget", bytes)
 	}
 }
 
@@ -236,7 +246,7 @@ func TestCallsInOrderAcrossCPUs(t *testing.T) {
 // At a sustained rate, as fast as a thread can make probed calls, with
 // the default rings, the reader keeps up: nothing is lost. (On this
 // project's 2-CPU VM, shared with other work, the collector goroutine was
-// seen off CPU for up to 460 ms: rings of the per-CPU floor, 74 ms of
+// seen off CPU for up to 460 ms: rings of the floor size, 74 ms of
 // this rate, then overflow, and the overflow is counted.)
 func TestCallsNothingLostAtSustainedRate(t *testing.T) {
 	start := time.Now()

@@ -11,7 +11,7 @@
 // Options.Libraries are probed before any process loads them. When the last
 // process holding a library exits, its probes go.
 //
-// Call records reach Go through per-CPU rings in a memory-mapped BPF
+// Call records reach Go through rings (CPUs share at most 16) in a memory-mapped BPF
 // array, read without system calls or wakeups and delivered in time order;
 // process records (fork, exec, exit, dlopen) through a BPF ring buffer that
 // wakes the reader at once (probes.bpf.c states the contract, calls_linux.go

@@ -34,10 +34,11 @@
  * checks them against timer. Fields a kind does not use are zero.
  *
  * Two transports:
- *   - Call records (every uprobe and uretprobe) go into per-CPU rings in
- *     the BPF_F_MMAPABLE array `calls`, which Go maps and reads without
- *     system calls (calls_linux.go). A record is reserved with one atomic
- *     fetch-and-add on its CPU's head, written, and published by storing
+ *   - Call records (every uprobe and uretprobe) go into rings in the
+ *     BPF_F_MMAPABLE array `calls` (CPU c writes into ring c & ring_mask),
+ *     which Go maps and reads without system calls (calls_linux.go). A
+ *     record is reserved with one atomic fetch-and-add on its ring's
+ *     head, written, and published by storing
  *     its seq (position + 1) last (reserve, publish). No wakeup: Go drains
  *     the rings every few milliseconds and before each process record, and
  *     delivers them in time order (tracer_linux.go, Run). A full ring
@@ -187,9 +188,10 @@ struct {
 } procs SEC(".maps");
 
 /*
- * The call rings: one block of slot_mask + 2 entries per possible CPU, at
- * cpu * (slot_mask + 2). The block's first entry is its header, whose seq
- * is the CPU's head: how many records were ever reserved on it. Then come
+ * The call rings: ring_mask + 1 blocks of slot_mask + 2 entries, ring r at
+ * r * (slot_mask + 2); CPU c writes into ring c & ring_mask (at most 16
+ * rings: calls_linux.go, maxRings). The block's first entry is its header,
+ * whose seq is the ring's head: how many records were ever reserved in it. Then come
  * its slot_mask + 1 slots; record number pos lives in slot pos & slot_mask.
  * Go sizes the map (calls_linux.go) and reads it through a shared mapping.
  */
@@ -201,8 +203,10 @@ struct {
 	__type(value, struct call);
 } calls SEC(".maps");
 
-/* Slots per CPU minus one (a power of two minus one), set by Go. */
+/* Slots per ring minus one, and rings minus one (powers of two minus
+ * one), set by Go. */
 volatile const __u64 slot_mask = 0;
+volatile const __u32 ring_mask = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -300,17 +304,18 @@ static __always_inline void count_lost(void)
  * that a program's own stores overwrite), or 0. *pos is the record's
  * position, for publish.
  *
- * Lock-free and safe against preemption: a uprobe program runs with
- * migration disabled, so the CPU stays the same, but it may be preempted,
- * and another program may then reserve on the same CPU; one atomic
- * fetch-and-add gives each its own position. Marking the slot (seq 0)
+ * Lock-free and safe against preemption and sharing: a uprobe program
+ * runs with migration disabled, so the CPU stays the same, but it may be
+ * preempted, and another program may then reserve in the same ring, on
+ * this CPU or on another that shares it; one atomic fetch-and-add gives
+ * each its own position. Marking the slot (seq 0)
  * before writing it lets the reader see that a copy it made while the
  * slot was rewritten is torn. The ring overwrites: a writer never waits,
  * the reader counts what it missed as lost (calls_linux.go).
  */
 static __always_inline struct call *reserve(__u64 pid_tgid, __u8 kind, __u8 phase, __u64 cookie, __u64 *pos)
 {
-	__u32 base = bpf_get_smp_processor_id() * (__u32)(slot_mask + 2);
+	__u32 base = (bpf_get_smp_processor_id() & ring_mask) * (__u32)(slot_mask + 2);
 	struct call *h = bpf_map_lookup_elem(&calls, &base);
 	if (!h)
 		return 0;

@@ -136,6 +136,7 @@ const (
 	probesProgStreamQueryEnter = "stream_query_enter"
 	probesProgStreamSyncEnter  = "stream_sync_enter"
 	probesProgStreamWaitEvent  = "stream_wait_event"
+	probesVarRingMask          = "ring_mask"
 	probesVarSlotMask          = "slot_mask"
 	probesVarUnusedCall        = "unused_call"
 	probesVarUnusedKind        = "unused_kind"
@@ -237,6 +238,7 @@ type probesMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesVariableSpecs struct {
+	RingMask       *ebpf.VariableSpec `ebpf:"ring_mask"`
 	SlotMask       *ebpf.VariableSpec `ebpf:"slot_mask"`
 	UnusedCall     *ebpf.VariableSpec `ebpf:"unused_call"`
 	UnusedKind     *ebpf.VariableSpec `ebpf:"unused_kind"`
@@ -288,6 +290,7 @@ func (m *probesMaps) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesVariables struct {
+	RingMask       *ebpf.Variable `ebpf:"ring_mask"`
 	SlotMask       *ebpf.Variable `ebpf:"slot_mask"`
 	UnusedCall     *ebpf.Variable `ebpf:"unused_call"`
 	UnusedKind     *ebpf.Variable `ebpf:"unused_kind"`

@@ -98,10 +98,14 @@ func NewTracer(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("count CPUs: %w", err)
 	}
-	slots := slotsPerCPU(opts.RingBufferBytes, ncpu, opts.slotsPerCPU)
-	spec.Maps["calls"].MaxEntries = uint32(ncpu * (slots + 1))
+	rings := ringCount(ncpu)
+	slots := slotsPerRing(opts.RingBufferBytes, rings, opts.slotsPerRing)
+	spec.Maps["calls"].MaxEntries = uint32(rings * (slots + 1))
 	spec.Maps["procs"].MaxEntries = procRingBytes
 	if err := spec.Variables["slot_mask"].Set(uint64(slots - 1)); err != nil {
+		return nil, fmt.Errorf("size the call rings: %w", err)
+	}
+	if err := spec.Variables["ring_mask"].Set(uint32(rings - 1)); err != nil {
 		return nil, fmt.Errorf("size the call rings: %w", err)
 	}
 	t := &Tracer{
@@ -136,7 +140,7 @@ func NewTracer(opts Options) (*Tracer, error) {
 		t.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
-	if t.rings, err = mapCallRings(t.objs.Calls, ncpu, slots); err != nil {
+	if t.rings, err = mapCallRings(t.objs.Calls, rings, slots); err != nil {
 		t.Close()
 		return nil, err
 	}
@@ -312,7 +316,7 @@ func (t *Tracer) notice(n Notice) {
 // are called from this goroutine only.
 //
 // Process records come on the ring buffer procs, which wakes Run; call
-// records wait in the per-CPU call rings, drained on each wakeup and
+// records wait in the call rings, drained on each wakeup and
 // every pollInterval. The engine must see each thread's calls in order,
 // and a process's calls before its exit. Records of one thread are
 // published one after another, but possibly on different CPUs, so their
@@ -320,7 +324,7 @@ func (t *Tracer) notice(n Notice) {
 // takes now, then collects every published record, and delivers, sorted
 // by time, only those before now; the rest wait for the next drain. That
 // is enough: if a thread's record r2 was collected but its earlier r1 was
-// not, r1 was not yet published when its CPU's ring was read; then r2,
+// not, r1 was not yet published when its ring was read; then r2,
 // which the thread began only after publishing r1, began after the drain
 // did, and its time is after now: it waits, and the next drain, which
 // sees r1, sorts the two. A process record of time T is delivered after
