@@ -2,6 +2,7 @@ package agentcmd
 
 import (
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -108,16 +109,21 @@ func TestScanScope(t *testing.T) {
 	other := start("32", "POD_NAMESPACE=other")
 	none := start("33")
 	wrongCmd := start("34", "POD_NAMESPACE=train")
+	// The dynamic loader: the kernel maps it at exec, where ld.so maps
+	// libc a little later, maybe after the scan.
 	var lib string
 	ms, err := procfs.Maps(train)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if m.Exec() && m.Path != "" && m.Path[0] == '/' && m.Path != sleep {
+		if m.Exec() && strings.HasPrefix(filepath.Base(m.Path), "ld-linux") {
 			lib = m.Path
 			break
 		}
+	}
+	if lib == "" {
+		t.Fatalf("%s maps no ld-linux: %v", sleep, ms)
 	}
 	f := Finder{Libraries: []string{lib}, Scope: &agent.Scope{Namespaces: []string{"train"}, Command: regexp.MustCompile(`^\S*sleep 3[123]$`)}}
 	found, out := f.Scan()
