@@ -82,9 +82,9 @@ type segment struct{ vaddr, off, filesz, memsz uint64 }
 // sym is a function symbol; the name stays in its string table until looked up.
 type sym struct {
 	addr, size uint64
-	tab        uint8  // index into Object.strtab
 	name       uint32 // offset into that string table
-	global     bool
+	tab        uint8  // index into Object.strtab
+	global     bool   // 24 bytes in all, in this order (32 with name last)
 }
 
 // eagerFile is the size up to which a file's symbols, call frame

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
@@ -361,5 +362,12 @@ func TestSmallFileOpenedOnce(t *testing.T) {
 		if opens != want {
 			t.Errorf("size %d: opened %d times, want %d", size, opens, want)
 		}
+	}
+}
+
+// A symbol takes 24 bytes: libtorch_cpu.so has 35,000.
+func TestSymSize(t *testing.T) {
+	if n := unsafe.Sizeof(sym{}); n != 24 {
+		t.Fatalf("sym is %d bytes", n)
 	}
 }
