@@ -43,6 +43,7 @@ type MonitorOptions struct {
 	Pushgateway  string        // Pushgateway URL; "" disables pushing
 	PushInterval time.Duration // re-push period while a rank stays hung
 	SymbolCache  int64         // bytes of parsed libraries kept across dumps; 0: symbols.DefaultCacheBytes
+	RingBytes    int64         // bytes of the probes' call rings (ebpf.Options.RingBufferBytes); 0: the default
 
 	ListenAddresses []string // where /metrics is served; default ":<Port>"
 	WebConfigFile   string   // exporter-toolkit TLS and basic auth file
@@ -65,7 +66,7 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	tr, err := OpenTracer(mo.Libraries)
+	tr, err := OpenTracer(mo.Libraries, mo.RingBytes)
 	if err != nil {
 		return nil, err
 	}

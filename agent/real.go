@@ -10,11 +10,11 @@ import (
 	"github.com/xpu-timer/xpu-timer/ebpf"
 )
 
-// OpenTracer loads the eBPF tracer with extra vendor library paths. Its
-// error matches ErrNotPermitted (and ebpf.ErrNotPermitted) when eBPF is not
-// permitted.
-func OpenTracer(libs []string) (Tracer, error) {
-	t, err := ebpf.NewTracer(ebpf.Options{Libraries: libs})
+// OpenTracer loads the eBPF tracer with extra vendor library paths and
+// ringBytes of call rings (0: the default). Its error matches
+// ErrNotPermitted (and ebpf.ErrNotPermitted) when eBPF is not permitted.
+func OpenTracer(libs []string, ringBytes int64) (Tracer, error) {
+	t, err := ebpf.NewTracer(ebpf.Options{Libraries: libs, RingBufferBytes: int(min(ringBytes, 1<<30))})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrNotPermitted) {
 			return nil, fmt.Errorf("%w: %w", ErrNotPermitted, err)

@@ -23,7 +23,7 @@ type Options struct {
 	// a millisecond or more after it is mapped).
 	Libraries []string
 	// RingBufferBytes is what the rings that carry call records to user
-	// space may take in all, default 8 MiB: one ring per possible CPU,
+	// space may take in all, default DefaultRingBytes: CPUs share up to 16 rings,
 	// each a power of two of 88-byte records, at least 4096 (352 KiB).
 	// Process records have a ring buffer of their own (256 KiB).
 	RingBufferBytes int
@@ -62,3 +62,6 @@ type Stats struct {
 	Probes    int    // uprobes and uretprobes of libraries followed processes map (those of Options.Libraries stay until Close)
 	Idle      int    // uprobes and uretprobes of libraries nobody maps now, kept for Options.Linger
 }
+
+// DefaultRingBytes is Options.RingBufferBytes when it is 0: 8 MiB.
+const DefaultRingBytes = 8 << 20

@@ -77,7 +77,7 @@ const procRingBytes = 256 << 10
 // where a test sets a smaller one).
 func slotsPerRing(budget, rings, floor int) int {
 	if budget <= 0 {
-		budget = 8 << 20
+		budget = DefaultRingBytes
 	}
 	if floor <= 0 {
 		floor = minSlotsPerRing

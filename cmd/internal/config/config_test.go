@@ -15,6 +15,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -38,7 +39,7 @@ func TestDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
+	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
 	if !reflect.DeepEqual(c, want) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
@@ -103,7 +104,7 @@ func TestPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
+			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
 			tc.want(&want)
 			if !reflect.DeepEqual(c, want) {
 				t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -305,7 +306,7 @@ func TestLoadLenient(t *testing.T) {
 			b := Bind(fs)
 			b.lookup = func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
 			c, bad := b.LoadLenient()
-			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
+			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
 			if tc.want != nil {
 				tc.want(&want)
 			}

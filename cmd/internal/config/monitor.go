@@ -22,6 +22,7 @@ func (c Config) Monitor() agent.MonitorOptions {
 		Pushgateway:  c.Pushgateway,
 		PushInterval: c.PushInterval,
 		SymbolCache:  c.SymbolCacheBytes,
+		RingBytes:    c.ProbeRingBytes,
 
 		ListenAddresses: c.ListenAddresses(),
 		WebConfigFile:   c.WebConfigFile,

@@ -19,6 +19,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/agent/identity"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -40,6 +41,7 @@ type Config struct {
 	Libraries    []string      // XPU_TIMER_LIBRARIES: extra vendor library paths
 
 	SymbolCacheBytes   int64      // XPU_TIMER_SYMBOL_CACHE_BYTES, default symbols.DefaultCacheBytes
+	ProbeRingBytes     int64      // XPU_TIMER_PROBE_RING_BYTES, default ebpf.DefaultRingBytes: the probes' call rings
 	WebListenAddresses []string   // XPU_TIMER_WEB_LISTEN_ADDRESS: where /metrics is served; default ":<Port>"
 	WebConfigFile      string     // XPU_TIMER_WEB_CONFIG_FILE: exporter-toolkit TLS and basic auth file
 	TopKernels         int        // XPU_TIMER_METRICS_TOP_KERNELS: kernels named in the metrics besides their class
@@ -182,6 +184,12 @@ var variables = []variable{
 		usage: "memory the parsed libraries kept across dumps may take (bytes, or with a KiB, MiB or GiB suffix)",
 		set: func(c *Config, v string) (err error) {
 			c.SymbolCacheBytes, err = parseBytes(v)
+			return err
+		}},
+	{env: "XPU_TIMER_PROBE_RING_BYTES", flag: "probe-ring-bytes", def: strconv.Itoa(ebpf.DefaultRingBytes), kind: "bytes",
+		usage: "memory of the rings the probes' call records wait in until read (bytes, or with a KiB, MiB or GiB suffix; at least 4096 records of 88 bytes per ring, 16 rings at most): raise it when probe events are lost",
+		set: func(c *Config, v string) (err error) {
+			c.ProbeRingBytes, err = parseBytes(v)
 			return err
 		}},
 	{env: "XPU_TIMER_WEB_LISTEN_ADDRESS", flag: "web.listen-address", kind: "strings",
