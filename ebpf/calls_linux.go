@@ -244,7 +244,7 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 	for cpu := 0; cpu < r.rings; cpu++ {
 		head := r.head(cpu)
 		holes := r.holes[cpu][:0]
-		for _, pos := range r.holes[cpu] {
+		take := func(pos uint64) {
 			switch r.read(cpu, pos, head, &c) {
 			case slotRead:
 				dst = append(dst, c)
@@ -253,6 +253,9 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 			case slotLost:
 				r.lost++
 			}
+		}
+		for _, pos := range r.holes[cpu] {
+			take(pos)
 		}
 		tail := r.tails[cpu]
 		if head-tail > r.n {
@@ -263,14 +266,7 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 			r.busy = true
 		}
 		for pos := tail; pos < head; pos++ {
-			switch r.read(cpu, pos, head, &c) {
-			case slotRead:
-				dst = append(dst, c)
-			case slotInFlight:
-				holes = append(holes, pos)
-			case slotLost:
-				r.lost++
-			}
+			take(pos)
 		}
 		r.holes[cpu] = holes
 		r.tails[cpu] = head

@@ -4,6 +4,7 @@ package ebpf
 
 import (
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -62,18 +63,6 @@ func handles(cs []probesCall) []uint64 {
 	return out
 }
 
-func equal(a, b []uint64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // A ring written past its size while nobody reads keeps the last n
 // records; the ones overwritten are counted lost, before and after the
 // drain that meets them.
@@ -88,7 +77,7 @@ func TestCallRingsLapCountedLost(t *testing.T) {
 	}
 	got := handles(r.drain(nil))
 	want := []uint64{100, 12, 13, 14, 15, 16, 17, 18, 19}
-	if !equal(got, want) {
+	if !slices.Equal(got, want) {
 		t.Errorf("drained %v, want %v", got, want)
 	}
 	if n := r.lostCount(); n != 12 {
@@ -98,7 +87,7 @@ func TestCallRingsLapCountedLost(t *testing.T) {
 	for i := 20; i < 31; i++ {
 		f.write(1, 7, uint64(i), uint64(i))
 	}
-	if got := handles(r.drain(nil)); !equal(got, []uint64{23, 24, 25, 26, 27, 28, 29, 30}) {
+	if got := handles(r.drain(nil)); !slices.Equal(got, []uint64{23, 24, 25, 26, 27, 28, 29, 30}) {
 		t.Errorf("second drain %v", got)
 	}
 	if n := r.lostCount(); n != 15 {
@@ -114,7 +103,7 @@ func TestCallRingsInFlight(t *testing.T) {
 	pos, slow := f.reserve(0)
 	f.write(0, 2, 20, 2)
 	f.write(0, 3, 30, 3)
-	if got := handles(r.drain(nil)); !equal(got, []uint64{2, 3}) {
+	if got := handles(r.drain(nil)); !slices.Equal(got, []uint64{2, 3}) {
 		t.Errorf("drained %v, want [2 3]", got)
 	}
 	if !r.inFlight() {
@@ -122,7 +111,7 @@ func TestCallRingsInFlight(t *testing.T) {
 	}
 	fill(slow, 1, 10, 1)
 	slow.Seq = pos + 1
-	if got := handles(r.drain(nil)); !equal(got, []uint64{1}) {
+	if got := handles(r.drain(nil)); !slices.Equal(got, []uint64{1}) {
 		t.Errorf("drained %v, want [1]", got)
 	}
 	if r.inFlight() || r.lostCount() != 0 {
@@ -135,7 +124,7 @@ func TestCallRingsInFlight(t *testing.T) {
 	for i := range 4 { // positions 4..7: the last one takes its slot
 		f.write(0, 2, uint64(50+i), uint64(5+i))
 	}
-	if got := handles(r.drain(nil)); !equal(got, []uint64{5, 6, 7, 8}) {
+	if got := handles(r.drain(nil)); !slices.Equal(got, []uint64{5, 6, 7, 8}) {
 		t.Errorf("drained %v, want [5 6 7 8]", got)
 	}
 	if r.inFlight() || r.lostCount() != 1 {
@@ -155,12 +144,12 @@ func TestDeliverCallsInTimeOrder(t *testing.T) {
 	var got []uint64
 	deliver := func(ev timer.Event) { got = append(got, ev.Handle) }
 	tr.deliverCalls(35, deliver)
-	if !equal(got, []uint64{1, 2, 3}) {
+	if !slices.Equal(got, []uint64{1, 2, 3}) {
 		t.Errorf("before 35: %v, want [1 2 3]", got)
 	}
 	f.write(1, 7, 50, 5)
 	tr.deliverCalls(60, deliver)
-	if !equal(got, []uint64{1, 2, 3, 4, 5}) {
+	if !slices.Equal(got, []uint64{1, 2, 3, 4, 5}) {
 		t.Errorf("before 60: %v, want [1 2 3 4 5]", got)
 	}
 	if n := tr.events.Load(); n != 5 {

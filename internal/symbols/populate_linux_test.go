@@ -184,20 +184,7 @@ func TestSymbolTableMapped(t *testing.T) {
 // A symbol's name mapped from a file truncated since is not found, and
 // nothing crashes.
 func TestSymbolNamesTruncated(t *testing.T) {
-	b := mustRead(t, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6")
-	path := filepath.Join(t.TempDir(), "libstdc++.so")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, c, err := fileOpener(path)()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	f, err := elfcheck.NewFile(r, int64(len(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, f := copyELF(t, "/usr/lib/x86_64-linux-gnu/libstdc++.so.6")
 	o := &Object{Path: path}
 	o.symOnce.Do(func() { o.symbolsFrom(f) })
 	if !o.strMapped || len(o.syms) == 0 {
@@ -218,6 +205,27 @@ func TestSymbolNamesTruncated(t *testing.T) {
 	}
 }
 
+// copyELF copies the ELF file src to a temporary file, for a test to
+// truncate, and parses the copy read from its file.
+func copyELF(t *testing.T, src string) (string, *elf.File) {
+	t.Helper()
+	b := mustRead(t, src)
+	path := filepath.Join(t.TempDir(), filepath.Base(src))
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, c, err := fileOpener(path)()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	f, err := elfcheck.NewFile(r, int64(len(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path, f
+}
+
 func mustRead(t *testing.T, path string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -234,20 +242,7 @@ func TestEhIndexMappedTruncated(t *testing.T) {
 	if err != nil {
 		t.Skipf("no python3: %v", err)
 	}
-	b := mustRead(t, src)
-	path := filepath.Join(t.TempDir(), "prog")
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r, c, err := fileOpener(path)()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	f, err := elfcheck.NewFile(r, int64(len(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	path, f := copyELF(t, src)
 	ix, err := newEhIndex(f, nil, fileOpener(path))
 	if err != nil {
 		t.Fatal(err)
