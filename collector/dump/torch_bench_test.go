@@ -74,16 +74,24 @@ func BenchmarkTorchJob(b *testing.B) {
 	var maxStop time.Duration
 	b.ResetTimer()
 	for range b.N {
-		for _, pid := range pids {
+		for i, pid := range pids {
 			// Ours and its anchors side by side on the same process.
-			r := cliDump(b, lean, pid)
-			maxStop = max(maxStop, r.stop)
-			cli.add(r)
-			r = cliDump(b, full, pid)
-			maxStop = max(maxStop, r.stop)
-			cliFull.add(r)
+			// The two binaries take turns at going first on a rank.
+			type bin struct {
+				cmd  []string
+				runs *torchRuns
+			}
+			bins := []bin{{lean, &cli}, {full, &cliFull}}
+			if i%2 == 1 {
+				bins[0], bins[1] = bins[1], bins[0]
+			}
+			for _, c := range bins {
+				r := cliDump(b, c.cmd, pid)
+				maxStop = max(maxStop, r.stop)
+				c.runs.add(r)
+			}
 			eu.add(tool(b, "eu-stack", pid, euStack, "-p", strconv.Itoa(pid)))
-			r = agentDump(b, pid)
+			r := agentDump(b, pid)
 			maxStop = max(maxStop, r.stop)
 			agent.add(r)
 			gd.add(tool(b, "gdb", pid, gdb, "-p", strconv.Itoa(pid), "-batch", "-nx", "-ex", "thread apply all bt"))
