@@ -296,6 +296,8 @@ func (o *Object) addSymbols(f *elf.File) {
 			if data, err = sectionBytes(s); err != nil {
 				continue
 			}
+		} else {
+			defer unmap() // at the end, or when a fault panics
 		}
 		tab := uint8(len(o.strtab))
 		o.strtab = append(o.strtab, strs)
@@ -319,9 +321,6 @@ func (o *Object) addSymbols(f *elf.File) {
 		for e := range funcs {
 			o.syms = append(o.syms, sym{addr: f.ByteOrder.Uint64(e[8:]), size: f.ByteOrder.Uint64(e[16:]), tab: tab,
 				name: f.ByteOrder.Uint32(e[0:]), global: elf.SymBind(e[4]>>4) != elf.STB_LOCAL})
-		}
-		if unmap != nil {
-			unmap()
 		}
 	}
 }
