@@ -318,7 +318,11 @@ func (r *Report) comms(ranks []Rank) {
 				op = majority(c, top)
 			}
 			text := fmt.Sprintf("%s never issued %s #%d on comm %s", ranksWord(levels[v]), op, next, Short(c.ID))
-			if len(waiting) > 0 {
+			switch len(waiting) {
+			case 0:
+			case 1:
+				text += fmt.Sprintf(", %s waits in it", ranksWord(waiting))
+			default:
 				text += fmt.Sprintf(", %s wait in it", ranksWord(waiting))
 			}
 			r.add(KindBehind, levels[v], text)

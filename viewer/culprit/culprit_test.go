@@ -53,6 +53,11 @@ func TestAnalyse(t *testing.T) {
 		}), []int{26, 27, 28, 29, 30, 31}, []string{
 			"26 ranks launched up to op 6650 (ranks 0-25), 6 ranks up to op 6649 (ranks 26-31)",
 			"ranks 26-31 never issued AllReduce #6650 on comm 3f2a0b1c…, ranks 0-25 wait in it"}},
+		{"one waiting", 2, job(2, func(i int, r *Rank) {
+			if i == 1 {
+				r.Comms, r.Hang = comm(6649, 6649), nil
+			}
+		}), []int{1}, []string{"rank 1 never issued AllReduce #6650 on comm 3f2a0b1c…, rank 0 waits in it"}},
 		{"two levels behind", 8, job(8, func(i int, r *Rank) {
 			switch i {
 			case 1:
