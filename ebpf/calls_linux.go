@@ -119,7 +119,6 @@ type callRings struct {
 	holes [][]uint64 // per ring: positions below the tail still in flight
 	lost  uint64
 	busy  bool // the last drain found a ring more than 1/busyFraction full
-	idle  bool // the last drain found nothing
 
 	pending []probesCall // collected, not yet taken
 }
@@ -148,8 +147,9 @@ func (r *callRings) entry(i uint64) unsafe.Pointer {
 	return unsafe.Pointer(&r.mem[i*uint64(callSize)])
 }
 
-func (r *callRings) head(cpu int) uint64 {
-	return atomic.LoadUint64((*uint64)(r.entry(uint64(cpu) * (r.n + 1))))
+// head is how many records were ever reserved in ring i.
+func (r *callRings) head(i int) uint64 {
+	return atomic.LoadUint64((*uint64)(r.entry(uint64(i) * (r.n + 1))))
 }
 
 // slot states.
@@ -159,10 +159,10 @@ const (
 	slotLost            // overwritten before it was read
 )
 
-// read copies record pos of cpu into c; head is the CPU's head as seen
-// at the start of this drain.
-func (r *callRings) read(cpu int, pos, head uint64, c *probesCall) int {
-	p := r.entry(uint64(cpu)*(r.n+1) + 1 + pos&(r.n-1))
+// read copies record pos of ring i into c; head is the ring's head as
+// seen at the start of this drain.
+func (r *callRings) read(i int, pos, head uint64, c *probesCall) int {
+	p := r.entry(uint64(i)*(r.n+1) + 1 + pos&(r.n-1))
 	seq := (*uint64)(p)
 	s := atomic.LoadUint64(seq)
 	switch {
@@ -190,10 +190,9 @@ func (r *callRings) collect() {
 	}
 }
 
-// take collects, then moves the pending records from before cut to dst,
-// in time order; the later ones stay pending.
+// take moves the pending records from before cut to dst, in time order;
+// the later ones stay pending. The caller collects first.
 func (r *callRings) take(cut uint64, dst []probesCall) []probesCall {
-	r.collect()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	slices.SortStableFunc(r.pending, func(a, b probesCall) int { return cmp.Compare(a.Time, b.Time) })
@@ -216,11 +215,8 @@ func (r *callRings) poll(stop <-chan struct{}) {
 		r.collect()
 		r.mu.Lock()
 		d := collectInterval
-		switch {
-		case r.busy:
+		if r.busy {
 			d /= 16
-		case r.idle:
-			d = pollInterval
 		}
 		r.mu.Unlock()
 		tick.Reset(d)
@@ -239,14 +235,12 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 		return dst
 	}
 	r.busy = false
-	n0 := len(dst)
-	defer func() { r.idle = len(dst) == n0 }()
 	var c probesCall
-	for cpu := 0; cpu < r.rings; cpu++ {
-		head := r.head(cpu)
-		holes := r.holes[cpu][:0]
+	for i := range r.rings {
+		head := r.head(i)
+		holes := r.holes[i][:0]
 		take := func(pos uint64) {
-			switch r.read(cpu, pos, head, &c) {
+			switch r.read(i, pos, head, &c) {
 			case slotRead:
 				dst = append(dst, c)
 			case slotInFlight:
@@ -255,10 +249,10 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 				r.lost++
 			}
 		}
-		for _, pos := range r.holes[cpu] {
+		for _, pos := range r.holes[i] {
 			take(pos)
 		}
-		tail := r.tails[cpu]
+		tail := r.tails[i]
 		if head-tail > r.n {
 			r.lost += head - r.n - tail
 			tail = head - r.n
@@ -269,8 +263,8 @@ func (r *callRings) drainLocked(dst []probesCall) []probesCall {
 		for pos := tail; pos < head; pos++ {
 			take(pos)
 		}
-		r.holes[cpu] = holes
-		r.tails[cpu] = head
+		r.holes[i] = holes
+		r.tails[i] = head
 	}
 	return dst
 }
@@ -299,8 +293,8 @@ func (r *callRings) lostCount() uint64 {
 	if r.mem == nil {
 		return n
 	}
-	for cpu := 0; cpu < r.rings; cpu++ {
-		if d := r.head(cpu) - r.tails[cpu]; d > r.n {
+	for i := range r.rings {
+		if d := r.head(i) - r.tails[i]; d > r.n {
 			n += d - r.n
 		}
 	}

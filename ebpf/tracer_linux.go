@@ -348,6 +348,7 @@ func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice fu
 			// or just committed) must go first, with the calls before it:
 			// the next read takes it.
 			if t.rd.AvailableBytes() == 0 {
+				t.rings.collect()
 				t.deliverCalls(now, onEvent)
 			}
 			continue
@@ -361,10 +362,10 @@ func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice fu
 			continue
 		}
 		deadline := time.Now().Add(inFlightWait)
-		t.drainCalls()
+		t.rings.collect()
 		for t.rings.inFlight() && time.Now().Before(deadline) {
 			runtime.Gosched()
-			t.drainCalls()
+			t.rings.collect()
 		}
 		t.deliverCalls(raw.Time, onEvent)
 		t.processEvent(raw, onEvent)
@@ -378,14 +379,9 @@ func monotonicNow() uint64 {
 	return uint64(ts.Nano())
 }
 
-// drainCalls collects the call records published so far into t.calls.
-func (t *Tracer) drainCalls() {
-	t.rings.collect()
-}
-
-// deliverCalls drains the call rings and delivers, in time order, the
-// records from before cut (CLOCK_MONOTONIC ns, taken before the drain);
-// the later ones wait for the next drain.
+// deliverCalls delivers, in time order, the collected call records from
+// before cut (CLOCK_MONOTONIC ns, taken before the last collection); the
+// later ones wait for the next.
 func (t *Tracer) deliverCalls(cut uint64, onEvent func(timer.Event)) {
 	t.calls = t.rings.take(cut, t.calls[:0])
 	for i := range t.calls {
