@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 	"sort"
 	"sync"
 
@@ -215,13 +214,10 @@ func zlibContents(f *elf.File, s *elf.Section, r io.ReaderAt) (raw []byte, unmap
 // file truncated meanwhile, turned into an error.
 func faultSafe(d *inflate.Decoder) func(to int) (int, error) {
 	return func(to int) (n int, err error) {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if r := recover(); r != nil {
-				n, err = d.Filled(), fmt.Errorf("read the mapped file: %v", r)
-			}
-		}()
-		return d.Fill(to)
+		if ferr := faultSafely(true, func() { n, err = d.Fill(to) }); ferr != nil {
+			return d.Filled(), fmt.Errorf("read the mapped file: %v", ferr)
+		}
+		return n, err
 	}
 }
 

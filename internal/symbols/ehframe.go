@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"runtime"
-	"runtime/debug"
 	"sort"
 	"sync"
 
@@ -174,14 +173,14 @@ func (ix *ehIndex) entry(i int) (start, fde uint64) {
 // lookup returns the FDE covering vaddr, an error wrapping ErrNoFDE when
 // none does.
 func (ix *ehIndex) lookup(vaddr uint64) (fde *frame.FrameDescriptionEntry, err error) {
-	if ix.mapped {
-		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-		defer func() {
-			if r := recover(); r != nil {
-				fde, err = nil, fmt.Errorf("search table: %w", recovered(r))
-			}
-		}()
+	if ferr := faultSafely(ix.mapped, func() { fde, err = ix.search(vaddr) }); ferr != nil {
+		return nil, fmt.Errorf("search table: %w", ferr)
 	}
+	return fde, err
+}
+
+// search is lookup, reading the table.
+func (ix *ehIndex) search(vaddr uint64) (*frame.FrameDescriptionEntry, error) {
 	n := len(ix.table) / 8
 	i := sort.Search(n, func(i int) bool { start, _ := ix.entry(i); return start > vaddr }) - 1
 	if i < 0 {
@@ -191,7 +190,8 @@ func (ix *ehIndex) lookup(vaddr uint64) (fde *frame.FrameDescriptionEntry, err e
 	if addr < ix.frameAddr || addr-ix.frameAddr >= ix.frameSize {
 		return nil, fmt.Errorf("search table entry %d: FDE at %#x is outside .eh_frame", i, addr)
 	}
-	if fde, err = ix.fde(addr - ix.frameAddr); err != nil {
+	fde, err := ix.fde(addr - ix.frameAddr)
+	if err != nil {
 		return nil, err
 	}
 	if !fde.Cover(vaddr) {

@@ -508,25 +508,8 @@ func (o *Object) symbolAt(vaddr uint64) (name string, start uint64, ok bool) {
 // symName returns a symbol's name; false when its string table is mapped
 // from a file truncated since (the read faults).
 func (o *Object) symName(s sym) (name string, ok bool) {
-	ok = faultSafely(o.strMapped, func() { name = cstring(o.strtab[s.tab], s.name) })
-	return name, ok
-}
-
-// faultSafely runs f, turning a fault on mapped memory into false when
-// mapped says f reads some.
-func faultSafely(mapped bool, f func()) (ok bool) {
-	if !mapped {
-		f()
-		return true
-	}
-	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
-	defer func() {
-		if r := recover(); r != nil {
-			ok = false
-		}
-	}()
-	f()
-	return true
+	err := faultSafely(o.strMapped, func() { name = cstring(o.strtab[s.tab], s.name) })
+	return name, err == nil
 }
 
 func b2i(b bool) int {

@@ -3,6 +3,7 @@ package symbols
 import (
 	"fmt"
 	"runtime"
+	"runtime/debug"
 )
 
 // crashed is called with what a recover below caught when it was a
@@ -22,4 +23,22 @@ func recovered(r any) error {
 		return err
 	}
 	return fmt.Errorf("%v", r)
+}
+
+// faultSafely runs f. When mapped says f reads memory mapped from a file,
+// a fault there (the file truncated since) or any other panic of f is
+// returned as its error (see recovered) instead of crashing.
+func faultSafely(mapped bool, f func()) (err error) {
+	if !mapped {
+		f()
+		return nil
+	}
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			err = recovered(r)
+		}
+	}()
+	f()
+	return nil
 }

@@ -442,7 +442,7 @@ func (o *Object) addrOf(name string) (vaddr uint64, global, ok bool) {
 	}
 	o.nameOnce.Do(func() {
 		byName := make(map[string]int, len(o.syms))
-		if !faultSafely(o.strMapped, func() {
+		if err := faultSafely(o.strMapped, func() {
 			for i, s := range o.syms {
 				n := cstring(o.strtab[s.tab], s.name)
 				if at := strings.IndexByte(n, '@'); at > 0 {
@@ -452,7 +452,7 @@ func (o *Object) addrOf(name string) (vaddr uint64, global, ok bool) {
 					byName[n] = i
 				}
 			}
-		}) {
+		}); err != nil {
 			byName = map[string]int{} // the file was truncated: no names
 		}
 		o.byName = byName
