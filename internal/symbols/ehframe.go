@@ -71,12 +71,9 @@ func newEhIndex(f *elf.File, frame []byte, open func() (io.ReaderAt, io.Closer, 
 	// A large library's table (1.7 MB of libtorch_cpu.so's) is mapped,
 	// not read: a search touches a few of its pages. lookup recovers when
 	// the file is truncated under it.
-	hdr, unmap := mapSection(hs, false)
-	if hdr == nil {
-		var err error
-		if hdr, err = sectionBytes(hs); err != nil {
-			return nil, fmt.Errorf("read .eh_frame_hdr: %w", err)
-		}
+	hdr, unmap, err := sectionMapped(hs, false)
+	if err != nil {
+		return nil, fmt.Errorf("read .eh_frame_hdr: %w", err)
 	}
 	ix, err := parseEhHdr(hdr, f.ByteOrder, hs.Addr, es.Addr, es.Size)
 	if err != nil {

@@ -274,7 +274,6 @@ func (o *Object) symbolsFrom(f *elf.File) {
 func (o *Object) addSymbols(f *elf.File) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
-		var err error
 		s := sectionOfType(f, typ)
 		if s == nil || s.Link >= uint32(len(f.Sections)) || f.Class != elf.ELFCLASS64 {
 			continue
@@ -284,19 +283,19 @@ func (o *Object) addSymbols(f *elf.File) {
 		}
 		// The names are mapped for the object's life: a dump reads a few
 		// of libtorch's 2.7 MB. A truncated file faults: see symName.
-		strs, unmapStrs := mapSection(f.Sections[s.Link], false)
-		if strs != nil {
-			o.strMapped = true
-			runtime.AddCleanup(o, func(unmap func()) { unmap() }, unmapStrs)
-		} else if strs, err = sectionBytes(f.Sections[s.Link]); err != nil {
+		strs, unmapStrs, err := sectionMapped(f.Sections[s.Link], false)
+		if err != nil {
 			continue
 		}
-		data, unmap := mapSection(s, true) // read whole, at once
-		if data == nil {
-			if data, err = sectionBytes(s); err != nil {
-				continue
-			}
-		} else {
+		if unmapStrs != nil {
+			o.strMapped = true
+			runtime.AddCleanup(o, func(unmap func()) { unmap() }, unmapStrs)
+		}
+		data, unmap, err := sectionMapped(s, true) // read whole, at once
+		if err != nil {
+			continue
+		}
+		if unmap != nil {
 			defer unmap() // at the end, or when a fault panics
 		}
 		tab := uint8(len(o.strtab))

@@ -27,3 +27,13 @@ func sectionBytes(s *elf.Section) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// sectionMapped returns s mapped from its file (mapSection), with what
+// unmaps it, else read (sectionBytes) with a nil unmap.
+func sectionMapped(s *elf.Section, populate bool) (b []byte, unmap func(), err error) {
+	if b, unmap = mapSection(s, populate); b != nil {
+		return b, unmap, nil
+	}
+	b, err = sectionBytes(s)
+	return b, nil, err
+}
