@@ -190,22 +190,8 @@ func emptyCallRun(b *testing.B, ex *link.Executable, objs *probesObjects, loop s
 // following launchloop; it fails when an event was lost or none came.
 func tracedCallRun(b *testing.B, loop, cudart string, c benchCall) float64 {
 	b.Helper()
-	tr, err := NewTracer(Options{Libraries: []string{cudart}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tr.Close()
-	var got atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- tr.Run(ctx, func(ev timer.Event) {
-			if ev.Kind == c.kind {
-				got.Add(1)
-			}
-		}, nil)
-	}()
-	defer func() { cancel(); <-done }()
+	tr, got, stop := countingTracer(b, cudart, c.kind)
+	defer stop()
 	progs := c.progs(&tr.objs)
 	var before, after runStats
 	for _, p := range progs {
@@ -313,28 +299,36 @@ func callLoop(b *testing.B, loop, call string, n int, follow func(pid int)) floa
 	return ns
 }
 
+// countingTracer is a Tracer that has probed the runtime cudart ahead,
+// running and counting the events of kind it delivers; stop ends and
+// closes it.
+func countingTracer(b *testing.B, cudart string, kind timer.Kind) (tr *Tracer, n *atomic.Int64, stop func()) {
+	b.Helper()
+	tr, err := NewTracer(Options{Libraries: []string{cudart}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	n = new(atomic.Int64)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- tr.Run(ctx, func(ev timer.Event) {
+			if ev.Kind == kind {
+				n.Add(1)
+			}
+		}, nil)
+	}()
+	return tr, n, func() { cancel(); <-done; tr.Close() }
+}
+
 // tracedLaunchLoop runs launchloop followed by a Tracer that has probed
 // the runtime ahead, and checks that every launch was delivered or counted
 // lost; it fails when any was lost or none delivered: the figure would be
 // of a tracer that drops, or of no tracer at all.
 func tracedLaunchLoop(b *testing.B, loop, cudart string) (perLaunch, bpfRun float64) {
 	b.Helper()
-	tr, err := NewTracer(Options{Libraries: []string{cudart}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tr.Close()
-	var launches atomic.Int64
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- tr.Run(ctx, func(ev timer.Event) {
-			if ev.Kind == timer.KindLaunch {
-				launches.Add(1)
-			}
-		}, nil)
-	}()
-	defer func() { cancel(); <-done }()
+	tr, launches, stop := countingTracer(b, cudart, timer.KindLaunch)
+	defer stop()
 	before := progStats(b, tr.objs.LaunchKernel)
 	perLaunch = launchLoop(b, loop, func(pid int) {
 		if err := tr.Follow(pid); err != nil {
