@@ -193,12 +193,7 @@ func hop(t *testing.T, opts Options, n, chunk int) {
 	tr := newTracer(t, opts)
 	rec := record(t, tr)
 	p := start(t, bin, bed.Lib("libcudart.so.12"), bed.Lib("libfakekernels.so"), strconv.Itoa(n), strconv.Itoa(chunk))
-	p.until(t, "ready")
-	if err := tr.Follow(p.pid()); err != nil {
-		t.Fatal(err)
-	}
-	p.send(t, "go")
-	p.until(t, "done")
+	p.followed(t, tr)
 	rec.waitFor(t, "the exit record", func(evs []timer.Event, _ []Notice) bool {
 		return hasEvent(evs, p.pid(), timer.KindProcessExit)
 	})

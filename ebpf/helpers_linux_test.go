@@ -109,6 +109,18 @@ func start(t testing.TB, name string, args ...string) *proc {
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
+// followed has tr follow p once p is ready, then lets p make its calls
+// and returns what p printed until it was done.
+func (p *proc) followed(t testing.TB, tr *Tracer) []string {
+	t.Helper()
+	p.until(t, "ready")
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, "go")
+	return p.until(t, "done")
+}
+
 // until reads lines up to and including one equal to want.
 func (p *proc) until(t testing.TB, want string) []string {
 	t.Helper()

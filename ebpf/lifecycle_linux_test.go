@@ -142,12 +142,7 @@ func TestRenamedLibraryMissingSymbol(t *testing.T) {
 	tr := newTracer(t, Options{})
 	rec := record(t, tr)
 	p := start(t, s.Calls, "cuda", s.Renamed, "-", "-", "-", "0", "1")
-	p.until(t, "ready")
-	if err := tr.Follow(p.pid()); err != nil {
-		t.Fatal(err)
-	}
-	p.send(t, "go")
-	p.until(t, "done")
+	p.followed(t, tr)
 	rec.waitFor(t, "a device synchronize", func(evs []timer.Event, _ []Notice) bool {
 		return hasEvent(evs, p.pid(), timer.KindDeviceSynchronize)
 	})
@@ -181,12 +176,7 @@ func TestLostEventsCounted(t *testing.T) {
 	// About 45 call records; a CPU's ring holds 8.
 	bed := testbed.Build(t)
 	p := start(t, s.Calls, "cuda", bed.Lib("libcudart.so.12"), bed.Lib("libnccl.so.2"), "-", "-", "0", "1")
-	p.until(t, "ready")
-	if err := tr.Follow(p.pid()); err != nil {
-		t.Fatal(err)
-	}
-	p.send(t, "go")
-	p.until(t, "done")
+	p.followed(t, tr)
 	deadline := time.Now().Add(10 * time.Second)
 	for tr.Stats().Lost == 0 {
 		if time.Now().After(deadline) {

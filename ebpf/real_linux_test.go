@@ -26,12 +26,7 @@ func TestRealCUDART(t *testing.T) {
 	tr := newTracer(t, Options{})
 	rec := record(t, tr)
 	p := start(t, s.Calls, "cuda", realCUDART, "-", "-", "-", "0", "1")
-	p.until(t, "ready")
-	if err := tr.Follow(p.pid()); err != nil {
-		t.Fatal(err)
-	}
-	p.send(t, "go")
-	out := p.until(t, "done")
+	out := p.followed(t, tr)
 	rec.waitFor(t, "the device synchronize's exit", func(evs []timer.Event, _ []Notice) bool {
 		for _, e := range evs {
 			if e.PID == p.pid() && e.Kind == timer.KindDeviceSynchronize && e.Phase == timer.PhaseExit {
