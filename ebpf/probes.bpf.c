@@ -40,7 +40,7 @@
  *     record is reserved with one atomic fetch-and-add on its ring's
  *     head, written, and published by storing
  *     its seq (position + 1) last (reserve, publish). No wakeup: Go drains
- *     the rings every few milliseconds and before each process record, and
+ *     the rings every 20 ms (pollInterval) and before each process record, and
  *     delivers them in time order (tracer_linux.go, Run). A full ring
  *     overwrites its oldest records; Go counts what it missed as lost.
  *   - Process records (fork, exec, exit, loader) go on the ring buffer
@@ -299,7 +299,7 @@ static __always_inline void count_lost(void)
 #define barrier() asm volatile("" ::: "memory")
 
 /*
- * reserve takes the next slot of this CPU's call ring and returns it with
+ * reserve takes the next slot of this CPU's call ring (shared) and returns it with
  * the header filled in and the payload zeroed (clang drops the zero stores
  * that a program's own stores overwrite), or 0. *pos is the record's
  * position, for publish.
