@@ -1,7 +1,6 @@
 package symbols
 
 import (
-	"bytes"
 	"debug/elf"
 	"io"
 	"os"
@@ -11,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
+	"github.com/xpu-timer/xpu-timer/internal/hugeheap"
 	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 )
 
@@ -43,8 +43,8 @@ const hugeMin = 512 << 10
 // hugePages reports whether the kernel hands out transparent huge pages
 // to a mapping that asks for them.
 var hugePages = sync.OnceValue(func() bool {
-	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
-	return err == nil && !bytes.Contains(b, []byte("[never]"))
+	m := hugeheap.Mode()
+	return m == "always" || m == "madvise"
 })
 
 // offHeap returns a zeroed buffer of n bytes outside the Go heap, in

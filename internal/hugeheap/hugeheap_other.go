@@ -1,0 +1,6 @@
+//go:build !linux
+
+package hugeheap
+
+// Reserve does nothing off Linux.
+func Reserve(n int) bool { return false }
