@@ -253,12 +253,7 @@ func (o *Object) symbolsFrom(f *elf.File) {
 			df.Close()
 		}
 	}
-	slices.SortFunc(o.syms, func(a, b sym) int {
-		if c := cmp.Compare(a.addr, b.addr); c != 0 {
-			return c
-		}
-		return cmp.Compare(b2i(b.global), b2i(a.global)) // global names first at one address
-	})
+	sortSyms(o.syms)
 	n := cap(o.syms) * int(unsafe.Sizeof(sym{}))
 	for _, t := range o.strtab {
 		n += cap(t)
