@@ -4,6 +4,7 @@
 package dumpcmd
 
 import (
+	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -109,8 +110,11 @@ func File(p *dump.Process) *dumpfile.File {
 	return f
 }
 
-// Text writes a process's stacks the way py-spy dump does.
-func Text(w io.Writer, p *dump.Process, o dump.Options) {
+// Text writes a process's stacks the way py-spy dump does, in one write
+// where it can (a line a write was 140 system calls a dump).
+func Text(out io.Writer, p *dump.Process, o dump.Options) {
+	w := bufio.NewWriter(out)
+	defer w.Flush()
 	fmt.Fprintf(w, "Process %d: %s", p.PID, p.State)
 	if p.Python != "" {
 		fmt.Fprintf(w, ", Python %s", p.Python)
