@@ -49,6 +49,7 @@ Dump	cached-ms	gdb-ms	-	cached dump vs gdb
 Dump	max-stop-ms	=10	1	longest stop vs 10 ms
 TorchJob	cli-ms	eu-stack-ms	1	torch rank, first dump by xpu-timer-dump (new process) vs eu-stack
 TorchJob	cli-ms	gdb-ms	0.05	torch rank, first dump (new process) vs gdb
+TorchJob	cli-ms	eu-stack-lines-ms	-	torch rank, first dump (new process) vs eu-stack -i -s (inlined frames and lines, as ours)
 TorchJob	cli-full-ms	eu-stack-ms	-	torch rank, first dump by xpu-timer dump (full binary) vs eu-stack
 TorchJob	cli-full-rss-MB	eu-stack-rss-MB	-	torch rank, peak RSS of xpu-timer dump (full binary) vs eu-stack
 TorchJob	agent-ms	eu-stack-ms	0.5	torch rank, first dump in the agent vs eu-stack

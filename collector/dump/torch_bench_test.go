@@ -26,6 +26,11 @@ import (
 // torchPython is Debian's interpreter, the one python3-torch installs for.
 const torchPython = "/usr/bin/python3"
 
+// torchRounds is how many times each rank is dumped by each tool but gdb
+// (once): every dump is a first one, by a new process or a new symbol
+// cache, and one round was too few to tell 10 % on this noisy machine.
+const torchRounds = 3
+
 // torchRanks is how many ranks the job starts; the last one hangs.
 const torchRanks = 4
 
@@ -39,10 +44,11 @@ const torchRanks = 4
 //     --pid` (cli-full);
 //   - a dump inside a running process, as the agent does it (agent): a
 //     new symbol cache read ahead by Warm (untimed), then Capture;
-//   - elfutils' `eu-stack -p` (no Python frames, inlined frames or lines);
+//   - elfutils' `eu-stack -p` (no Python frames, inlined frames or lines),
+//     and `eu-stack -i -s -p`, with inlined frames and lines as ours;
 //   - gdb's `thread apply all bt`.
 //
-// Each figure is the median over the ranks, beside its anchor measured on
+// Each figure is the median over the ranks and rounds, beside its anchor measured on
 // the same processes in the same run. A tool that shows no frame fails
 // the run. The targets (issue 18): cli at most eu-stack's time and 0.05 of
 // gdb's; agent at most half of eu-stack's; cli's peak RSS at most 2 times
@@ -70,31 +76,44 @@ func BenchmarkTorchJob(b *testing.B) {
 	lean, full := []string{filepath.Join(dir, "xpu-timer-dump")}, []string{filepath.Join(dir, "xpu-timer"), "dump"}
 	pids := startTorchJob(b)
 
-	var cli, cliFull, agent, eu, gd torchRuns
+	var cli, cliFull, agent, eu, euLines, gd torchRuns
+	// The new processes, ours and eu-stack's, side by side on the same
+	// rank, in an order that turns from rank to rank.
+	type newProcess struct {
+		run  func(pid int) torchRun
+		runs *torchRuns
+	}
+	newProcesses := []newProcess{
+		{func(pid int) torchRun { return cliDump(b, lean, pid) }, &cli},
+		{func(pid int) torchRun { return cliDump(b, full, pid) }, &cliFull},
+		{func(pid int) torchRun { return tool(b, "eu-stack", pid, euStack, "-p", strconv.Itoa(pid)) }, &eu},
+		{func(pid int) torchRun {
+			return tool(b, "eu-stack -i -s", pid, euStack, "-i", "-s", "-p", strconv.Itoa(pid))
+		}, &euLines},
+	}
+	// Untimed, each once: whichever tool ran first would read the files
+	// (libc's debug file, libtorch's tables) from disk for the others.
+	for _, t := range newProcesses {
+		t.run(pids[0])
+	}
 	var maxStop time.Duration
 	b.ResetTimer()
 	for range b.N {
-		for i, pid := range pids {
-			// Ours and its anchors side by side on the same process.
-			// The two binaries take turns at going first on a rank.
-			type bin struct {
-				cmd  []string
-				runs *torchRuns
-			}
-			bins := []bin{{lean, &cli}, {full, &cliFull}}
-			if i%2 == 1 {
-				bins[0], bins[1] = bins[1], bins[0]
-			}
-			for _, c := range bins {
-				r := cliDump(b, c.cmd, pid)
+		for round := range torchRounds {
+			for i, pid := range pids {
+				for j := range newProcesses {
+					t := newProcesses[(round+i+j)%len(newProcesses)]
+					r := t.run(pid)
+					maxStop = max(maxStop, r.stop)
+					t.runs.add(r)
+				}
+				r := agentDump(b, pid)
 				maxStop = max(maxStop, r.stop)
-				c.runs.add(r)
+				agent.add(r)
+				if round == 0 { // 2-3 s each
+					gd.add(tool(b, "gdb", pid, gdb, "-p", strconv.Itoa(pid), "-batch", "-nx", "-ex", "thread apply all bt"))
+				}
 			}
-			eu.add(tool(b, "eu-stack", pid, euStack, "-p", strconv.Itoa(pid)))
-			r := agentDump(b, pid)
-			maxStop = max(maxStop, r.stop)
-			agent.add(r)
-			gd.add(tool(b, "gdb", pid, gdb, "-p", strconv.Itoa(pid), "-batch", "-nx", "-ex", "thread apply all bt"))
 		}
 	}
 	b.StopTimer()
@@ -105,6 +124,7 @@ func BenchmarkTorchJob(b *testing.B) {
 	b.ReportMetric(mb(cliFull.rss()), "cli-full-rss-MB")
 	b.ReportMetric(ms(agent.time()), "agent-ms")
 	b.ReportMetric(ms(eu.time()), "eu-stack-ms")
+	b.ReportMetric(ms(euLines.time()), "eu-stack-lines-ms")
 	b.ReportMetric(ms(gd.time()), "gdb-ms")
 	b.ReportMetric(ms(cli.cpuTime()), "cli-cpu-ms")
 	b.ReportMetric(ms(eu.cpuTime()), "eu-stack-cpu-ms")
@@ -122,13 +142,14 @@ func BenchmarkTorchJob(b *testing.B) {
 	}
 	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(eu.time()), "ms", "eu-stack")
 	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(gd.time()), "ms", "gdb")
+	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(euLines.time()), "ms", "eu-stack -i -s: inlined frames and lines, as ours")
 	row("first dump, xpu-timer dump (new process)", ms(cliFull.time()), ms(eu.time()), "ms", "eu-stack")
 	row("first dump in the agent, after its read-ahead", ms(agent.time()), ms(eu.time()), "ms", "eu-stack")
 	row("peak RSS, xpu-timer-dump", mb(cli.rss()), mb(eu.rss()), "MB", "eu-stack")
 	row("peak RSS, xpu-timer dump", mb(cliFull.rss()), mb(eu.rss()), "MB", "eu-stack")
 	row("longest stop", ms(maxStop), 10, "ms", "bound")
-	b.Logf("per rank (ms): cli %v, cli-full %v, agent %v, eu-stack %v, gdb %v; stops (ms): cli %v, agent %v",
-		cli.times(), cliFull.times(), agent.times(), eu.times(), gd.times(), cli.stops(), agent.stops())
+	b.Logf("per rank and round (ms): cli %v, cli-full %v, agent %v, eu-stack %v, eu-stack -i -s %v, gdb %v; stops (ms): cli %v, cli-full %v, agent %v",
+		cli.times(), cliFull.times(), agent.times(), eu.times(), euLines.times(), gd.times(), cli.stops(), cliFull.stops(), agent.stops())
 }
 
 // torchRun is one dump of one rank.
