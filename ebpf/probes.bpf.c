@@ -885,6 +885,32 @@ int empty(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * Floors of the steps every call record takes, each alone, for the
+ * benchmark (bench_linux_test.go) to show what each costs on the machine
+ * it runs on: the clock, the followed check, one read of stack arguments.
+ * Never attached by the Tracer.
+ */
+SEC("uprobe")
+int floor_clock(struct pt_regs *ctx)
+{
+	return bpf_ktime_get_ns() == 0;
+}
+
+SEC("uprobe")
+int floor_followed(struct pt_regs *ctx)
+{
+	return is_followed(bpf_get_current_pid_tgid() >> 32);
+}
+
+SEC("uprobe")
+int floor_stack(struct pt_regs *ctx)
+{
+	__u64 st[2];
+	STACK_ARGS(ctx, 1, st);
+	return st[0] == st[1];
+}
+
 /* ---- following a process tree --------------------------------------- */
 
 /* Process records go on the ring buffer procs and wake Go at once: scans

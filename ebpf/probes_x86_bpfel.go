@@ -121,6 +121,9 @@ const (
 	probesProgEventQueryEnter  = "event_query_enter"
 	probesProgEventRecord      = "event_record"
 	probesProgEventSyncEnter   = "event_sync_enter"
+	probesProgFloorClock       = "floor_clock"
+	probesProgFloorFollowed    = "floor_followed"
+	probesProgFloorStack       = "floor_stack"
 	probesProgGetFunctionEnter = "get_function_enter"
 	probesProgGetFunctionExit  = "get_function_exit"
 	probesProgGraphLaunch      = "graph_launch"
@@ -204,6 +207,9 @@ type probesProgramSpecs struct {
 	EventQueryEnter  *ebpf.ProgramSpec `ebpf:"event_query_enter"`
 	EventRecord      *ebpf.ProgramSpec `ebpf:"event_record"`
 	EventSyncEnter   *ebpf.ProgramSpec `ebpf:"event_sync_enter"`
+	FloorClock       *ebpf.ProgramSpec `ebpf:"floor_clock"`
+	FloorFollowed    *ebpf.ProgramSpec `ebpf:"floor_followed"`
+	FloorStack       *ebpf.ProgramSpec `ebpf:"floor_stack"`
 	GetFunctionEnter *ebpf.ProgramSpec `ebpf:"get_function_enter"`
 	GetFunctionExit  *ebpf.ProgramSpec `ebpf:"get_function_exit"`
 	GraphLaunch      *ebpf.ProgramSpec `ebpf:"graph_launch"`
@@ -320,6 +326,9 @@ type probesPrograms struct {
 	EventQueryEnter  *ebpf.Program `ebpf:"event_query_enter"`
 	EventRecord      *ebpf.Program `ebpf:"event_record"`
 	EventSyncEnter   *ebpf.Program `ebpf:"event_sync_enter"`
+	FloorClock       *ebpf.Program `ebpf:"floor_clock"`
+	FloorFollowed    *ebpf.Program `ebpf:"floor_followed"`
+	FloorStack       *ebpf.Program `ebpf:"floor_stack"`
 	GetFunctionEnter *ebpf.Program `ebpf:"get_function_enter"`
 	GetFunctionExit  *ebpf.Program `ebpf:"get_function_exit"`
 	GraphLaunch      *ebpf.Program `ebpf:"graph_launch"`
@@ -358,6 +367,9 @@ func (p *probesPrograms) Close() error {
 		p.EventQueryEnter,
 		p.EventRecord,
 		p.EventSyncEnter,
+		p.FloorClock,
+		p.FloorFollowed,
+		p.FloorStack,
 		p.GetFunctionEnter,
 		p.GetFunctionExit,
 		p.GraphLaunch,

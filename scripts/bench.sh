@@ -60,8 +60,11 @@ TorchJob	cli-native-frames	gdb-frames	-	torch rank, native frames vs gdb
 TorchJob	cli-native-frames	eu-stack-frames	-	torch rank, native frames vs eu-stack
 TorchJob	cli-python-frames	=1	-	torch rank, Python frames (eu-stack, gdb: none)
 ProbeOverhead	ours-ns/launch	empty-ns/launch	-	ns per cudaLaunchKernel, ours vs an empty uprobe
-ProbeOverhead	ours-empty-ns	=150	1	ns our programs add per launch vs 150 ns
 ProbeOverhead	ours-empty-bpf-ns	=150	1	ns our program runs in the kernel (bpf_stats) over an empty one vs 150 ns
+ProbeOverhead	floor-clock-bpf-ns	=150	-	ns bpf_ktime_get_ns alone adds to an empty program vs 150 ns
+ProbeOverhead	floor-followed-bpf-ns	=150	-	ns the followed check alone adds vs 150 ns
+ProbeOverhead	floor-stack-bpf-ns	=150	-	ns a 16-byte stack argument read alone adds vs 150 ns
+ProbeOverhead	ours-empty-bpf-ns	floors-bpf-ns	-	our launch program over the three steps alone, summed
 ProbeOverhead	steps/s-traced	steps/s-plain	-	training steps/s, traced vs not
 Viewer	seconds	flamegraph.pl-seconds	-	viewer vs flamegraph.pl
 MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job
