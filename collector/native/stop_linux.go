@@ -77,8 +77,6 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 		}
 	}
 	maps := proc.Mappings()
-	ahead := readAhead(proc, pid)
-	defer func() { <-ahead }()
 
 	var s stopped
 	if st.PPID == os.Getpid() {
@@ -125,31 +123,6 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 	}
 	res.Threads = name(proc, s.threads, o.ReturnAddress)
 	return res, nil
-}
-
-// readAhead reads, on a goroutine of its own, the symbols and debug
-// information of the modules where pid's blocked threads will go on
-// (procfs.SyscallPC: their first frames, mostly in libc, whose debug
-// information is the largest a first dump reads), and closes the channel
-// it returns when done. It starts before the threads are stopped, so that
-// the reading overlaps the stop and the copy (on another CPU: the tracer
-// does nothing symbol-related while a thread is stopped); name would
-// otherwise start it only once they are let go. A first dump of a torch
-// rank took 5-6 % less time.
-func readAhead(proc *symbols.Process, pid int) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tids, _ := procfs.Tasks(pid)
-		var pcs []uint64
-		for _, tid := range tids {
-			if pc, ok := procfs.SyscallPC(pid, tid); ok {
-				pcs = append(pcs, pc)
-			}
-		}
-		proc.Prefetch(pcs)
-	}()
-	return done
 }
 
 // name unwinds and names the stacks of the copied threads: it walks them,

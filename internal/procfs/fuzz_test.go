@@ -154,14 +154,3 @@ func TestParseMapsAsReference(t *testing.T) {
 		t.Fatalf("ParseMaps: %d mappings, the reference %d, or they differ", len(got), len(want))
 	}
 }
-
-func FuzzParseSyscall(f *testing.F) {
-	f.Add([]byte("230 0x1 0x1 0x7fffba34f3f0 0x0 0x0 0x0 0x7fffba34f3d8 0x7fc01045c503\n"))
-	f.Add([]byte("-1 0x7ffd5c3c1a28 0x401136\n"))
-	f.Add([]byte("running\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if pc, ok := ParseSyscall(b); ok == (pc == 0) {
-			t.Fatalf("ParseSyscall(%q) = %#x, %v", b, pc, ok)
-		}
-	})
-}
