@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -188,5 +190,40 @@ func TestDumpOutMergesInViewer(t *testing.T) {
 	}
 	if _, err := dumpfile.Read(filepath.Join(lone, "00000-00001.stacktrace")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOneShot checks the collector settings of a dump: off and bounded
+// while it runs, unless GOGC or GOMEMLIMIT are set, and put back after.
+func TestOneShot(t *testing.T) {
+	gc, limit := debug.SetGCPercent(100), debug.SetMemoryLimit(math.MaxInt64)
+	defer func() { debug.SetGCPercent(gc); debug.SetMemoryLimit(limit) }()
+	t.Setenv("GOGC", "")
+	t.Setenv("GOMEMLIMIT", "")
+	os.Unsetenv("GOGC")
+	os.Unsetenv("GOMEMLIMIT")
+
+	restore := oneShot()
+	if got := debug.SetGCPercent(-1); got != -1 {
+		t.Errorf("during a dump GOGC is %d, want off", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != oneShotLimit {
+		t.Errorf("during a dump the memory limit is %d, want %d", got, oneShotLimit)
+	}
+	restore()
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("after a dump GOGC is %d, want 100 back", got)
+	}
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("after a dump the memory limit is %d, want none back", got)
+	}
+
+	os.Setenv("GOGC", "100")
+	os.Setenv("GOMEMLIMIT", "1GiB")
+	restore = oneShot()
+	gotGC, gotLimit := debug.SetGCPercent(100), debug.SetMemoryLimit(-1)
+	restore()
+	if gotGC != 100 || gotLimit != math.MaxInt64 {
+		t.Errorf("with GOGC and GOMEMLIMIT set, a dump ran with GOGC %d and limit %d, want both as they were", gotGC, gotLimit)
 	}
 }
