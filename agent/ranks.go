@@ -27,7 +27,7 @@ import (
 // rank's python) are wrappers, neither ranks nor dumped.
 //
 // Incarnations: where the launcher sets no restart count
-// (TORCHELASTIC_RESTART_COUNT), the book counts restarts itself, per job:
+// (TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT), the book counts restarts itself, per job:
 // when a rank (job, rank) is taken by a new process after the process
 // that held it exited, and that process is no descendant of it (a worker
 // it forked), the job's count goes up by one, once per restart however

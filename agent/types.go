@@ -7,8 +7,8 @@
 // theirs, and the metrics follow.
 //
 // Each dump records its job and incarnation. The incarnation is
-// TORCHELASTIC_RESTART_COUNT where the launcher sets it; elsewhere
-// (mpirun, Slurm, a shell loop) the agent counts the restarts it sees, per
+// TORCHELASTIC_RESTART_COUNT (else SLURM_RESTART_COUNT) where the
+// launcher sets it; elsewhere (mpirun, Slurm before a requeue, a shell loop) the agent counts the restarts it sees, per
 // job: when a rank of a job is taken by a new process after the process
 // that held it exited (and the new one is not a worker the old one
 // forked), the job's count goes up by one, however many of its ranks come

@@ -21,11 +21,17 @@ type Identity struct {
 	// Slurm, Paddle), else "".
 	Job string
 	// Incarnation counts the job's restarts: TORCHELASTIC_RESTART_COUNT
-	// where the launcher sets it; Of gives -1 when the environment
+	// where the launcher sets it, else SLURM_RESTART_COUNT (a requeued
+	// Slurm job: same job id, set from the first requeue on); Of gives -1
+	// when the environment
 	// does not say, and the agent then counts the restarts it sees itself
 	// (rankBook, "Incarnations").
 	Incarnation int
 }
+
+// restartCounts are the variables a launcher counts a job's restarts in,
+// the first one set wins: torchrun's (under srun too) before Slurm's.
+var restartCounts = []string{"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}
 
 // launcher names where one launcher puts a process's place in its job:
 // environment variables for rank, world size, local rank and local size
@@ -114,8 +120,11 @@ func Of(env map[string]string) Identity {
 			break
 		}
 	}
-	if n, ok := num("TORCHELASTIC_RESTART_COUNT"); ok {
-		id.Incarnation = n
+	for _, k := range restartCounts {
+		if n, ok := num(k); ok {
+			id.Incarnation = n
+			break
+		}
 	}
 	return id
 }

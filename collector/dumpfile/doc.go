@@ -24,7 +24,7 @@
 //	local_rank, local_world_size, host, pid
 //	ip, job_name, pod_name, cmdline           omitted when empty
 //	job, incarnation  the run (TORCHELASTIC_RUN_ID where set) and its restart count (TORCHELASTIC_RESTART_COUNT,
-//	                  else the launcher's count); omitted when empty or 0, and absent from files before 1.1
+//	                  else SLURM_RESTART_COUNT, else the launcher's count); omitted when empty or 0, and absent from files before 1.1
 //	state             process state as /proc/PID/stat spells it, with its meaning: "S (sleeping)", "D (disk sleep)"
 //	python            the CPython version ("3.12.3") of a CPython process; omitted otherwise
 //	reason            "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual" (xpu-timer dump)
