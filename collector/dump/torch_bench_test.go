@@ -48,11 +48,11 @@ const torchRanks = 4
 //     and `eu-stack -i -s -p`, with inlined frames and lines as ours;
 //   - gdb's `thread apply all bt`.
 //
-// Each figure is the median over the ranks and rounds, beside its anchor measured on
-// the same processes in the same run. A tool that shows no frame fails
-// the run. The targets (issue 18): cli at most eu-stack's time and 0.05 of
-// gdb's; agent at most half of eu-stack's; cli's peak RSS at most 2 times
-// eu-stack's; no thread stopped over 10 ms.
+// Each figure is the median over the ranks and rounds, beside its anchor
+// measured on the same processes in the same run. A tool that shows no
+// frame fails the run. The targets (issue 18): cli at most eu-stack's
+// time and 0.05 of gdb's; agent at most half of eu-stack's; cli's peak
+// RSS at most 2 times eu-stack's; no thread stopped over 10 ms.
 func BenchmarkTorchJob(b *testing.B) {
 	privileged.Root(b)
 	need := func(name string) string {

@@ -30,9 +30,9 @@ type File struct {
 	// Job names the run the rank belongs to (torchrun's TORCHELASTIC_RUN_ID
 	// where set), and Incarnation counts its restarts
 	// (TORCHELASTIC_RESTART_COUNT, else SLURM_RESTART_COUNT, else the
-	// launcher's own count): the ranks of one incarnation of one job are merged together. Files
-	// written before 1.1 have neither: the viewer reads them as job "" and
-	// incarnation 0.
+	// launcher's own count): the ranks of one incarnation of one job are
+	// merged together. Files written before 1.1 have neither: the viewer
+	// reads them as job "" and incarnation 0.
 	Job         string `json:"job,omitempty"`
 	Incarnation int    `json:"incarnation,omitempty"`
 

@@ -31,8 +31,7 @@ func Reserve(n int) bool {
 	start := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
 	lo, hi := start&^(page-1), (start+uintptr(n))&^(page-1)
 	_, _, errno := unix.Syscall(unix.SYS_MADVISE, lo, hi-lo, unix.MADV_HUGEPAGE)
-	runtime.KeepAlive(b)
-	b = nil
+	runtime.KeepAlive(b) // then garbage
 	runtime.GC()
 	return errno == 0
 }
