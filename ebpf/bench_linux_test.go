@@ -96,7 +96,7 @@ func BenchmarkProbeOverhead(b *testing.B) {
 		b.Logf("BPF run time per launch (bpf_stats) over %d runs: empty %v, ours %v", benchReps, emptyRun, oursRun)
 		benchtable.Row(b, "cudaLaunchKernel, our program's run time in the kernel (bpf_stats)", ns(mOursRun-mEmptyRun)+" (ours - empty)",
 			ns(probeCostTarget)+" (target)", (mOursRun-mEmptyRun)/probeCostTarget)
-		// What each step a record cannot do without costs here, alone.
+		// What each step of a launch record costs here, alone.
 		var floorSum float64
 		for i, f := range floors {
 			m := median(floorRuns[i]) - mEmptyRun
