@@ -16,10 +16,14 @@ import (
 	"os"
 )
 
+// modeFile holds the kernel's transparent huge page mode; tests point it
+// elsewhere.
+var modeFile = "/sys/kernel/mm/transparent_hugepage/enabled"
+
 // Mode is the kernel's transparent huge page mode: "always", "madvise",
 // "never", or "" when it cannot be read.
 func Mode() string {
-	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	b, err := os.ReadFile(modeFile)
 	if err != nil {
 		return ""
 	}

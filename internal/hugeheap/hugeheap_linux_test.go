@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -20,6 +21,39 @@ func TestMode(t *testing.T) {
 	case "always", "madvise", "never":
 	default:
 		t.Fatalf("Mode() = %q, want always, madvise or never (this kernel has transparent huge pages)", m)
+	}
+}
+
+// TestModes reads each mode the kernel can be in, and asks for huge pages
+// in "madvise" alone.
+func TestModes(t *testing.T) {
+	real := Mode()
+	defer func(f string) { modeFile = f }(modeFile)
+	for _, c := range []struct{ text, mode string }{
+		{"[always] madvise never\n", "always"},
+		{"always [madvise] never\n", "madvise"},
+		{"always madvise [never]\n", "never"},
+		{"always madvise never\n", ""},
+		{"]madvise[\n", ""},
+		{"", ""},
+	} {
+		modeFile = filepath.Join(t.TempDir(), "enabled")
+		if err := os.WriteFile(modeFile, []byte(c.text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got := Mode(); got != c.mode {
+			t.Errorf("Mode() of %q = %q, want %q", c.text, got, c.mode)
+		}
+		if c.mode != "madvise" && Reserve(16<<20) {
+			t.Errorf("Reserve in mode %q asked for huge pages", c.mode)
+		}
+		if c.mode == "madvise" && real != "" && !Reserve(16<<20) { // a kernel with huge pages
+			t.Errorf("Reserve in mode madvise did not ask for huge pages")
+		}
+	}
+	modeFile = filepath.Join(t.TempDir(), "absent")
+	if got := Mode(); got != "" {
+		t.Errorf("Mode() of no file = %q, want \"\"", got)
 	}
 }
 
