@@ -15,6 +15,9 @@
 #    below, with the median ratio over COUNT runs, its spread, and the
 #    target where there is one.
 #
+# FLAMEGRAPH_PL, the path of Brendan Gregg's flamegraph.pl, adds the viewer's
+# comparison with it (no Debian package ships it).
+#
 # go test runs with -v: without it a benchmark's log is cut to its first
 # lines and later rows would be lost. Exit status: non-zero when go test
 # failed (a benchmark calls b.Fatal when it measured nothing or lost
@@ -66,7 +69,8 @@ ProbeOverhead	floor-followed-bpf-ns	=150	-	ns the followed check alone adds vs 1
 ProbeOverhead	floor-stack-bpf-ns	=150	-	ns a 16-byte stack argument read alone adds vs 150 ns
 ProbeOverhead	ours-empty-bpf-ns	floors-bpf-ns	-	our launch program over the three steps alone, summed
 ProbeOverhead	steps/s-traced	steps/s-plain	-	training steps/s, traced vs not
-Viewer	seconds	flamegraph.pl-seconds	-	viewer vs flamegraph.pl
+Viewer	seconds	=5	1	viewer on 4,096 ranks vs 5 s
+Viewer	peak-RSS-MiB	=2048	1	viewer peak RSS vs 2 GiB
 MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job
 MonitorFootprint	watch-on-cpu-%	watch-off-cpu-%	-	launcher CPU, stall watch on vs off
 MonitorFootprint	watch-on-rss-MB	rank-rss-MB	-	launcher RSS following 8 ranks vs one rank
