@@ -17,6 +17,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
 
 const (
@@ -240,12 +241,14 @@ func checkFault(t *testing.T, b *testbed.Bed, c faultCase) string {
 	if re := regexp.MustCompile(fmt.Sprintf(c.finding, c.rank)); !re.MatchString(summary) {
 		// On the default path the probes of a library land a few ms after
 		// ld.so maps it: a rank that creates its communicator at once may
-		// have done so unseen (README, limits). With no communicator known
-		// by its id on any rank, sequence numbers cannot line up, and the
-		// culprit (checked above) comes from the stacks; TestNamedLibraries
-		// checks the sequence-number finding where the probes come first.
-		if c.finding == behind && len(c.env) == 0 && allCommsLocal(summary) {
-			t.Logf("every rank's communicator was created before its probes landed; the culprit comes from the stacks")
+		// have done so unseen (README, limits). When the faulty rank's
+		// communicator is not known by its id, its sequence numbers cannot
+		// line up with its peers', and the culprit (checked above) comes
+		// from the stacks; TestNamedLibraries checks the sequence-number
+		// finding where the probes come first. Seen in 1 of 14 runs of
+		// this case in one session, 1 of 6 in another.
+		if c.finding == behind && len(c.env) == 0 && commUnknown(summary, c.rank) {
+			t.Logf("rank %d's communicator was created before its probes landed (the dlopen race); the culprit comes from the stacks", c.rank)
 		} else {
 			t.Errorf("summary.txt lacks the finding %s:\n%s", re, summary)
 		}
@@ -496,18 +499,58 @@ func runViewer(t *testing.T, dir string) string {
 	return string(b)
 }
 
-// allCommsLocal says whether the viewer's report knows no communicator by
-// its unique id ("comm local:<handle>" only): no rank's ncclCommInitRank
-// was seen.
-func allCommsLocal(summary string) bool {
+// commLineRe is a communicator's line of the viewer's report: its id (or
+// "local:<handle>") and the ranks dumped in it.
+var commLineRe = regexp.MustCompile(`^comm (\S+): .*dumped \(ranks? ([-/0-9]+)\)`)
+
+// commUnknown says whether the viewer's report knows rank's communicator
+// only by its handle ("comm local:<handle>"): that rank's ncclCommInitRank
+// was not seen.
+func commUnknown(summary string, rank int) bool {
 	seen := false
 	for l := range strings.SplitSeq(summary, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(l), "comm "); ok {
-			if !strings.HasPrefix(rest, "local:") {
-				return false
-			}
-			seen = true
+		m := commLineRe.FindStringSubmatch(strings.TrimSpace(l))
+		if m == nil {
+			continue
 		}
+		if ranks, err := rankset.Parse(m[2]); err != nil || !slices.Contains(ranks, rank) {
+			continue
+		}
+		if !strings.HasPrefix(m[1], "local:") {
+			return false
+		}
+		seen = true
 	}
 	return seen
+}
+
+// TestCommUnknown reads the communicator lines of reports: the one of a
+// run where ranks 0 and 2 created their communicator unseen, one where
+// every rank's was seen, and one where none was.
+func TestCommUnknown(t *testing.T) {
+	partial := `Communicators:
+  comm 0e2305d7bef3deb064a363a43f75d4a0: 4 ranks, 2 dumped (ranks 1/3)
+    issued:    2 ranks launched up to op 12
+  comm local:55691d505770: 0 ranks, 1 dumped (ranks 2)
+  comm local:556982275e50: 0 ranks, 1 dumped (ranks 0)
+`
+	seen := "  comm 0e2305d7bef3deb064a363a43f75d4a0: 4 ranks, 4 dumped (ranks 0-3)\n"
+	none := "  comm local:55691d505770: 0 ranks, 1 dumped (ranks 2)\n  comm local:556982275e50: 0 ranks, 3 dumped (ranks 0-1/3)\n"
+	for _, c := range []struct {
+		name, summary string
+		rank          int
+		want          bool
+	}{
+		{"partial, rank 2", partial, 2, true},
+		{"partial, rank 0", partial, 0, true},
+		{"partial, rank 1", partial, 1, false},
+		{"all seen", seen, 2, false},
+		{"none seen", none, 2, true},
+		{"none seen, rank 3", none, 3, true},
+		{"no communicator", "Ranks with no dump: none\n", 2, false},
+	} {
+		if got := commUnknown(c.summary, c.rank); got != c.want {
+			t.Errorf("%s: commUnknown = %v, want %v", c.name, got, c.want)
+		}
+	}
 }
