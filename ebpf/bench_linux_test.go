@@ -73,20 +73,15 @@ func BenchmarkProbeOverhead(b *testing.B) {
 		for range benchReps {
 			none = append(none, launchLoop(b, loop, nil))
 
-			l, err := ex.Uprobe("cudaLaunchKernel", objs.Empty, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			before := progStats(b, objs.Empty)
-			empty = append(empty, launchLoop(b, loop, nil))
-			emptyRun = append(emptyRun, progStats(b, objs.Empty).since(b, before))
-			l.Close()
+			perLaunch, run := aloneRun(b, ex, &objs, loop, objs.Empty)
+			empty, emptyRun = append(empty, perLaunch), append(emptyRun, run)
 
-			perLaunch, run := tracedLaunchLoop(b, loop, cudart)
+			perLaunch, run = tracedLaunchLoop(b, loop, cudart)
 			ours, oursRun = append(ours, perLaunch), append(oursRun, run)
 
 			for i, f := range floors {
-				floorRuns[i] = append(floorRuns[i], floorRun(b, ex, &objs, loop, f.prog(&objs)))
+				_, run = aloneRun(b, ex, &objs, loop, f.prog(&objs))
+				floorRuns[i] = append(floorRuns[i], run)
 			}
 		}
 		mEmptyRun, mOursRun := median(emptyRun), median(oursRun)
@@ -196,9 +191,10 @@ var floors = []struct {
 	{"16-byte stack argument read", "floor-stack-bpf-ns", func(o *probesObjects) *ebpf.Program { return o.FloorStack }},
 }
 
-// floorRun is the run time per launch of prog attached to
-// cudaLaunchKernel, launchloop followed (in the map the check reads).
-func floorRun(b *testing.B, ex *link.Executable, objs *probesObjects, loop string, prog *ebpf.Program) float64 {
+// aloneRun attaches prog alone to cudaLaunchKernel, runs launchloop
+// followed (in the map floor_followed reads), and returns its ns per
+// launch and prog's run time per launch (bpf_stats).
+func aloneRun(b *testing.B, ex *link.Executable, objs *probesObjects, loop string, prog *ebpf.Program) (perLaunch, bpfRun float64) {
 	b.Helper()
 	l, err := ex.Uprobe("cudaLaunchKernel", prog, nil)
 	if err != nil {
@@ -207,15 +203,15 @@ func floorRun(b *testing.B, ex *link.Executable, objs *probesObjects, loop strin
 	defer l.Close()
 	var pid uint32
 	before := progStats(b, prog)
-	launchLoop(b, loop, func(p int) {
+	perLaunch = launchLoop(b, loop, func(p int) {
 		pid = uint32(p)
 		if err := objs.Followed.Put(pid, uint8(1)); err != nil {
 			b.Fatal(err)
 		}
 	})
-	run := progStats(b, prog).since(b, before)
+	bpfRun = progStats(b, prog).since(b, before)
 	objs.Followed.Delete(pid)
-	return run
+	return perLaunch, bpfRun
 }
 
 // emptyCallRun is the run time per call of the empty program attached
