@@ -53,6 +53,11 @@ func BenchmarkProbeOverhead(b *testing.B) {
 		b.Fatal(loadError(err))
 	}
 	defer objs.Close()
+	followed, err := mapFollowed(objs.Followed)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer followed.close()
 	ex, err := link.OpenExecutable(cudart)
 	if err != nil {
 		b.Fatal(err)
@@ -73,14 +78,14 @@ func BenchmarkProbeOverhead(b *testing.B) {
 		for range benchReps {
 			none = append(none, launchLoop(b, loop, nil))
 
-			perLaunch, run := aloneRun(b, ex, &objs, loop, objs.Empty)
+			perLaunch, run := aloneRun(b, ex, followed, loop, objs.Empty)
 			empty, emptyRun = append(empty, perLaunch), append(emptyRun, run)
 
 			perLaunch, run = tracedLaunchLoop(b, loop, cudart)
 			ours, oursRun = append(ours, perLaunch), append(oursRun, run)
 
 			for i, f := range floors {
-				_, run = aloneRun(b, ex, &objs, loop, f.prog(&objs))
+				_, run = aloneRun(b, ex, followed, loop, f.prog(&objs))
 				floorRuns[i] = append(floorRuns[i], run)
 			}
 		}
@@ -187,30 +192,30 @@ var floors = []struct {
 	prog         func(*probesObjects) *ebpf.Program
 }{
 	{"bpf_ktime_get_ns", "floor-clock-bpf-ns", func(o *probesObjects) *ebpf.Program { return o.FloorClock }},
-	{"followed check (pid, hash lookup)", "floor-followed-bpf-ns", func(o *probesObjects) *ebpf.Program { return o.FloorFollowed }},
+	{"followed check (pid, bitmap lookup)", "floor-followed-bpf-ns", func(o *probesObjects) *ebpf.Program { return o.FloorFollowed }},
 	{"16-byte stack argument read", "floor-stack-bpf-ns", func(o *probesObjects) *ebpf.Program { return o.FloorStack }},
 }
 
 // aloneRun attaches prog alone to cudaLaunchKernel, runs launchloop
 // followed (in the map floor_followed reads), and returns its ns per
 // launch and prog's run time per launch (bpf_stats).
-func aloneRun(b *testing.B, ex *link.Executable, objs *probesObjects, loop string, prog *ebpf.Program) (perLaunch, bpfRun float64) {
+func aloneRun(b *testing.B, ex *link.Executable, followed *followedSet, loop string, prog *ebpf.Program) (perLaunch, bpfRun float64) {
 	b.Helper()
 	l, err := ex.Uprobe("cudaLaunchKernel", prog, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer l.Close()
-	var pid uint32
+	var pid int
 	before := progStats(b, prog)
 	perLaunch = launchLoop(b, loop, func(p int) {
-		pid = uint32(p)
-		if err := objs.Followed.Put(pid, uint8(1)); err != nil {
+		pid = p
+		if err := followed.add(pid); err != nil {
 			b.Fatal(err)
 		}
 	})
 	bpfRun = progStats(b, prog).since(b, before)
-	objs.Followed.Delete(pid)
+	followed.remove(pid)
 	return perLaunch, bpfRun
 }
 

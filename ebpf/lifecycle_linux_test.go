@@ -117,6 +117,9 @@ func TestFollowChild(t *testing.T) {
 	if parent != p.pid() {
 		t.Errorf("the child's fork names parent %d, want %d", parent, p.pid())
 	}
+	if !tr.followed.has(child) {
+		t.Errorf("the kernel did not add the child %d to the followed set at its fork", child)
+	}
 	p.send(t, "go")
 	p.until(t, "loaded")
 	rec.waitFor(t, "the child's launches", func(evs []timer.Event, _ []Notice) bool {
@@ -131,6 +134,11 @@ func TestFollowChild(t *testing.T) {
 	})
 	if st := tr.Stats(); st.Probes != 0 || st.Processes != 0 {
 		t.Errorf("after exit: %+v", st)
+	}
+	for _, pid := range []int{child, p.pid()} {
+		if tr.followed.has(pid) {
+			t.Errorf("process %d is still in the followed set after its exit", pid)
+		}
 	}
 }
 

@@ -179,6 +179,7 @@ struct stash {
 	__u64 a0, a1, a2;
 	__u64 id[2];
 	__s32 nranks, rank;
+	__u64 ret_slot, ret_addr; /* see save_return */
 };
 
 /* Process records (fork, exec, exit, loader): few, and each wakes Go. */
@@ -208,11 +209,22 @@ struct {
 volatile const __u64 slot_mask = 0;
 volatile const __u32 ring_mask = 0;
 
+/*
+ * The followed thread groups, one bit per tgid: bit tgid%64 of word
+ * tgid/64, for every pid the kernel can give (PID_MAX_LIMIT, 2^22 on
+ * 64-bit: 65536 words, 512 KiB). Every program asks it first, on every hit;
+ * an array lookup, which the verifier inlines, costs a third of a hash
+ * lookup (BenchmarkProbeOverhead's followed-check row). Go sets and clears
+ * bits with atomic operations on the mapped words (followed_linux.go), the
+ * fork and exit programs with BPF atomics.
+ */
+#define FOLLOWED_WORDS (1 << 16) /* Go: followedWords */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 8192);
-	__type(key, __u32);  /* tgid */
-	__type(value, __u8); /* 1 */
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, FOLLOWED_WORDS);
+	__type(key, __u32);   /* tgid / 64 */
+	__type(value, __u64); /* bit tgid % 64 */
 } followed SEC(".maps");
 
 struct {
@@ -250,39 +262,22 @@ struct {
 } lost SEC(".maps");
 
 
-/*
- * A uretprobe works by replacing the return address of the probed call on
- * the thread's stack with the kernel's return trampoline ([uprobes], at
- * the top of the address space). A thread blocked in a probed call, the
- * very thread a hang dump is about, then shows the trampoline where its
- * caller should be, and no unwinder can go on. Every entry program whose
- * call has a return probe saves here, by thread and stack slot, the
- * return address it found (the kernel replaces it after the entry
- * programs ran); the return program drops it. Go's unwinder asks for it
- * (Tracer.ReturnAddress) when it meets the trampoline.
- */
-struct ret_key {
-	__u32 tid;
-	__u32 pad;
-	__u64 slot; /* stack address of the return address */
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, struct ret_key);
-	__type(value, __u64);
-} returns SEC(".maps");
-
 /* Keep struct call and the kind enums in the BTF, for bpf2go -type: Go
  * sees the same values (probes_x86_bpfel.go, checked in kinds_test.go). */
 const struct call *unused_call __attribute__((unused));
 const enum kind *unused_kind __attribute__((unused));
 const enum proc_kind *unused_proc_kind __attribute__((unused));
 
+static __always_inline __u64 *followed_word(__u32 tgid)
+{
+	__u32 i = tgid >> 6;
+	return bpf_map_lookup_elem(&followed, &i);
+}
+
 static __always_inline int is_followed(__u32 tgid)
 {
-	return bpf_map_lookup_elem(&followed, &tgid) != 0;
+	__u64 *w = followed_word(tgid);
+	return w && ((*w >> (tgid & 63)) & 1);
 }
 
 static __always_inline void count_lost(void)
@@ -384,20 +379,24 @@ static __always_inline __u64 stash_key(__u64 pid_tgid, __u8 kind)
 	return ((__u64)kind << 32) | (__u32)pid_tgid;
 }
 
-/* At the entry of a call with a return probe: *sp is its return address. */
-static __always_inline void save_return(struct pt_regs *ctx, __u64 pid_tgid)
+/*
+ * A uretprobe works by replacing the return address of the probed call on
+ * the thread's stack with the kernel's return trampoline ([uprobes], at
+ * the top of the address space). A thread blocked in a probed call, the
+ * very thread a hang dump is about, then shows the trampoline where its
+ * caller should be, and no unwinder can go on. Every entry program whose
+ * call has a return probe stashes its arguments for the return program;
+ * save_return adds to that stash the return address it found at the
+ * entry (*sp: the kernel replaces it after the entry programs ran) and
+ * the stack slot it lies in, and the return program's delete of the stash
+ * drops both. Go's unwinder asks for it (Tracer.ReturnAddress) when it
+ * meets the trampoline. One map update and one delete a call, where a map
+ * of return addresses of its own cost two more.
+ */
+static __always_inline void save_return(struct pt_regs *ctx, struct stash *s)
 {
-	struct ret_key k = {.tid = (__u32)pid_tgid, .slot = ctx->sp};
-	__u64 ra = 0;
-	if (bpf_probe_read_user(&ra, sizeof(ra), (void *)ctx->sp) == 0)
-		bpf_map_update_elem(&returns, &k, &ra, BPF_ANY);
-}
-
-/* At its return: the stack pointer is one slot above the return address. */
-static __always_inline void drop_return(struct pt_regs *ctx, __u64 pid_tgid)
-{
-	struct ret_key k = {.tid = (__u32)pid_tgid, .slot = ctx->sp - 8};
-	bpf_map_delete_elem(&returns, &k);
+	if (bpf_probe_read_user(&s->ret_addr, sizeof(s->ret_addr), (void *)ctx->sp) == 0)
+		s->ret_slot = ctx->sp;
 }
 
 /* ---- kernel launches ------------------------------------------------ */
@@ -475,8 +474,8 @@ int get_function_enter(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	save_return(ctx, pid_tgid);
 	struct stash s = {};
+	save_return(ctx, &s);
 	s.a0 = ARG1(ctx); /* CUfunction * or CUkernel * */
 	s.a1 = ARG3(ctx); /* const char *name */
 	__u64 key = stash_key(pid_tgid, STASH_GET_FUNCTION);
@@ -490,7 +489,6 @@ int get_function_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	drop_return(ctx, pid_tgid);
 	__u64 key = stash_key(pid_tgid, STASH_GET_FUNCTION);
 	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
 	if (!s)
@@ -537,8 +535,8 @@ SEC("uprobe")
 int memcpy_enter(struct pt_regs *ctx)
 {
 	BEGIN(K_MEMCPY, PHASE_ENTER);
-	save_return(ctx, pid_tgid);
 	struct stash s = {};
+	save_return(ctx, &s);
 	s.a0 = ARG3(ctx);
 	s.a1 = ARG4(ctx);
 	__u64 key = stash_key(pid_tgid, K_MEMCPY);
@@ -577,8 +575,8 @@ static __always_inline int stash_args(struct pt_regs *ctx, __u8 kind)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	save_return(ctx, pid_tgid);
 	struct stash s = {};
+	save_return(ctx, &s);
 	s.a0 = ARG1(ctx);
 	s.a1 = ARG2(ctx);
 	s.a2 = ARG3(ctx);
@@ -600,8 +598,8 @@ int elapsed_enter(struct pt_regs *ctx) { return stash_args(ctx, K_EVENT_ELAPSED)
 static __always_inline int blocking_enter(struct pt_regs *ctx, __u8 kind)
 {
 	BEGIN(kind, PHASE_ENTER);
-	save_return(ctx, pid_tgid);
 	struct stash s = {};
+	save_return(ctx, &s);
 	s.a0 = ARG1(ctx);
 	__u64 key = stash_key(pid_tgid, kind);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
@@ -632,7 +630,6 @@ int call_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	drop_return(ctx, pid_tgid);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = cookie >> 8;
 	__u64 key = stash_key(pid_tgid, kind);
@@ -680,7 +677,6 @@ int comm_init_enter(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	save_return(ctx, pid_tgid);
 	__u64 id[ID_WORDS] = {};
 	bpf_probe_read_user(id, sizeof(id), (void *)(ctx->sp + 8));
 	__u64 h1 = 0xcbf29ce484222325ULL, h2 = 0x84222325cbf29ce4ULL;
@@ -691,6 +687,7 @@ int comm_init_enter(struct pt_regs *ctx)
 		h2 ^= h2 >> 29;
 	}
 	struct stash s = {};
+	save_return(ctx, &s);
 	s.a0 = ARG1(ctx); /* ncclComm_t * */
 	s.id[0] = h1;
 	s.id[1] = h2;
@@ -707,7 +704,6 @@ int comm_init_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	drop_return(ctx, pid_tgid);
 	__u64 key = stash_key(pid_tgid, K_COMM_INIT);
 	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
 	if (!s)
@@ -736,8 +732,8 @@ int comm_split_enter(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	save_return(ctx, pid_tgid);
 	struct stash s = {};
+	save_return(ctx, &s);
 	s.a0 = ARG1(ctx); /* parent comm */
 	s.a1 = ARG4(ctx); /* ncclComm_t *newcomm */
 	s.nranks = ARG2(ctx); /* color */
@@ -753,7 +749,6 @@ int comm_split_exit(struct pt_regs *ctx)
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
-	drop_return(ctx, pid_tgid);
 	__u64 key = stash_key(pid_tgid, STASH_SPLIT);
 	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
 	if (!s)
@@ -938,8 +933,9 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	__u32 pid = child->pid, tgid = child->tgid;
 	if (pid != tgid || !is_followed(ptgid)) /* a new thread, or not ours */
 		return 0;
-	__u8 one = 1;
-	bpf_map_update_elem(&followed, &tgid, &one, BPF_ANY);
+	__u64 *w = followed_word(tgid);
+	if (w)
+		__sync_fetch_and_or(w, 1ULL << (tgid & 63));
 	process_event(EV_FORK, tgid, ptgid);
 	return 0;
 }
@@ -960,7 +956,9 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	__u32 tgid = pid_tgid >> 32;
 	if ((__u32)pid_tgid != tgid || !is_followed(tgid)) /* a thread, or not ours */
 		return 0;
-	bpf_map_delete_elem(&followed, &tgid);
+	__u64 *w = followed_word(tgid);
+	if (w)
+		__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
 	process_event(EV_EXIT, tgid, 0);
 	return 0;
 }

@@ -74,21 +74,16 @@ const (
 	probesProcKindEV_MMAP probesProcKind = 103
 )
 
-type probesRetKey struct {
-	_    structs.HostLayout
-	Tid  uint32
-	Pad  uint32
-	Slot uint64
-}
-
 type probesStash struct {
-	_      structs.HostLayout
-	A0     uint64
-	A1     uint64
-	A2     uint64
-	Id     [2]uint64
-	Nranks int32
-	Rank   int32
+	_       structs.HostLayout
+	A0      uint64
+	A1      uint64
+	A2      uint64
+	Id      [2]uint64
+	Nranks  int32
+	Rank    int32
+	RetSlot uint64
+	RetAddr uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -100,7 +95,6 @@ const (
 	probesMapFuncNames         = "func_names"
 	probesMapLost              = "lost"
 	probesMapProcs             = "procs"
-	probesMapReturns           = "returns"
 	probesMapStashes           = "stashes"
 	probesProgCallExit         = "call_exit"
 	probesProgCollAllGather    = "coll_all_gather"
@@ -236,7 +230,6 @@ type probesMapSpecs struct {
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
 	Procs     *ebpf.MapSpec `ebpf:"procs"`
-	Returns   *ebpf.MapSpec `ebpf:"returns"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
 }
 
@@ -276,7 +269,6 @@ type probesMaps struct {
 	FuncNames *ebpf.Map `ebpf:"func_names"`
 	Lost      *ebpf.Map `ebpf:"lost"`
 	Procs     *ebpf.Map `ebpf:"procs"`
-	Returns   *ebpf.Map `ebpf:"returns"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
 }
 
@@ -287,7 +279,6 @@ func (m *probesMaps) Close() error {
 		m.FuncNames,
 		m.Lost,
 		m.Procs,
-		m.Returns,
 		m.Stashes,
 	)
 }

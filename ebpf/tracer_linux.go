@@ -53,17 +53,18 @@ const closeWait = 2 * time.Second
 
 // Tracer follows processes and reports their GPU API calls.
 type Tracer struct {
-	opts    Options
-	objs    probesObjects
-	hooks   []link.Link     // scheduler hooks
-	rd      *ringbuf.Reader // process records (map procs)
-	rings   *callRings      // call records (map calls)
-	calls   []probesCall    // records being delivered; Run's goroutine only
-	progs   map[string]*ebpf.Program
-	names   *kernelNames
-	events  atomic.Uint64
-	multi   bool           // attach with uprobe_multi links (Linux 6.6+)
-	closing sync.WaitGroup // links detaching in the background
+	opts     Options
+	objs     probesObjects
+	followed *followedSet    // the map followed, mapped
+	hooks    []link.Link     // scheduler hooks
+	rd       *ringbuf.Reader // process records (map procs)
+	rings    *callRings      // call records (map calls)
+	calls    []probesCall    // records being delivered; Run's goroutine only
+	progs    map[string]*ebpf.Program
+	names    *kernelNames
+	events   atomic.Uint64
+	multi    bool           // attach with uprobe_multi links (Linux 6.6+)
+	closing  sync.WaitGroup // links detaching in the background
 
 	// onLoader, when set before Run, is called with t.mu held for each
 	// loader record (ld.so's r_brk) of a followed process, with its BPF
@@ -129,6 +130,10 @@ func NewTracer(opts Options) (*Tracer, error) {
 	}
 	if err := spec.LoadAndAssign(&t.objs, nil); err != nil {
 		return nil, loadError(err)
+	}
+	if t.followed, err = mapFollowed(t.objs.Followed); err != nil {
+		t.objs.Close()
+		return nil, err
 	}
 	t.progs = programs(&t.objs.probesPrograms)
 	t.names = newKernelNames(t.objs.FuncNames)
@@ -211,7 +216,7 @@ func (t *Tracer) Follow(pid int) error {
 }
 
 func (t *Tracer) followPID(pid int) error {
-	if err := t.objs.Followed.Put(uint32(pid), uint8(1)); err != nil {
+	if err := t.followed.add(pid); err != nil {
 		return fmt.Errorf("follow %d: %w", pid, err)
 	}
 	return nil
@@ -240,7 +245,7 @@ func (t *Tracer) removeProcess(pid int) {
 	delete(t.dirty, pid)
 	delete(t.comms, pid)
 	t.names.forget(pid)
-	_ = t.objs.Followed.Delete(uint32(pid))
+	t.followed.remove(pid)
 }
 
 // scan reads the maps of a followed process and probes the libraries it
@@ -559,7 +564,7 @@ func (t *Tracer) Close() error {
 	for _, h := range t.hooks {
 		errs = append(errs, h.Close())
 	}
-	errs = append(errs, t.objs.Close())
+	errs = append(errs, t.followed.close(), t.objs.Close())
 	return errors.Join(errs...)
 }
 
@@ -567,11 +572,17 @@ func (t *Tracer) Close() error {
 // replaced with the kernel's trampoline ([uprobes]) at stack address slot
 // of thread tid, while the probed call is in flight: what an unwinder must
 // use instead of the trampoline to go on to the caller.
+// It lies in the stash of the call's arguments (probes.bpf.c, save_return),
+// keyed by thread and call kind: the few stashes of calls in flight are
+// searched for the thread's and the slot.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
-	key := probesRetKey{Tid: uint32(tid), Slot: slot}
-	var ra uint64
-	if err := t.objs.Returns.Lookup(&key, &ra); err != nil {
-		return 0, false
+	var key uint64
+	var s probesStash
+	it := t.objs.Stashes.Iterate()
+	for it.Next(&key, &s) {
+		if uint32(key) == uint32(tid) && s.RetSlot == slot && slot != 0 {
+			return s.RetAddr, true
+		}
 	}
-	return ra, true
+	return 0, false
 }

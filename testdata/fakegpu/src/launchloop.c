@@ -4,7 +4,8 @@
  * CALL is launch (the default), memcpy (MemcpyAsync of 64 bytes), record
  * (EventRecord) or sync (StreamSynchronize of the idle stream): N of those
  * calls instead of launches; the rate is printed as ns_per_launch all the
- * same. */
+ * same. CALL hang launches one kernel that never finishes, prints "hung"
+ * and blocks in StreamSynchronize on it for good (N is ignored). */
 #define _GNU_SOURCE
 #include "vendor.h"
 #include <dlfcn.h>
@@ -80,9 +81,21 @@ int main(int argc, char **argv)
 	if (event_create(&event))
 		return 1;
 	int what = !strcmp(call, "launch") ? 0 : !strcmp(call, "memcpy") ? 1 : !strcmp(call, "record") ? 2 : !strcmp(call, "sync") ? 3 : -1;
-	if (what < 0) {
+	if (what < 0 && strcmp(call, "hang")) {
 		fprintf(stderr, "launchloop: unknown call %s\n", call);
 		return 2;
+	}
+	if (!strcmp(call, "hang")) {
+		uint64_t us = 0, flags = FG_FLAG_HANG;
+		void *args[] = {&us, &flags, NULL};
+		void *spin = dlsym(kl, "gemm_bf16_kernel");
+		if (!spin || launch(spin, grid, block, args, 0, stream))
+			return 1;
+		printf("hung\n");
+		fflush(stdout);
+		int err = sync(stream); /* not a tail call: main is the caller */
+		printf("synchronized\n");
+		return err;
 	}
 	struct timespec a, b;
 	clock_gettime(CLOCK_MONOTONIC, &a);

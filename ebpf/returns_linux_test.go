@@ -1,0 +1,109 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// A thread blocked in a call with a return probe has the kernel's
+// trampoline where the call's return address was; ReturnAddress gives
+// back the address the entry program saved, by thread and stack slot, and
+// nothing for another slot.
+func TestReturnAddress(t *testing.T) {
+	bed := testbed.Build(t)
+	loop := bed.Bin("launchloop")
+	tr := newTracer(t, Options{Libraries: []string{bed.Lib("libcudart.so.12")}})
+	rec := record(t, tr)
+	p := start(t, "/bin/sh", "-c", `read x; exec "$0" 1 --call hang`, loop)
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, "go")
+	p.until(t, "hung")
+	rec.waitFor(t, "the synchronize's entry", func(evs []timer.Event, _ []Notice) bool {
+		return hasEvent(evs, p.pid(), timer.KindStreamSynchronize)
+	})
+
+	tramp, text := mapping(t, p.pid(), "[uprobes]"), mapping(t, p.pid(), loop)
+	slot := findWord(t, p.pid(), tramp[0])
+	ra, ok := tr.ReturnAddress(p.pid(), slot)
+	if !ok {
+		t.Fatalf("no return address at slot %#x", slot)
+	}
+	if ra < text[0] || ra >= text[1] {
+		t.Errorf("return address %#x is outside launchloop's code %#x-%#x", ra, text[0], text[1])
+	}
+	if ra, ok := tr.ReturnAddress(p.pid(), slot+8); ok {
+		t.Errorf("a return address %#x at slot %#x, where none was saved", ra, slot+8)
+	}
+	if ra, ok := tr.ReturnAddress(p.pid()+1, slot); ok {
+		t.Errorf("a return address %#x for thread %d, which made no call", ra, p.pid()+1)
+	}
+}
+
+// mapping is the first executable mapping of pid whose path is path.
+func mapping(t *testing.T, pid int, path string) [2]uint64 {
+	t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 6 || fs[5] != path || !strings.Contains(fs[1], "x") {
+			continue
+		}
+		lo, hi, _ := strings.Cut(fs[0], "-")
+		a, _ := strconv.ParseUint(lo, 16, 64)
+		b, _ := strconv.ParseUint(hi, 16, 64)
+		return [2]uint64{a, b}
+	}
+	all, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
+	t.Fatalf("no executable mapping of %s in process %d:\n%s", path, pid, all)
+	return [2]uint64{}
+}
+
+// findWord is the stack address of the word v on the stack of pid's main
+// thread, from its stack pointer up (/proc/PID/syscall names it while the
+// thread blocks in a system call).
+func findWord(t *testing.T, pid int, v uint64) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := strings.Fields(string(b))
+	if len(fs) < 9 {
+		t.Fatalf("process %d is not in a system call: %q", pid, b)
+	}
+	sp, err := strconv.ParseUint(strings.TrimPrefix(fs[7], "0x"), 16, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	buf := make([]byte, 64<<10)
+	n, _ := mem.ReadAt(buf, int64(sp))
+	for i := 0; i+8 <= n; i += 8 {
+		if binary.LittleEndian.Uint64(buf[i:]) == v {
+			return sp + uint64(i)
+		}
+	}
+	t.Fatalf("no %#x on the stack of process %d within %d bytes above %#x", v, pid, n, sp)
+	return 0
+}
