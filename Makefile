@@ -11,6 +11,10 @@ VERSION  ?= $(shell git describe --tags --dirty 2>/dev/null || echo dev)
 REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 VPKG     := github.com/xpu-timer/xpu-timer/internal/version
 LDFLAGS  := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Revision=$(REVISION)
+# Go's resolver and user lookup, not cgo's: xpu-timer-dump and the viewer
+# come out static (internal/version.BuildTags says why; a test keeps the two
+# equal).
+GOTAGS   := netgo,osusergo
 
 .PHONY: all build dist test demo bench generate check-generate testbed deps clean
 
@@ -21,7 +25,7 @@ deps:
 
 build:
 	@mkdir -p $(BIN)
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
+	$(GO) build -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # Release files in dist/ (docs/release.md): tarball, .deb, wheel, OCI image
 # layout, all stamped with $(VERSION).

@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/xpu-timer/xpu-timer/internal/version"
 )
 
 // The binary links the stack capture alone (dumpcmd.Standalone): none of
@@ -27,5 +29,18 @@ func TestLinksNoAgent(t *testing.T) {
 		if d == "github.com/xpu-timer/xpu-timer/agent" {
 			t.Errorf("xpu-timer-dump links %s", d)
 		}
+	}
+}
+
+// Built as make builds it, the binary and the viewer link no cgo, so they
+// are static (version.BuildTags says why that matters).
+func TestNoCgo(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-tags", version.BuildTags,
+		"-f", "{{if .CgoFiles}}{{.ImportPath}}{{end}}", ".", "../xpu_timer_stacktrace_viewer").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	if cgo := strings.Fields(string(out)); len(cgo) > 0 {
+		t.Errorf("with tags %s, xpu-timer-dump or the viewer links packages that use cgo: %v", version.BuildTags, cgo)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/version"
 )
 
 // torchPython is Debian's interpreter, the one python3-torch installs for.
@@ -69,7 +70,7 @@ func BenchmarkTorchJob(b *testing.B) {
 	}
 	dir := b.TempDir()
 	for _, cmd := range []string{"xpu-timer", "xpu-timer-dump"} {
-		if out, err := exec.Command("go", "build", "-o", dir, "../../cmd/"+cmd).CombinedOutput(); err != nil {
+		if out, err := exec.Command("go", "build", "-tags", version.BuildTags, "-o", dir, "../../cmd/"+cmd).CombinedOutput(); err != nil {
 			b.Fatalf("build %s: %v\n%s", cmd, err, out)
 		}
 	}

@@ -11,6 +11,16 @@ import (
 	"runtime"
 )
 
+// BuildTags are the build tags `make build` gives every binary (the
+// Makefile's GOTAGS): Go's own DNS resolver and user lookup instead of the
+// C library's, so that no binary links cgo for them. xpu-timer-dump and
+// the viewer are then static: they run in any container whatever its C
+// library, and a one-shot dump starts without the dynamic loader, libc
+// and cgo's thread set-up (5 ms of a 55 ms first dump of a torch rank on
+// the test VM). xpu-timer and xpu_timer_launch still link cgo, for NVML.
+// Tests that build a binary to measure or run it build with these.
+const BuildTags = "netgo,osusergo"
+
 // Stamped at link time; see the package comment.
 var (
 	Version  = "dev"     // `git describe --tags --dirty`, "dev" without a tag

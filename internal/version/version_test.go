@@ -1,6 +1,8 @@
 package version
 
 import (
+	"os"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -16,5 +18,23 @@ func TestString(t *testing.T) {
 	Version, Revision = "dev", "unknown"
 	if got := String(); !strings.HasPrefix(got, "dev (revision unknown, go") {
 		t.Fatalf("unstamped String() = %q", got)
+	}
+}
+
+// make build gives the binaries the tags the tests build them with.
+func TestBuildTagsMatchMakefile(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^GOTAGS\s*:=\s*(\S+)\s*$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("the Makefile sets no GOTAGS")
+	}
+	if string(m[1]) != BuildTags {
+		t.Errorf("Makefile GOTAGS = %q, BuildTags = %q", m[1], BuildTags)
+	}
+	if !regexp.MustCompile(`(?m)^\t\$\(GO\) build -tags \$\(GOTAGS\) `).Match(b) {
+		t.Error("make build does not build with -tags $(GOTAGS)")
 	}
 }

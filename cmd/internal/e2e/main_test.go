@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/version"
 )
 
 // The commands under test, built once for the whole package.
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 	bins.xpu = filepath.Join(dir, "xpu-timer")
 	bins.viewer = filepath.Join(dir, "xpu_timer_stacktrace_viewer")
 	const mod = "github.com/xpu-timer/xpu-timer/cmd/"
-	build := exec.Command("go", "build", "-o", dir+"/", mod+"xpu_timer_launch", mod+"xpu-timer", mod+"xpu_timer_stacktrace_viewer")
+	build := exec.Command("go", "build", "-tags", version.BuildTags, "-o", dir+"/", mod+"xpu_timer_launch", mod+"xpu-timer", mod+"xpu_timer_stacktrace_viewer")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "build the commands: %v\n%s", err, out)
 		os.RemoveAll(dir)

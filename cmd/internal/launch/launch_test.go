@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/version"
 )
 
 // bin is xpu_timer_launch built for this test binary, in a directory any
@@ -29,7 +30,7 @@ func TestMain(m *testing.M) {
 	}
 	os.Chmod(dir, 0o755)
 	bin = filepath.Join(dir, "xpu_timer_launch")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/xpu-timer/xpu-timer/cmd/xpu_timer_launch").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", version.BuildTags, "-o", bin, "github.com/xpu-timer/xpu-timer/cmd/xpu_timer_launch").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build xpu_timer_launch: %v\n%s", err, out)
 		os.RemoveAll(dir)
