@@ -167,8 +167,14 @@ func Capture(pid int, o Options) (*Process, error) {
 		if py == nil {
 			return nil
 		}
-		pyThreads, pyErr = py.Threads()
+		pyThreads, pyErr = py.Walk()
 		return pyErr
+	}
+	// What does not change is no business of the stop.
+	namePython := func() {
+		if py != nil && pyErr == nil {
+			pyErr = py.Finish(pyThreads)
+		}
 	}
 
 	byTID := map[int]*stack.Thread{}
@@ -176,6 +182,7 @@ func Capture(pid int, o Options) (*Process, error) {
 		// Nothing to stop for: list threads only.
 	} else if o.NoNative || st.State == 'D' {
 		readPython()
+		namePython()
 	} else {
 		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress, Process: proc})
 		p.StoppedFor = res.StoppedFor
@@ -192,6 +199,7 @@ func Capture(pid int, o Options) (*Process, error) {
 			th := res.Threads[i]
 			byTID[th.TID] = &th
 		}
+		namePython()
 	}
 	if pyErr != nil {
 		p.Errors = append(p.Errors, fmt.Sprintf("python: %v", pyErr))

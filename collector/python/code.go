@@ -7,13 +7,16 @@ import (
 	"unicode/utf8"
 )
 
-// codeInfo is a decoded code object.
+// codeInfo is a code object: its header, read while the target's threads
+// are stopped (codeHeader), and its strings and line table, decoded once
+// they go on (decode): they belong to the code object and never change.
 type codeInfo struct {
-	refs  [4]uint64 // filename, name, linetable pointers and first line: revalidate a cached entry
-	name  string    // co_name: the bare name on every version, as faulthandler and py-spy print it
-	file  string    // co_filename
-	first int       // co_firstlineno
-	table []byte    // co_lnotab (3.9) or co_linetable
+	refs    [4]uint64 // filename, name, linetable pointers and first line: revalidate a cached entry
+	decoded bool      // name, file and table are read
+	name    string    // co_name: the bare name on every version, as faulthandler and py-spy print it
+	file    string    // co_filename
+	first   int       // co_firstlineno
+	table   []byte    // co_lnotab (3.9) or co_linetable
 }
 
 const (
@@ -22,10 +25,11 @@ const (
 	maxTable     = 1 << 22
 )
 
-// code decodes the code object at addr. Decoded objects are cached across
-// calls; each use rereads the object's header and reuses the cache only
-// when its name, file and table pointers are unchanged.
-func (r *Reader) code(addr uint64) (*codeInfo, error) {
+// codeHeader reads the header of the code object at addr: one read, made
+// while the threads are stopped. Code objects are cached across calls;
+// each use rereads the header and reuses the cache only when its name,
+// file and table pointers are unchanged. A new one is decoded later.
+func (r *Reader) codeHeader(addr uint64) (*codeInfo, error) {
 	if ci, ok := r.checked[addr]; ok {
 		return ci, nil // already (re)validated during this walk
 	}
@@ -46,21 +50,37 @@ func (r *Reader) code(addr uint64) (*codeInfo, error) {
 		return ci, nil
 	}
 	ci := &codeInfo{refs: refs, first: int(int32(refs[3]))}
-	if ci.file, err = r.unicode(refs[0]); err != nil {
-		return nil, fmt.Errorf("co_filename of %#x: %w", addr, err)
-	}
-	if ci.name, err = r.unicode(refs[1]); err != nil {
-		return nil, fmt.Errorf("co_name of %#x: %w", addr, err)
-	}
-	if ci.table, err = r.bytes(refs[2]); err != nil {
-		return nil, fmt.Errorf("line table of %#x: %w", addr, err)
-	}
 	if len(r.codes) >= maxCodeCache {
 		clear(r.codes)
 	}
 	r.codes[addr] = ci
 	r.checked[addr] = ci
 	return ci, nil
+}
+
+// decode reads the strings and the line table of a code object whose
+// header codeHeader read; one that fails leaves the cache.
+func (r *Reader) decode(addr uint64, ci *codeInfo) error {
+	if ci.decoded {
+		return nil
+	}
+	var err error
+	defer func() {
+		if err != nil && r.codes[addr] == ci {
+			delete(r.codes, addr)
+		}
+	}()
+	if ci.file, err = r.unicode(ci.refs[0]); err != nil {
+		return fmt.Errorf("co_filename of %#x: %w", addr, err)
+	}
+	if ci.name, err = r.unicode(ci.refs[1]); err != nil {
+		return fmt.Errorf("co_name of %#x: %w", addr, err)
+	}
+	if ci.table, err = r.bytes(ci.refs[2]); err != nil {
+		return fmt.Errorf("line table of %#x: %w", addr, err)
+	}
+	ci.decoded = true
+	return nil
 }
 
 // unicode decodes a compact str object: ASCII data follows PyASCIIObject,

@@ -38,6 +38,8 @@ type Thread struct {
 	GIL    bool          // holds the GIL
 	Frames []stack.Frame // innermost first; Module "python"; Entry marks the outermost frame of each evaluation-loop call
 	Error  string        // why Frames may be cut short
+
+	codes []frameCode // of Frames, until Finish names them
 }
 
 // Reader reads the Python stacks of one process. It is safe for use by one
@@ -146,9 +148,25 @@ func (r *Reader) PID() int { return r.pid }
 // micro version could not be found).
 func (r *Reader) Version() string { return r.version }
 
-// Threads reads every thread of every interpreter. A walk that meets
-// inconsistent memory (the target ran meanwhile) is retried a few times.
+// Threads reads every thread of every interpreter (Walk, then Finish).
 func (r *Reader) Threads() ([]Thread, error) {
+	ts, err := r.Walk()
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Finish(ts); err != nil {
+		return nil, err
+	}
+	return ts, nil
+}
+
+// Walk reads what changes as the target runs, to be read while its threads
+// are stopped: every thread of every interpreter, its thread id where the
+// thread state holds it (3.11+), and its frames, each as the header of its
+// code object and where the frame is in it; Finish names them. A walk
+// that meets inconsistent memory (the target ran meanwhile) is retried a
+// few times.
+func (r *Reader) Walk() ([]Thread, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var err error
@@ -166,6 +184,24 @@ func (r *Reader) Threads() ([]Thread, error) {
 		return nil, fmt.Errorf("read python threads of %d: %w", r.pid, serr)
 	}
 	return nil, fmt.Errorf("read python threads of %d: %w", r.pid, err)
+}
+
+// Finish completes what Walk read, once the threads go on: it reads what
+// does not change (the strings and line tables of code objects new to the
+// reader, three reads each) and names each frame, and fills each thread's
+// TID (3.9, 3.10: from glibc's struct pthread; 0 for a thread that ended
+// meanwhile) and name (/proc). Half the reads of a first dump of a torch
+// rank: out of the stop.
+func (r *Reader) Finish(ts []Thread) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range ts {
+		r.finish(&ts[i])
+	}
+	if err := r.nameThreads(ts); err != nil {
+		return fmt.Errorf("name python threads of %d: %w", r.pid, err)
+	}
+	return nil
 }
 
 var versionPrefix = regexp.MustCompile(`^3\.\d+\.\d+(?:(?:a|b|rc)\d+)?\+?`)

@@ -97,7 +97,7 @@ func (r *Reader) threads() ([]Thread, error) {
 			if l.tsNativeID != none {
 				t.TID = int(word(b, l.tsNativeID))
 			}
-			t.Frames, err = r.stack(ts, b)
+			t.Frames, t.codes, err = r.stack(ts, b)
 			if errors.Is(err, procfs.ErrNoProcess) {
 				return nil, err
 			}
@@ -110,9 +110,6 @@ func (r *Reader) threads() ([]Thread, error) {
 		if interp, err = r.ptr(interp + uint64(l.interpNext)); err != nil {
 			return nil, err
 		}
-	}
-	if err := r.nameThreads(out); err != nil {
-		return nil, err
 	}
 	return out, nil
 }
@@ -134,30 +131,31 @@ func (r *Reader) gilHolder(holderAddr, lockedAddr uint64) (uint64, error) {
 }
 
 // stack reads the frames of one thread state, retrying a walk that tears.
-func (r *Reader) stack(ts uint64, tsb []byte) ([]stack.Frame, error) {
+func (r *Reader) stack(ts uint64, tsb []byte) ([]stack.Frame, []frameCode, error) {
 	var frames []stack.Frame
+	var codes []frameCode
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		if attempt > 0 {
 			if tsb, err = r.read(ts, threadSize(r.l)); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if r.l.minor <= 10 {
-			frames, err = r.frameObjects(word(tsb, r.l.tsFrame))
+			frames, codes, err = r.frameObjects(word(tsb, r.l.tsFrame))
 		} else {
 			var top uint64
 			if r.l.tsCFrame != none {
 				cf := word(tsb, r.l.tsCFrame)
 				if cf != 0 {
 					if top, err = r.ptr(cf + uint64(r.l.cfCurrent)); err != nil {
-						return nil, err
+						return nil, nil, err
 					}
 				}
 			} else {
 				top = word(tsb, r.l.tsFrame)
 			}
-			frames, err = r.interpreterFrames(top)
+			frames, codes, err = r.interpreterFrames(top)
 		}
 		if err == nil || !errors.Is(err, errInconsistent) {
 			break
@@ -166,61 +164,63 @@ func (r *Reader) stack(ts uint64, tsb []byte) ([]stack.Frame, error) {
 	if n := len(frames); n > 0 {
 		frames[n-1].Entry = true // the outermost frame always began an evaluation
 	}
-	return frames, err
+	return frames, codes, err
 }
 
 // frameObjects walks a PyFrameObject chain (3.9, 3.10): each frame is run
 // by its own evaluation-loop call, so every frame is an entry.
-func (r *Reader) frameObjects(f uint64) ([]stack.Frame, error) {
+func (r *Reader) frameObjects(f uint64) ([]stack.Frame, []frameCode, error) {
 	l := r.l
 	var out []stack.Frame
+	var codes []frameCode
 	seen := map[uint64]bool{}
 	for f != 0 {
 		if len(out) >= maxFrames || seen[f] {
-			return out, fmt.Errorf("frame chain: %w", errInconsistent)
+			return out, codes, fmt.Errorf("frame chain: %w", errInconsistent)
 		}
 		seen[f] = true
 		b, err := r.read(f, l.frameLasti+4)
 		if err != nil {
-			return out, err
+			return out, codes, err
 		}
 		if t := r.types["PyFrame_Type"]; t != 0 && word(b, l.objectType) != t {
-			return out, fmt.Errorf("frame %#x is no frame object: %w", f, errInconsistent)
+			return out, codes, fmt.Errorf("frame %#x is no frame object: %w", f, errInconsistent)
 		}
-		ci, err := r.code(word(b, l.frameCode))
+		code := word(b, l.frameCode)
+		ci, err := r.codeHeader(code)
 		if err != nil {
-			return out, err
+			return out, codes, err
 		}
 		lasti := int(int32(binary.LittleEndian.Uint32(b[l.frameLasti:])))
-		line := 0
-		if l.minor == 9 {
-			line = lineLnotab(ci.table, ci.first, lasti)
-		} else {
-			line = lineTable310(ci.table, ci.first, max(lasti, -1)*2)
+		fc := frameCode{addr: code, ci: ci, at: lasti, line: lineLnotab}
+		if l.minor != 9 {
+			fc.at, fc.line = max(lasti, -1)*2, lineTable310
 		}
-		out = append(out, stack.Frame{Func: ci.name, File: ci.file, Line: line, Module: "python", Entry: true})
+		out = append(out, stack.Frame{Module: "python", Entry: true})
+		codes = append(codes, fc)
 		f = word(b, l.frameBack)
 	}
-	return out, nil
+	return out, codes, nil
 }
 
 // interpreterFrames walks a _PyInterpreterFrame chain (3.11+). One
 // evaluation-loop call runs several frames; the outermost frame of each
 // call is marked Entry: is_entry on 3.11, the frame just inside a
 // FRAME_OWNED_BY_CSTACK shim on 3.12+ (the shims themselves are skipped).
-func (r *Reader) interpreterFrames(f uint64) ([]stack.Frame, error) {
+func (r *Reader) interpreterFrames(f uint64) ([]stack.Frame, []frameCode, error) {
 	l := r.l
 	size := max(l.iframeCode, l.iframePrevious, l.iframeInstr, l.iframeOwner, l.iframeIsEntry) + 8
 	var out []stack.Frame
+	var codes []frameCode
 	seen := map[uint64]bool{}
 	for f != 0 {
 		if len(out) >= maxFrames || seen[f] {
-			return out, fmt.Errorf("frame chain: %w", errInconsistent)
+			return out, codes, fmt.Errorf("frame chain: %w", errInconsistent)
 		}
 		seen[f] = true
 		b, err := r.read(f, size)
 		if err != nil {
-			return out, err
+			return out, codes, err
 		}
 		prev := word(b, l.iframePrevious)
 		if l.minor >= 12 && b[l.iframeOwner] == ownedByCStack {
@@ -233,24 +233,53 @@ func (r *Reader) interpreterFrames(f uint64) ([]stack.Frame, error) {
 		code := word(b, l.iframeCode)
 		// Only the C-stack shims skipped above run no code object (3.13's
 		// f_executable is then None): anything else is torn memory.
-		ci, err := r.code(code)
+		ci, err := r.codeHeader(code)
 		if err != nil {
-			return out, err
+			return out, codes, err
 		}
 		// prev_instr / instr_ptr, relative to the first instruction; -2
 		// (prev_instr of a frame not started) reads as the first line.
 		off := int64(word(b, l.iframeInstr) - (code + uint64(l.codeCodeAdaptive)))
 		if off < -2 || off > 1<<26 {
-			return out, fmt.Errorf("instruction pointer %#x outside code %#x: %w", word(b, l.iframeInstr), code, errInconsistent)
+			return out, codes, fmt.Errorf("instruction pointer %#x outside code %#x: %w", word(b, l.iframeInstr), code, errInconsistent)
 		}
-		fr := stack.Frame{Func: ci.name, File: ci.file, Line: lineTable311(ci.table, ci.first, int(off)), Module: "python"}
+		fr := stack.Frame{Module: "python"}
 		if l.iframeIsEntry != none && b[l.iframeIsEntry] != 0 {
 			fr.Entry = true
 		}
 		out = append(out, fr)
+		codes = append(codes, frameCode{addr: code, ci: ci, at: int(off), line: lineTable311})
 		f = prev
 	}
-	return out, nil
+	return out, codes, nil
+}
+
+// frameCode is what names a frame that a walk read: its code object and
+// where in it the frame is, for its line table (line).
+type frameCode struct {
+	addr uint64
+	ci   *codeInfo
+	at   int
+	line func(table []byte, first, at int) int
+}
+
+// finish decodes the code objects of the frames that threads read, once
+// the target goes on, and names each frame: its function, file and line.
+// A code object that cannot be read (freed meanwhile) cuts its thread's
+// frames there, as a torn walk does.
+func (r *Reader) finish(t *Thread) {
+	for i, fc := range t.codes {
+		if err := r.decode(fc.addr, fc.ci); err != nil {
+			t.Frames = t.Frames[:i]
+			if t.Error == "" {
+				t.Error = err.Error()
+			}
+			break
+		}
+		t.Frames[i].Func, t.Frames[i].File = fc.ci.name, fc.ci.file
+		t.Frames[i].Line = fc.line(fc.ci.table, fc.ci.first, fc.at)
+	}
+	t.codes = nil
 }
 
 // nameThreads fills TID (3.9/3.10: from the pthread struct) and Name.
