@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,4 +107,43 @@ func findWord(t *testing.T, pid int, v uint64) uint64 {
 	}
 	t.Fatalf("no %#x on the stack of process %d within %d bytes above %#x", v, pid, n, sp)
 	return 0
+}
+
+// ReturnAddress looks a thread's stashes up under every key probes.bpf.c
+// can give them: a kind (up to K_GROUP_END), or stashBeyondKinds plus one.
+func TestStashKeys(t *testing.T) {
+	src, err := os.ReadFile("probes.bpf.c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]uint64{}
+	var last uint64
+	for _, m := range regexp.MustCompile(`(?m)^\s*(K_\w+) = (\d+),`).FindAllSubmatch(src, -1) {
+		v, _ := strconv.ParseUint(string(m[2]), 10, 64)
+		kinds[string(m[1])] = v
+		last = max(last, v)
+	}
+	if last != uint64(probesKindK_GROUP_END) {
+		t.Errorf("the last kind is %d, ReturnAddress stops at K_GROUP_END (%d)", last, probesKindK_GROUP_END)
+	}
+	stashes := regexp.MustCompile(`(?m)^\s*(STASH_\w+) = (\d+)(?: \+ (K_\w+))?,`).FindAllSubmatch(src, -1)
+	if len(stashes) == 0 {
+		t.Fatal("no STASH_ keys in probes.bpf.c")
+	}
+	for _, m := range stashes {
+		base, _ := strconv.ParseUint(string(m[2]), 10, 64)
+		k, ok := kinds[string(m[3])]
+		if len(m[3]) > 0 && !ok {
+			t.Errorf("%s: no kind %s", m[1], m[3])
+		}
+		if base != stashBeyondKinds || k > last {
+			t.Errorf("%s is %d + %d: ReturnAddress looks up %d to %d", m[1], base, k, stashBeyondKinds, stashBeyondKinds+last)
+		}
+	}
+	// Every stash_key names a kind, a STASH_ key, or a kind variable.
+	for _, m := range regexp.MustCompile(`stash_key\(pid_tgid, (\w+)\)`).FindAllSubmatch(src, -1) {
+		if a := string(m[1]); a != "kind" && !strings.HasPrefix(a, "K_") && !strings.HasPrefix(a, "STASH_") {
+			t.Errorf("stash_key(pid_tgid, %s): a key ReturnAddress may not look up", a)
+		}
+	}
 }

@@ -573,16 +573,24 @@ func (t *Tracer) Close() error {
 // of thread tid, while the probed call is in flight: what an unwinder must
 // use instead of the trampoline to go on to the caller.
 // It lies in the stash of the call's arguments (probes.bpf.c, save_return),
-// keyed by thread and call kind: the few stashes of calls in flight are
-// searched for the thread's and the slot.
+// keyed by kind << 32 | thread: the thread's stashes are looked up under
+// every key there can be, a kind or 64 plus one (STASH_*), a bounded cost
+// however many stashes threads that died in a call left behind.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
-	var key uint64
+	if slot == 0 {
+		return 0, false
+	}
 	var s probesStash
-	it := t.objs.Stashes.Iterate()
-	for it.Next(&key, &s) {
-		if uint32(key) == uint32(tid) && s.RetSlot == slot && slot != 0 {
-			return s.RetAddr, true
+	for _, base := range []uint64{0, stashBeyondKinds} {
+		for k := base; k <= base+uint64(probesKindK_GROUP_END); k++ {
+			if t.objs.Stashes.Lookup(k<<32|uint64(uint32(tid)), &s) == nil && s.RetSlot == slot {
+				return s.RetAddr, true
+			}
 		}
 	}
 	return 0, false
 }
+
+// stashBeyondKinds is where the stash keys of calls that are no kind
+// start (probes.bpf.c, STASH_GET_FUNCTION).
+const stashBeyondKinds = 64
