@@ -1,7 +1,9 @@
 package ebpf
 
 import (
+	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -16,10 +18,13 @@ const followedWords = 1 << 16
 // followedSet is the map followed, mapped into our memory: bit pid%64 of
 // word pid/64 is set while thread group pid is followed. The fork and
 // exit programs change bits of the same words with BPF atomics, so Go
-// changes them with atomic operations too, never by a map update.
+// changes them with atomic operations too, never by a map update. mu
+// keeps close from unmapping the words under a change (Follow runs
+// beside Close).
 type followedSet struct {
+	mu    sync.Mutex
 	mem   []byte
-	words []uint64
+	words []uint64 // nil once closed
 }
 
 func mapFollowed(m *ebpf.Map) (*followedSet, error) {
@@ -33,7 +38,13 @@ func mapFollowed(m *ebpf.Map) (*followedSet, error) {
 	return &followedSet{mem: mem, words: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), followedWords)}, nil
 }
 
+var errFollowedClosed = errors.New("tracer closed")
+
+// word is the word and bit of pid; f.mu held.
 func (f *followedSet) word(pid int) (*uint64, uint64, error) {
+	if f.words == nil {
+		return nil, 0, errFollowedClosed
+	}
 	if pid <= 0 || pid >= followedWords*64 {
 		return nil, 0, fmt.Errorf("pid %d out of range (PID_MAX_LIMIT is %d)", pid, followedWords*64)
 	}
@@ -42,6 +53,8 @@ func (f *followedSet) word(pid int) (*uint64, uint64, error) {
 
 // add follows thread group pid.
 func (f *followedSet) add(pid int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	w, bit, err := f.word(pid)
 	if err != nil {
 		return err
@@ -52,6 +65,8 @@ func (f *followedSet) add(pid int) error {
 
 // remove stops following thread group pid.
 func (f *followedSet) remove(pid int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if w, bit, err := f.word(pid); err == nil {
 		atomic.AndUint64(w, ^bit)
 	}
@@ -60,12 +75,19 @@ func (f *followedSet) remove(pid int) {
 // has reports whether thread group pid is followed (the kernel may have
 // added it, at a fork, or removed it, at its exit).
 func (f *followedSet) has(pid int) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	w, bit, err := f.word(pid)
 	return err == nil && atomic.LoadUint64(w)&bit != 0
 }
 
 func (f *followedSet) close() error {
-	if f == nil || f.mem == nil {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.mem == nil {
 		return nil
 	}
 	err := unix.Munmap(f.mem)

@@ -2,7 +2,10 @@
 
 package ebpf
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // Each pid has a bit of its own, neighbours in a word included, and a pid
 // out of the kernel's range is refused, not folded onto another's bit.
@@ -36,5 +39,26 @@ func TestFollowedSet(t *testing.T) {
 	}
 	if f.words[0] != 1<<1|1<<63 || f.words[1] != 1<<1 {
 		t.Errorf("words 0 and 1 are %#x %#x", f.words[0], f.words[1])
+	}
+	// Closed (as by Tracer.Close, beside a Follow): refused, no fault.
+	f.words = nil
+	if err := f.add(2); err == nil {
+		t.Error("add after close: no error")
+	}
+	if f.has(1) {
+		t.Error("pid 1 followed after close")
+	}
+	f.remove(1)
+}
+
+// Follow after Close is refused with an error; it does not write into the
+// unmapped set.
+func TestFollowAfterClose(t *testing.T) {
+	tr := newTracer(t, Options{})
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Follow(os.Getpid()); err == nil {
+		t.Error("Follow after Close: no error")
 	}
 }
