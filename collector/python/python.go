@@ -187,11 +187,11 @@ func (r *Reader) Walk() ([]Thread, error) {
 }
 
 // Finish completes what Walk read, once the threads go on: it reads what
-// does not change (the strings and line tables of code objects new to the
-// reader, three reads each) and names each frame, and fills each thread's
-// TID (3.9, 3.10: from glibc's struct pthread; 0 for a thread that ended
-// meanwhile) and name (/proc). Half the reads of a first dump of a torch
-// rank: out of the stop.
+// does not change (the file name, name and line table of each code object
+// new to the reader) and names each frame, and fills each thread's TID
+// (3.9, 3.10: from glibc's struct pthread; 0 for a thread that ended
+// meanwhile) and name (/proc). On a first dump of a torch rank, that took
+// the Python part of the stop from 1.6-1.9 ms to 1.1-1.3.
 func (r *Reader) Finish(ts []Thread) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
