@@ -61,3 +61,23 @@ func rawNap(d time.Duration) {
 
 // readMem reads another process's memory, with one process_vm_readv.
 func readMem(pid int, b []byte, addr uint64) (int, error) { return rawfile.ReadProcess(pid, addr, b) }
+
+// Futex operations (linux/futex.h), on memory of this process alone.
+const (
+	futexWaitPrivate = 0 | 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
+	futexWakePrivate = 1 | 128 // FUTEX_WAKE | FUTEX_PRIVATE_FLAG
+)
+
+// rawFutexWait sleeps on this thread while *addr holds val, at most d: a
+// wait that keeps the P and is woken by rawFutexWake from another thread
+// directly, with no goroutine of the scheduler's to wake on the way.
+func rawFutexWait(addr *uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitPrivate, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+	runtime.KeepAlive(&ts)
+}
+
+// rawFutexWake wakes the threads in rawFutexWait on addr.
+func rawFutexWake(addr *uint32) {
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePrivate, 1<<30, 0, 0, 0)
+}

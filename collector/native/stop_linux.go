@@ -331,17 +331,14 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 			t.err = err
 		}
 	}
-	if o.WhileStopped != nil && time.Now().Before(deadline) {
+	if whileStopped != nil && time.Now().Before(deadline) {
 		// At the bound the threads go on, while the callback finishes.
-		start, done := whileStopped.call, whileStopped.done
-		whileStopped.call = nil
-		start <- struct{}{}
-		select {
-		case s.whileErr = <-done:
-		case <-time.After(time.Until(deadline)):
+		whileStopped.run()
+		if !whileStopped.wait(deadline) {
 			release()
-			s.whileErr = <-done
+			whileStopped.wait(time.Time{})
 		}
+		s.whileErr = whileStopped.err
 	}
 	return ts, s
 }
@@ -350,37 +347,111 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 // before any thread stops: a goroutine started only then would wait for
 // an OS thread to wake, at a normal priority, every stopped thread
 // waiting with it.
+//
+// The tracer and the callback hand over through a futex word, with raw
+// system calls that keep each its P, not through a channel. Over a
+// channel, a goroutine that blocks gives its P back, and the one it wakes
+// gets running through the scheduler: another thread of the runtime, of
+// ordinary priority, woken first to hand it a P. With two busy loops on
+// the test VM's 2 CPUs, a dump's trace showed the tracer runnable 7.2 ms
+// before it ran again after the callback's answer, every thread still
+// stopped. With a single P (GOMAXPROCS=1, a one-CPU container) the two
+// cannot both hold one, and each wait gives it up instead.
 type stopCallback struct {
-	call chan struct{} // a send runs the callback; nil once sent
-	done chan error
+	state  uint32 // cbWaiting, cbRun, cbCancel, cbDone
+	oneP   bool   // GOMAXPROCS is 1: waits give the P up
+	f      func() error
+	err    error // the callback's, once state is cbDone
+	asleep chan struct{}
 }
 
-func startWhileStopped(f func() error) stopCallback {
+const (
+	cbStarting = iota
+	cbWaiting
+	cbRun
+	cbCancel
+	cbDone
+)
+
+// cbPoll bounds each wait, so that a goroutine waiting keeps reaching Go
+// code: the scheduler may want its P (a collection).
+const cbPoll = time.Millisecond
+
+// startWhileStopped starts f's thread and returns once it waits, holding
+// a P of its own; nil when f is nil.
+func startWhileStopped(f func() error) *stopCallback {
 	if f == nil {
-		return stopCallback{}
+		return nil
 	}
-	c := stopCallback{call: make(chan struct{}), done: make(chan error, 1)}
+	c := &stopCallback{f: f, oneP: runtime.GOMAXPROCS(0) < 2, asleep: make(chan struct{})}
 	go func() {
 		// The thread exits with the goroutine, its priority with it.
 		runtime.LockOSThread()
 		urgent()
-		if _, ok := <-c.call; !ok {
-			return
+		atomic.StoreUint32(&c.state, cbWaiting)
+		close(c.asleep)
+		for {
+			st := atomic.LoadUint32(&c.state)
+			if st == cbCancel {
+				return
+			}
+			if st == cbRun {
+				break
+			}
+			c.pause(st, cbPoll)
 		}
 		defer func() {
 			if r := recover(); r != nil {
-				c.done <- fmt.Errorf("panic while stopped: %v", r)
+				c.err = fmt.Errorf("panic while stopped: %v", r)
 			}
+			atomic.StoreUint32(&c.state, cbDone)
+			rawFutexWake(&c.state)
 		}()
-		c.done <- f()
+		c.err = f()
 	}()
+	<-c.asleep
 	return c
+}
+
+// pause waits while the state is st, at most d.
+func (c *stopCallback) pause(st uint32, d time.Duration) {
+	if c.oneP {
+		time.Sleep(min(d, 50*time.Microsecond))
+		return
+	}
+	rawFutexWait(&c.state, st, d)
+}
+
+// run starts the callback.
+func (c *stopCallback) run() {
+	atomic.StoreUint32(&c.state, cbRun)
+	rawFutexWake(&c.state)
+}
+
+// wait waits until the callback is done, or until deadline (none when
+// zero), and reports whether it is done.
+func (c *stopCallback) wait(deadline time.Time) bool {
+	for {
+		st := atomic.LoadUint32(&c.state)
+		if st == cbDone {
+			return true
+		}
+		d := cbPoll
+		if !deadline.IsZero() {
+			left := time.Until(deadline)
+			if left <= 0 {
+				return false
+			}
+			d = min(d, left)
+		}
+		c.pause(st, d)
+	}
 }
 
 // cancel ends the callback's goroutine when the callback was not run.
 func (c *stopCallback) cancel() {
-	if c.call != nil {
-		close(c.call)
+	if c != nil && atomic.CompareAndSwapUint32(&c.state, cbWaiting, cbCancel) {
+		rawFutexWake(&c.state)
 	}
 }
 
