@@ -3,7 +3,6 @@
 package ebpf
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -55,24 +55,16 @@ func TestReturnAddress(t *testing.T) {
 // mapping is the first executable mapping of pid whose path is path.
 func mapping(t *testing.T, pid int, path string) [2]uint64 {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	maps, err := procfs.Maps(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 6 || fs[5] != path || !strings.Contains(fs[1], "x") {
-			continue
+	for _, m := range maps {
+		if m.Path == path && m.Exec() {
+			return [2]uint64{m.Start, m.End}
 		}
-		lo, hi, _ := strings.Cut(fs[0], "-")
-		a, _ := strconv.ParseUint(lo, 16, 64)
-		b, _ := strconv.ParseUint(hi, 16, 64)
-		return [2]uint64{a, b}
 	}
-	all, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", pid))
-	t.Fatalf("no executable mapping of %s in process %d:\n%s", path, pid, all)
+	t.Fatalf("no executable mapping of %s in process %d: %+v", path, pid, maps)
 	return [2]uint64{}
 }
 
