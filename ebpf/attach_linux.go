@@ -218,10 +218,11 @@ func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms
 			add(exits, p.Exit, p)
 		}
 	}
+	// Return probes first (see attachProbe).
 	for _, side := range []struct {
 		groups map[string]*group
 		attach func([]string, *ebpf.Program, *link.UprobeMultiOptions) (link.Link, error)
-	}{{entries, ex.UprobeMulti}, {exits, ex.UretprobeMulti}} {
+	}{{exits, ex.UretprobeMulti}, {entries, ex.UprobeMulti}} {
 		for name, g := range side.groups {
 			prog, err := t.program(name)
 			if err != nil {
@@ -237,26 +238,33 @@ func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms
 	return nil
 }
 
+// attachProbe attaches p's return probe, then its entry probe. Processes
+// run on while their libraries are probed, and a call that begins between
+// the two attaches is seen by the one attached first alone. A return seen
+// without its entry finds no stash and records nothing; an entry seen
+// without its return would leave the call outstanding for good: a thread
+// waiting forever in a synchronize that returned, a false hang
+// (TestAttachWhileCalling).
 func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe, offset uint64) error {
 	opts := &link.UprobeOptions{Cookie: p.Cookie(), Address: offset}
-	if p.Entry != "" {
-		prog, err := t.program(p.Entry)
-		if err != nil {
-			return err
-		}
-		k, err := ex.Uprobe(p.Symbol, prog, opts)
-		if err != nil {
-			return err
-		}
-		l.links = append(l.links, k)
-		l.probes++
-	}
 	if p.Exit != "" && !t.opts.NoReturnProbes {
 		prog, err := t.program(p.Exit)
 		if err != nil {
 			return err
 		}
 		k, err := ex.Uretprobe(p.Symbol, prog, opts)
+		if err != nil {
+			return err
+		}
+		l.links = append(l.links, k)
+		l.probes++
+	}
+	if p.Entry != "" {
+		prog, err := t.program(p.Entry)
+		if err != nil {
+			return err
+		}
+		k, err := ex.Uprobe(p.Symbol, prog, opts)
 		if err != nil {
 			return err
 		}
