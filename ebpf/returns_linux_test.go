@@ -4,7 +4,6 @@ package ebpf
 
 import (
 	"encoding/binary"
-	"fmt"
 	"os"
 	"regexp"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/rawfile"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -73,25 +73,20 @@ func mapping(t *testing.T, pid int, path string) [2]uint64 {
 // thread blocks in a system call).
 func findWord(t *testing.T, pid int, v uint64) uint64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/syscall", pid))
+	text, err := procfs.ReadSyscall(pid, pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs := strings.Fields(string(b))
+	fs := strings.Fields(text)
 	if len(fs) < 9 {
-		t.Fatalf("process %d is not in a system call: %q", pid, b)
+		t.Fatalf("process %d is not in a system call: %q", pid, text)
 	}
 	sp, err := strconv.ParseUint(strings.TrimPrefix(fs[7], "0x"), 16, 64)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mem.Close()
 	buf := make([]byte, 64<<10)
-	n, _ := mem.ReadAt(buf, int64(sp))
+	n, _ := rawfile.ReadProcess(pid, sp, buf) // as far as the stack goes
 	for i := 0; i+8 <= n; i += 8 {
 		if binary.LittleEndian.Uint64(buf[i:]) == v {
 			return sp + uint64(i)

@@ -358,10 +358,9 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 // stopped. With a single P (GOMAXPROCS=1, a one-CPU container) the two
 // cannot both hold one, and each wait gives it up instead.
 type stopCallback struct {
-	state  uint32 // cbWaiting, cbRun, cbCancel, cbDone
+	state  uint32 // cbStarting, cbWaiting, cbRun, cbCancel, cbDone
 	oneP   bool   // GOMAXPROCS is 1: waits give the P up
-	f      func() error
-	err    error // the callback's, once state is cbDone
+	err    error  // the callback's, once state is cbDone
 	asleep chan struct{}
 }
 
@@ -383,7 +382,7 @@ func startWhileStopped(f func() error) *stopCallback {
 	if f == nil {
 		return nil
 	}
-	c := &stopCallback{f: f, oneP: runtime.GOMAXPROCS(0) < 2, asleep: make(chan struct{})}
+	c := &stopCallback{oneP: runtime.GOMAXPROCS(0) < 2, asleep: make(chan struct{})}
 	go func() {
 		// The thread exits with the goroutine, its priority with it.
 		runtime.LockOSThread()
