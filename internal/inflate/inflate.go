@@ -21,6 +21,9 @@ import (
 	"io"
 )
 
+// ahead is how far past a match decoding may write (see huffman).
+const ahead = 16
+
 // ErrCorrupt reports a stream that is not valid zlib, or whose decoded
 // size or checksum differ from what was expected.
 var ErrCorrupt = errors.New("corrupt zlib stream")
@@ -39,8 +42,10 @@ type Decoder struct {
 	last bool // the final block was decoded
 	err  error
 
-	lit, dist       []uint32 // the current block's decoding tables
-	litBuf, distBuf []uint32 // the decoder's own, for dynamic codes
+	lit     *litTable  // the current block's decoding tables
+	dist    *distTable //
+	litBuf  *litTable  // the decoder's own, for dynamic codes
+	distBuf *distTable //
 }
 
 // NewZlib returns a decoder of the zlib stream in into out, whose length
@@ -67,13 +72,13 @@ func (d *Decoder) Filled() int { return d.n }
 // Fill decodes on, a block at a time, until at least n bytes of the output
 // are decoded, and returns how many are. Asked for the whole output, it
 // decodes the stream to its end and checks its size and checksum. Output
-// past what is decoded stays zero when it was (decoding writes up to 8
-// bytes ahead; Fill zeroes them again). An error is sticky.
+// past what is decoded stays zero when it was (decoding writes up to
+// ahead bytes past; Fill zeroes them again). An error is sticky.
 func (d *Decoder) Fill(n int) (int, error) {
 	for d.err == nil && !d.last && (d.n < n || n >= len(d.out)) {
 		d.err = d.block()
 	}
-	clear(d.out[d.n:min(d.n+8, len(d.out))])
+	clear(d.out[d.n:min(d.n+ahead, len(d.out))])
 	if d.err == nil && d.last && d.n < len(d.out) {
 		d.err = fmt.Errorf("%w: %d bytes decoded, %d expected", ErrCorrupt, d.n, len(d.out))
 	}
@@ -206,7 +211,9 @@ func (d *Decoder) stored() error {
 
 // huffman decodes the codes of a compressed block up to its end. The
 // decoder's state is kept in locals here, in registers, and saved on the
-// way out.
+// way out. The tables are arrays indexed under a mask, so that no lookup
+// is bounds-checked; an entry's subtable lies within the table built
+// (build), so the mask never changes an index.
 func (d *Decoder) huffman() (err error) {
 	lit, dist := d.lit, d.dist
 	in, pos, bits, nbits := d.in, d.pos, d.bits, d.nbits
@@ -227,10 +234,26 @@ func (d *Decoder) huffman() (err error) {
 			}
 		}
 		e := lit[bits&litMask]
+		if e&kindMask == kindLiteral && uint(o)+1 < uint(len(out)) {
+			// Literals are most codes: two in a row from the primary
+			// table (at most 2*litBits of the 48 bits held) without
+			// going round the loop.
+			bits >>= e & 31
+			nbits -= uint(e & 31)
+			out[o] = byte(e >> 16)
+			o++
+			if e = lit[bits&litMask]; e&kindMask == kindLiteral {
+				bits >>= e & 31
+				nbits -= uint(e & 31)
+				out[o] = byte(e >> 16)
+				o++
+			}
+			continue
+		}
 		if e&kindMask == kindSub {
 			bits >>= litBits
 			nbits -= litBits
-			e = lit[e>>16+uint32(bits&(1<<(e>>8&15)-1))]
+			e = lit[(e>>16+uint32(bits&(1<<(e>>8&15)-1)))&litTableMask]
 		}
 		if e&kindMask == kindLiteral {
 			bits >>= e & 31
@@ -261,7 +284,7 @@ func (d *Decoder) huffman() (err error) {
 		if e&kindMask == kindSub {
 			bits >>= distBits
 			nbits -= distBits
-			e = dist[e>>16+uint32(bits&(1<<(e>>8&15)-1))]
+			e = dist[(e>>16+uint32(bits&(1<<(e>>8&15)-1)))&distTableMask]
 		}
 		if e&kindMask != kindDistance {
 			err = fmt.Errorf("%w: invalid distance code", ErrCorrupt)
@@ -282,15 +305,29 @@ func (d *Decoder) huffman() (err error) {
 			break
 		}
 		from := o - back
-		if back >= 8 && end+8 <= len(out) {
-			// Eight bytes at a time, each read from bytes already
-			// written (back ≥ 8), perhaps a few more than the match:
-			// later bytes overwrite those.
-			for ; o < end; o, from = o+8, from+8 {
+		if end+ahead <= len(out) {
+			switch {
+			case back >= 8:
+				// Eight bytes at a time, each read from bytes already
+				// written, perhaps a few more than the match: later
+				// bytes overwrite those. Most matches are short: two
+				// words whatever the length, no loop to mispredict.
 				binary.LittleEndian.PutUint64(out[o:], binary.LittleEndian.Uint64(out[from:]))
+				binary.LittleEndian.PutUint64(out[o+8:], binary.LittleEndian.Uint64(out[from+8:]))
+				for o, from = o+16, from+16; o < end; o, from = o+8, from+8 {
+					binary.LittleEndian.PutUint64(out[o:], binary.LittleEndian.Uint64(out[from:]))
+				}
+				o = end
+				continue
+			case back == 1:
+				// A run of one byte (zeros, mostly), eight at a time.
+				v := uint64(out[from]) * 0x0101010101010101
+				for ; o < end; o += 8 {
+					binary.LittleEndian.PutUint64(out[o:], v)
+				}
+				o = end
+				continue
 			}
-			o = end
-			continue
 		}
 		if back >= length {
 			copy(out[o:end], out[from:])

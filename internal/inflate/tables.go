@@ -32,6 +32,20 @@ const (
 	distBits = 8
 	distMask = 1<<distBits - 1
 	maxBits  = 15 // longest code
+
+	// The tables' sizes, powers of two at least the largest a code can
+	// need: the primary table and a subtable of at most 1<<(maxBits-root)
+	// entries for each symbol (286 literal/length, 30 distance).
+	litTableSize  = 8192 // > 1<<11 + 286<<4
+	litTableMask  = litTableSize - 1
+	distTableSize = 4096 // = 1<<8 + 30<<7
+	distTableMask = distTableSize - 1
+)
+
+// Decoding tables (see build).
+type (
+	litTable  [litTableSize]uint32
+	distTable [distTableSize]uint32
 )
 
 // Base and extra bits of the length codes 257-285, and of the distance codes.
@@ -65,9 +79,10 @@ func distEntry(sym int) uint32 {
 }
 
 // build makes the decoding table of the canonical code whose code lengths
-// are lengths, with a primary table of 1<<root entries, into t (reused).
-// Codes left unused (an incomplete code) decode as invalid.
-func build(t []uint32, lengths []uint8, root uint, entry func(int) uint32) ([]uint32, error) {
+// are lengths, with a primary table of 1<<root entries, into t (reused:
+// entries past those built are left as they were, and no code reaches
+// them). Codes left unused (an incomplete code) decode as invalid.
+func build(t []uint32, lengths []uint8, root uint, entry func(int) uint32) error {
 	var count [maxBits + 1]int
 	for _, l := range lengths {
 		count[l]++
@@ -77,7 +92,7 @@ func build(t []uint32, lengths []uint8, root uint, entry func(int) uint32) ([]ui
 	for l := 1; l <= maxBits; l++ {
 		left = left<<1 - count[l]
 		if left < 0 {
-			return nil, fmt.Errorf("%w: over-subscribed code", ErrCorrupt)
+			return fmt.Errorf("%w: over-subscribed code", ErrCorrupt)
 		}
 	}
 	var next [maxBits + 2]uint32
@@ -109,12 +124,11 @@ func build(t []uint32, lengths []uint8, root uint, entry func(int) uint32) ([]ui
 			size += 1 << subBits[p]
 		}
 	}
-	if cap(t) >= size {
-		t = t[:size]
-		clear(t)
-	} else {
-		t = make([]uint32, size)
+	if size > len(t) {
+		return fmt.Errorf("%w: a code of %d table entries", ErrCorrupt, size)
 	}
+	t = t[:size]
+	clear(t)
 	for p := range 1 << root {
 		if subBits[p] > 0 {
 			t[p] = kindSub | uint32(start[p])<<16 | uint32(subBits[p])<<8 | uint32(root)
@@ -136,16 +150,17 @@ func build(t []uint32, lengths []uint8, root uint, entry func(int) uint32) ([]ui
 			t[start[p]+int32(i)] = e | uint32(uint(l)-root)
 		}
 	}
-	return t, nil
+	return nil
 }
 
 var (
-	fixedOnce          sync.Once
-	fixedLit, fixedDst []uint32
+	fixedOnce sync.Once
+	fixedLit  litTable
+	fixedDst  distTable
 )
 
 // fixedTables returns the tables of the fixed codes (block type 1).
-func fixedTables() (lit, dist []uint32) {
+func fixedTables() (lit *litTable, dist *distTable) {
 	fixedOnce.Do(func() {
 		var l [288]uint8
 		for i := range l {
@@ -164,10 +179,10 @@ func fixedTables() (lit, dist []uint32) {
 		for i := range dl {
 			dl[i] = 5
 		}
-		fixedLit, _ = build(nil, l[:], litBits, litEntry)
-		fixedDst, _ = build(nil, dl[:], distBits, distEntry)
+		build(fixedLit[:], l[:], litBits, litEntry)
+		build(fixedDst[:], dl[:], distBits, distEntry)
 	})
-	return fixedLit, fixedDst
+	return &fixedLit, &fixedDst
 }
 
 // order is the order the code length code's lengths are sent in.
@@ -194,8 +209,8 @@ func (d *Decoder) dynamic() error {
 		}
 		clen[order[i]] = uint8(d.take(3))
 	}
-	ct, err := build(nil, clen[:], 7, func(sym int) uint32 { return uint32(sym) << 16 })
-	if err != nil {
+	var ct [1 << 7]uint32 // code lengths are at most 7 bits: no subtables
+	if err := build(ct[:], clen[:], 7, func(sym int) uint32 { return uint32(sym) << 16 }); err != nil {
 		return err
 	}
 	var lengths [286 + 30]uint8
@@ -240,10 +255,13 @@ func (d *Decoder) dynamic() error {
 	if lengths[256] == 0 {
 		return fmt.Errorf("%w: no end-of-block code", ErrCorrupt)
 	}
-	if d.litBuf, err = build(d.litBuf, lengths[:nlit], litBits, litEntry); err != nil {
+	if d.litBuf == nil {
+		d.litBuf, d.distBuf = new(litTable), new(distTable)
+	}
+	if err := build(d.litBuf[:], lengths[:nlit], litBits, litEntry); err != nil {
 		return err
 	}
-	if d.distBuf, err = build(d.distBuf, lengths[nlit:nlit+ndist], distBits, distEntry); err != nil {
+	if err := build(d.distBuf[:], lengths[nlit:nlit+ndist], distBits, distEntry); err != nil {
 		return err
 	}
 	d.lit, d.dist = d.litBuf, d.distBuf
