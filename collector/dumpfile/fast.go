@@ -24,14 +24,21 @@ import (
 
 var errSlow = errors.New("take the slow path")
 
-// fastOK holds while every JSON field of stack.Thread and stack.Frame is of
-// a kind the scanner decodes: the common ones by name below, any other
-// string, bool or integer field through reflection.
-var (
-	threadFields, threadOK = jsonFields(reflect.TypeFor[stack.Thread]())
-	frameFields, frameOK   = jsonFields(reflect.TypeFor[stack.Frame]())
-	fastOK                 = threadOK && frameOK
-)
+// fields holds the JSON fields of stack.Thread and stack.Frame; ok while
+// every one is of a kind the scanner decodes: the common ones by name
+// below, any other string, bool or integer field through reflection.
+// Found on first use, not at every start of a binary that never reads a
+// dump file.
+var fields = sync.OnceValue(func() (f struct {
+	thread, frame map[string]int
+	ok            bool
+}) {
+	var threadOK, frameOK bool
+	f.thread, threadOK = jsonFields(reflect.TypeFor[stack.Thread]())
+	f.frame, frameOK = jsonFields(reflect.TypeFor[stack.Frame]())
+	f.ok = threadOK && frameOK
+	return f
+})
 
 // jsonFields maps the JSON names of t's fields to their indexes, and says
 // whether the scanner can decode them all.
@@ -73,7 +80,7 @@ type scanner struct {
 }
 
 func fastParse(data []byte) (*File, error) {
-	if !fastOK {
+	if !fields().ok {
 		return nil, errSlow
 	}
 	s := &scanner{b: data, intern: interns.Get().(map[string]string)}
@@ -193,7 +200,7 @@ func (s *scanner) threads() ([]stack.Thread, bool) {
 			case "merged":
 				t.Merged, ok = s.frames()
 			default:
-				return s.other(reflect.ValueOf(&t).Elem(), threadFields, key)
+				return s.other(reflect.ValueOf(&t).Elem(), fields().thread, key)
 			}
 			return ok
 		}) {
@@ -234,7 +241,7 @@ func (s *scanner) frames() ([]stack.Frame, bool) {
 				n, ok = s.int(false)
 				f.Addr = uint64(n)
 			default:
-				return s.other(reflect.ValueOf(&f).Elem(), frameFields, key)
+				return s.other(reflect.ValueOf(&f).Elem(), fields().frame, key)
 			}
 			return ok
 		}) {

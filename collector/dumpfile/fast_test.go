@@ -9,7 +9,7 @@ import (
 )
 
 func TestFastPathTaken(t *testing.T) {
-	if !fastOK {
+	if !fields().ok {
 		t.Fatal("stack.Thread or stack.Frame has a field of a kind fast.go cannot decode")
 	}
 	f := sample()

@@ -4,7 +4,6 @@ package native
 
 import (
 	"bufio"
-	"encoding/gob"
 	"errors"
 	"fmt"
 	"io"
@@ -85,13 +84,13 @@ func (e *remoteError) Unwrap() error {
 // runHelper serves one request and returns the exit status.
 func runHelper(in io.Reader, out io.Writer) int {
 	runtime.LockOSThread()
-	var req helperRequest
 	r := bufio.NewReader(in)
-	if err := gob.NewDecoder(r).Decode(&req); err != nil {
+	req, err := readRequest(&wireReader{r: r})
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "stop helper: read request: %v\n", err)
 		return 2
 	}
-	enc := gob.NewEncoder(out)
+	w := newWireWriter(out)
 	// The dump's answer, or the end of our input when the dump died.
 	resume := make(chan struct{})
 	begin := time.Now()
@@ -100,7 +99,7 @@ func runHelper(in io.Reader, out io.Writer) int {
 			r.ReadByte()
 			close(resume)
 		}()
-		if err := enc.Encode(helperMsg{Stopped: true}); err != nil {
+		if err := writeStopped(w); err != nil {
 			return err
 		}
 		select {
@@ -119,7 +118,7 @@ func runHelper(in io.Reader, out io.Writer) int {
 		}
 		res.Threads = append(res.Threads, w)
 	}
-	err := enc.Encode(helperMsg{Result: res})
+	err = writeResult(w, res)
 	settle(req.PID, ts, time.Now().Add(releaseWait))
 	if err != nil {
 		return 1
@@ -150,14 +149,14 @@ func stopByHelper(pid int, o Options, maps []procfs.Mapping) (stopped, error) {
 		go cmd.Wait()
 	}()
 	req := helperRequest{PID: pid, MaxStop: o.MaxStop, MaxStack: o.MaxStack, Maps: maps}
-	if err := gob.NewEncoder(stdin).Encode(req); err != nil {
+	if err := writeRequest(newWireWriter(stdin), &req); err != nil {
 		return stopped{}, fmt.Errorf("stop helper: %w", err)
 	}
 	var s stopped
-	dec := gob.NewDecoder(stdout)
+	dec := &wireReader{r: bufio.NewReader(stdout)}
 	for {
-		var m helperMsg
-		if err := dec.Decode(&m); err != nil {
+		m, err := readMsg(dec)
+		if err != nil {
 			return stopped{}, fmt.Errorf("stop helper: %w", err)
 		}
 		if m.Stopped {

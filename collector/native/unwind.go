@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
 	"github.com/go-delve/delve/pkg/dwarf/op"
-	"github.com/go-delve/delve/pkg/dwarf/regnum"
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
@@ -20,7 +19,31 @@ import (
 // SignalFrame is the name of the frame of a signal trampoline, as gdb prints it.
 const SignalFrame = "<signal handler called>"
 
-const nregs = regnum.AMD64_Rip + 1
+// The DWARF numbers of the x86-64 registers (System V psABI, figure 3.36),
+// regnum's AMD64_ constants: importing regnum itself costs every start of
+// a one-shot dump binary 0.5 ms, building its tables of register names
+// for every architecture (TestRegisterNumbers checks that they agree).
+const (
+	regRax = iota
+	regRdx
+	regRcx
+	regRbx
+	regRsi
+	regRdi
+	regRbp
+	regRsp
+	regR8
+	regR9
+	regR10
+	regR11
+	regR12
+	regR13
+	regR14
+	regR15
+	regRip // the return address column
+)
+
+const nregs = regRip + 1
 
 // regs are the DWARF-numbered registers of one frame (rip is the return address column).
 type regs struct {
@@ -109,18 +132,18 @@ func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, er
 	var r regs
 	g := &t.regs
 	for n, v := range map[int]uint64{
-		regnum.AMD64_Rax: g.Rax, regnum.AMD64_Rdx: g.Rdx, regnum.AMD64_Rcx: g.Rcx, regnum.AMD64_Rbx: g.Rbx,
-		regnum.AMD64_Rsi: g.Rsi, regnum.AMD64_Rdi: g.Rdi, regnum.AMD64_Rbp: g.Rbp, regnum.AMD64_Rsp: g.Rsp,
-		regnum.AMD64_R8: g.R8, regnum.AMD64_R9: g.R9, regnum.AMD64_R10: g.R10, regnum.AMD64_R11: g.R11,
-		regnum.AMD64_R12: g.R12, regnum.AMD64_R13: g.R13, regnum.AMD64_R14: g.R14, regnum.AMD64_R15: g.R15,
-		regnum.AMD64_Rip: g.Rip,
+		regRax: g.Rax, regRdx: g.Rdx, regRcx: g.Rcx, regRbx: g.Rbx,
+		regRsi: g.Rsi, regRdi: g.Rdi, regRbp: g.Rbp, regRsp: g.Rsp,
+		regR8: g.R8, regR9: g.R9, regR10: g.R10, regR11: g.R11,
+		regR12: g.R12, regR13: g.R13, regR14: g.R14, regR15: g.R15,
+		regRip: g.Rip,
 	} {
 		r.set(n, v)
 	}
 	var steps []step
 	exact := true // the pc is not a return address: innermost frame or interrupted by a signal
 	for len(steps) < MaxFrames {
-		pc := r.v[regnum.AMD64_Rip]
+		pc := r.v[regRip]
 		if pc == 0 {
 			return steps, nil
 		}
@@ -138,7 +161,7 @@ func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, er
 			continue
 		}
 		steps = append(steps, step{pc: pc, lookup: lookup})
-		sp := r.v[regnum.AMD64_Rsp]
+		sp := r.v[regRsp]
 		end, cfi, err := next(mod, fde, mem, &r, lookup)
 		if err != nil {
 			return steps, err
@@ -146,18 +169,18 @@ func walk(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, er
 		if end {
 			return steps, nil
 		}
-		if r.v[regnum.AMD64_Rsp] <= sp {
+		if r.v[regRsp] <= sp {
 			return steps, fmt.Errorf("unwind at %#x: stack pointer did not advance", pc)
 		}
-		if caller := r.v[regnum.AMD64_Rip]; uprobeTrampoline(proc, caller) {
+		if caller := r.v[regRip]; uprobeTrampoline(proc, caller) {
 			real, ok := uint64(0), false
 			if ra != nil {
-				real, ok = ra(t.tid, r.v[regnum.AMD64_Rsp]-8)
+				real, ok = ra(t.tid, r.v[regRsp]-8)
 			}
 			if !ok {
 				return steps, fmt.Errorf("unwind at %#x: a uretprobe replaced the return address with the kernel's trampoline at %#x; only the tracer that placed it (the launcher or agent probing this process) can restore it", pc, caller)
 			}
-			r.set(regnum.AMD64_Rip, real)
+			r.set(regRip, real)
 		}
 		steps[len(steps)-1].cfi = cfi
 		exact = false
@@ -225,17 +248,17 @@ func isSigreturn(mem *memory, pc uint64, fde *frame.FrameDescriptionEntry) bool 
 // trampoline returns through: struct rt_sigframe's uc sits at the stack
 // pointer, its mcontext 40 bytes in (uc_flags, uc_link, uc_stack).
 func restoreSignal(mem *memory, r *regs) error {
-	base := r.v[regnum.AMD64_Rsp] + 40
+	base := r.v[regRsp] + 40
 	b := make([]byte, 17*8)
 	if _, err := mem.read(b, base); err != nil {
 		return err
 	}
 	get := func(i int) uint64 { return binary.LittleEndian.Uint64(b[i*8:]) }
 	// struct sigcontext: r8..r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip
-	order := []int{regnum.AMD64_R8, regnum.AMD64_R9, regnum.AMD64_R10, regnum.AMD64_R11, regnum.AMD64_R12,
-		regnum.AMD64_R13, regnum.AMD64_R14, regnum.AMD64_R15, regnum.AMD64_Rdi, regnum.AMD64_Rsi,
-		regnum.AMD64_Rbp, regnum.AMD64_Rbx, regnum.AMD64_Rdx, regnum.AMD64_Rax, regnum.AMD64_Rcx,
-		regnum.AMD64_Rsp, regnum.AMD64_Rip}
+	order := []int{regR8, regR9, regR10, regR11, regR12,
+		regR13, regR14, regR15, regRdi, regRsi,
+		regRbp, regRbx, regRdx, regRax, regRcx,
+		regRsp, regRip}
 	for i, n := range order {
 		r.set(n, get(i))
 	}
@@ -282,8 +305,8 @@ func next(mod *symbols.Module, fde *frame.FrameDescriptionEntry, mem *memory, r 
 	}
 	// No call frame information (anonymous or JIT memory, or a file
 	// without it): follow the frame pointer chain.
-	bp := r.v[regnum.AMD64_Rbp]
-	if !r.ok[regnum.AMD64_Rbp] || bp < r.v[regnum.AMD64_Rsp] || bp == 0 {
+	bp := r.v[regRbp]
+	if !r.ok[regRbp] || bp < r.v[regRsp] || bp == 0 {
 		if err != nil {
 			return false, false, err
 		}
@@ -294,9 +317,9 @@ func next(mod *symbols.Module, fde *frame.FrameDescriptionEntry, mem *memory, r 
 	if err1 != nil || err2 != nil {
 		return false, false, fmt.Errorf("unwind at %#x by frame pointer: %w", lookup, errors.Join(err1, err2))
 	}
-	r.set(regnum.AMD64_Rip, ra)
-	r.set(regnum.AMD64_Rbp, next)
-	r.set(regnum.AMD64_Rsp, bp+16)
+	r.set(regRip, ra)
+	r.set(regRbp, next)
+	r.set(regRsp, bp+16)
 	return ra == 0, false, nil
 }
 
@@ -351,10 +374,10 @@ func stepCFI(fde *frame.FrameDescriptionEntry, mod *symbols.Module, mem *memory,
 		}
 		next.v[n], next.ok[n] = v, known
 	}
-	if !next.ok[regnum.AMD64_Rip] {
+	if !next.ok[regRip] {
 		return true, nil
 	}
-	next.set(regnum.AMD64_Rsp, cfa)
+	next.set(regRsp, cfa)
 	*r = next
 	return false, nil
 }
@@ -401,7 +424,7 @@ func (r *regs) dwarf(cfa int64) *op.DwarfRegisters {
 			list[i] = op.DwarfRegisterFromUint64(r.v[i])
 		}
 	}
-	d := op.NewDwarfRegisters(0, list, binary.LittleEndian, regnum.AMD64_Rip, regnum.AMD64_Rsp, regnum.AMD64_Rbp, 0)
+	d := op.NewDwarfRegisters(0, list, binary.LittleEndian, regRip, regRsp, regRbp, 0)
 	d.CFA = cfa
 	return d
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/go-delve/delve/pkg/dwarf/regnum"
+
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
@@ -143,4 +145,18 @@ func vdsoFunc(t *testing.T, pid int, m procfs.Mapping, name string) uint64 {
 	}
 	t.Fatalf("no %s in the vDSO", name)
 	return 0
+}
+
+// TestRegisterNumbers checks our DWARF register numbers against delve's.
+func TestRegisterNumbers(t *testing.T) {
+	for i, want := range []int{regnum.AMD64_Rax, regnum.AMD64_Rdx, regnum.AMD64_Rcx, regnum.AMD64_Rbx,
+		regnum.AMD64_Rsi, regnum.AMD64_Rdi, regnum.AMD64_Rbp, regnum.AMD64_Rsp, regnum.AMD64_R8,
+		regnum.AMD64_R9, regnum.AMD64_R10, regnum.AMD64_R11, regnum.AMD64_R12, regnum.AMD64_R13,
+		regnum.AMD64_R14, regnum.AMD64_R15, regnum.AMD64_Rip} {
+		got := []int{regRax, regRdx, regRcx, regRbx, regRsi, regRdi, regRbp, regRsp, regR8,
+			regR9, regR10, regR11, regR12, regR13, regR14, regR15, regRip}[i]
+		if got != want {
+			t.Errorf("register %d: ours %d, delve's %d (%s)", i, got, want, regnum.AMD64ToName(uint64(want)))
+		}
+	}
 }

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
@@ -35,7 +35,26 @@ var (
 	imageCache = map[string]*image{} // by path, device and inode
 )
 
-var nameVersion = regexp.MustCompile(`python(3)\.(\d+)`)
+// nameVersion returns the version a file name gives ("3.11" of
+// libpython3.11.so.1.0), as the regular expression python3\.\d+ would
+// find it; "" when there is none.
+func nameVersion(name string) string {
+	for off := 0; ; {
+		i := strings.Index(name[off:], "python3.")
+		if i < 0 {
+			return ""
+		}
+		i += off + len("python")
+		j := i + len("3.")
+		for j < len(name) && name[j] >= '0' && name[j] <= '9' {
+			j++
+		}
+		if j > i+len("3.") {
+			return name[i:j]
+		}
+		off = i
+	}
+}
 
 // loadImage parses the symbols the reader needs from path, or returns nil
 // when the file holds no _PyRuntime. Results are cached by file identity.
@@ -104,9 +123,7 @@ func imageOf(f *elf.File, name string) (*image, error) {
 			im.minLoad = p.Vaddr &^ 0xfff
 		}
 	}
-	if m := nameVersion.FindStringSubmatch(filepath.Base(name)); m != nil {
-		im.nameVers = m[1] + "." + m[2]
-	}
+	im.nameVers = nameVersion(filepath.Base(name))
 	if v := syms["Py_Version"]; v != 0 {
 		im.version = readUint64At(f, v)
 	}
@@ -167,7 +184,7 @@ func rodataVersion(f *elf.File, majorMinor string) string {
 		if end < 0 || end > 16 {
 			continue
 		}
-		if v := data[i : i+end]; versionPrefix.Match(v) && len(versionPrefix.Find(v)) == len(v) {
+		if v := data[i : i+end]; len(versionPrefix(v)) == len(v) {
 			return string(v)
 		}
 	}

@@ -3,6 +3,7 @@ package python
 import (
 	"encoding/binary"
 	"errors"
+	"regexp"
 	"testing"
 )
 
@@ -87,4 +88,33 @@ func FuzzParseDebugOffsets(f *testing.F) {
 			t.Fatalf("accepted bad layout %+v", l)
 		}
 	})
+}
+
+// TestVersionParsers checks the hand-written version parsers against the
+// regular expressions they stand for, on versions as interpreters and
+// file names give them and on near misses.
+func TestVersionParsers(t *testing.T) {
+	prefix := regexp.MustCompile(`^3\.\d+\.\d+(?:(?:a|b|rc)\d+)?\+?`)
+	for _, s := range []string{
+		"3.9.18 (main, Jun  1 2024) [GCC 12]", "3.11.2", "3.13.0rc1", "3.13.0rc1+ (heads/3.13:abc)",
+		"3.12.0a7", "3.12.0b12+", "3.12.0c1", "3.12.0rc", "3.12.0+rc1", "3.12.", "3.12", "3..1", "3.x.1",
+		"2.7.18", "", "3", "3.", "33.1.1", "3.10.11\x00junk", "3.10.11a", "3.10.11b+",
+	} {
+		if got, want := string(versionPrefix([]byte(s))), prefix.FindString(s); got != want {
+			t.Errorf("versionPrefix(%q) = %q, the expression finds %q", s, got, want)
+		}
+	}
+	name := regexp.MustCompile(`python(3)\.(\d+)`)
+	for _, s := range []string{
+		"libpython3.11.so.1.0", "python3.9", "python3.13d", "python3", "python3.", "python3.x-python3.12",
+		"libpython3.so", "python2.7", "", "pythonpython3.10", "python3.python3.8",
+	} {
+		want := ""
+		if m := name.FindStringSubmatch(s); m != nil {
+			want = m[1] + "." + m[2]
+		}
+		if got := nameVersion(s); got != want {
+			t.Errorf("nameVersion(%q) = %q, the expression finds %q", s, got, want)
+		}
+	}
 }
