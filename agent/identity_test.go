@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
@@ -145,6 +146,45 @@ func TestHelperThroughExitedParent(t *testing.T) {
 	}
 	if h := b.book.helpers(50); len(h) != 1 || h[0] != 52 {
 		t.Errorf("helpers of rank 2: %v, want [52]", h)
+	}
+}
+
+// pyenv's shim again, when a process of the rank's identity that runs
+// Python starts beside the shim before the shim execs Python (a helper the
+// shim's scripts run): that process is the rank for a while, then exits,
+// and the shim, now the interpreter, is the rank again, and is announced
+// again, so that the last announcement of rank 2 names it.
+func TestRankAnnouncedAgainAfterDemotion(t *testing.T) {
+	envs := map[int]map[string]string{50: env(2, 4), 51: env(2, 4)}
+	var mu sync.Mutex
+	python := map[int]bool{51: true}
+	b := newBed(t, "node-a", t.TempDir(), envs, func(o *Options) {
+		o.Parent = func(pid int) (int, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			return map[int]int{50: 1, 51: 50}[pid], python[pid]
+		}
+	})
+	b.HandleEvent(timer.Event{Time: sec, PID: 50, TID: 50, Kind: timer.KindProcessExec, Parent: 1})
+	b.Tick(context.Background())
+	b.HandleEvent(timer.Event{Time: sec, PID: 51, TID: 51, Kind: timer.KindProcessExec, Parent: 50})
+	b.Tick(context.Background())
+	b.HandleEvent(timer.Event{Time: sec, PID: 51, TID: 51, Kind: timer.KindProcessExit})
+	mu.Lock()
+	python[50] = true
+	mu.Unlock()
+	b.HandleEvent(timer.Event{Time: sec, PID: 50, TID: 50, Kind: timer.KindProcessExec}) // the shim execs Python
+	b.Tick(context.Background())
+	rs := b.events("rank")
+	var pids []int
+	for _, r := range rs {
+		pids = append(pids, r.PID)
+	}
+	if len(pids) == 0 || pids[len(pids)-1] != 50 {
+		t.Fatalf("rank reports for pids %v, want the last for pid 50", pids)
+	}
+	if rs := b.Snapshot().Ranks; len(rs) != 1 || rs[0].PID != 50 {
+		t.Errorf("ranks %+v, want pid 50 alone", rs)
 	}
 }
 

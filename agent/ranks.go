@@ -112,7 +112,8 @@ func (b *rankBook) see(pid int, gpu, reread bool) (changed, fresh, firstGPU bool
 		b.procs[pid] = p
 	}
 	if reread {
-		p.exited, p.demoted, p.outside = false, false, false
+		// A new image: its part is decided again (see elect).
+		p.exited, p.demoted, p.outside, p.wrapper, p.helperOf = false, false, false, false, 0
 	}
 	p.gpu = p.gpu || gpu
 	return true, fresh, firstGPU
@@ -290,7 +291,7 @@ func (b *rankBook) elect() {
 			// DataLoader worker first looked at after its rank died): a
 			// helper still, never the rank.
 			if a := b.exitedRankAbove(p, k.job, k.rank, k.world); a != nil && !p.demoted {
-				p.helperOf, p.demoted = a.pid, true
+				p.helperOf, p.demoted, p.announced = a.pid, true, false
 			}
 		}
 		if len(g) < 2 {
@@ -307,13 +308,17 @@ func (b *rankBook) elect() {
 		if owner == nil {
 			continue // the rank is gone; its helpers and wrappers stay what they were
 		}
+		// A process demoted after it was announced as the rank is
+		// announced again should it be the rank again (it execs Python
+		// after its helper that ran Python, and was the rank meanwhile,
+		// exited): the last announcement of a rank names its process.
 		for _, p := range g {
 			switch {
 			case p == owner:
 			case b.descends(p, owner.pid):
-				p.helperOf, p.demoted = owner.pid, true
+				p.helperOf, p.demoted, p.announced = owner.pid, true, false
 			case b.descends(owner, p.pid) || rankLike(p) < rankLike(owner):
-				p.wrapper, p.demoted = true, true
+				p.wrapper, p.demoted, p.announced = true, true, false
 			}
 		}
 	}
