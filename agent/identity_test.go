@@ -188,6 +188,30 @@ func TestRankAnnouncedAgainAfterDemotion(t *testing.T) {
 	}
 }
 
+// Two processes of one identity, alike (neither runs Python yet) and with
+// no kinship the book knows of (the second's parent was never seen to
+// fork): the one the book knew first is the rank, whatever the map order,
+// and the other is announced only once it is the rank alone.
+func TestRankTieFirstSeen(t *testing.T) {
+	for round := range 20 { // map order varies from run to run
+		envs := map[int]map[string]string{60: env(3, 4), 61: env(3, 4)}
+		b := newBed(t, "node-a", t.TempDir(), envs, func(o *Options) {
+			o.Parent = func(pid int) (int, bool) { return map[int]int{60: 1, 61: 999}[pid], false }
+		})
+		b.HandleEvent(timer.Event{Time: sec, PID: 60, TID: 60, Kind: timer.KindProcessExec, Parent: 1})
+		b.HandleEvent(timer.Event{Time: sec, PID: 61, TID: 61, Kind: timer.KindProcessExec, Parent: 999})
+		b.Tick(context.Background())
+		if rs := b.events("rank"); len(rs) != 1 || rs[0].PID != 60 {
+			t.Fatalf("round %d: rank reports %+v, want pid 60 alone", round, rs)
+		}
+		b.HandleEvent(timer.Event{Time: sec, PID: 60, TID: 60, Kind: timer.KindProcessExit})
+		b.Tick(context.Background())
+		if rs := b.events("rank"); len(rs) != 2 || rs[1].PID != 61 {
+			t.Fatalf("round %d: after the first exited, rank reports %+v, want pid 61 next", round, rs)
+		}
+	}
+}
+
 // Exited processes are remembered up to a bound, their parents kept while
 // a remembered process names them.
 func TestExitedProcessesBounded(t *testing.T) {

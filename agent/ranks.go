@@ -20,11 +20,13 @@ import (
 // A rank is one process. Processes that share one identity (job, rank,
 // world size) are one rank and its company: the rank is the one that made
 // GPU calls or created a communicator, else the one running Python, else
-// any, the outermost of those in the process tree; those it forked (a
-// DataLoader's workers, pin-memory and compile workers: they inherit its
-// environment, RANK included) are its helpers, followed and dumped inside
-// its dump, never a rank of their own; the others (a shell that runs the
-// rank's python) are wrappers, neither ranks nor dumped.
+// any, the outermost of those in the process tree (between two the book
+// knows no kinship of, the one it knew first; the other is its shadow, a
+// rank only once alone); those it forked (a DataLoader's workers,
+// pin-memory and compile workers: they inherit its environment, RANK
+// included) are its helpers, followed and dumped inside its dump, never a
+// rank of their own; the others (a shell that runs the rank's python) are
+// wrappers, neither ranks nor dumped.
 //
 // Incarnations: where the launcher sets no restart count
 // (TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT), the book counts restarts itself, per job:
@@ -41,6 +43,7 @@ type rankBook struct {
 	order int    // next number for a process without RANK
 	exits uint64 // exits so far (procInfo.exitSeq)
 
+	created  uint64                // processes the book has known (procInfo.seen)
 	restarts map[string]int        // job -> incarnations counted here (see incarnate)
 	holders  map[rankSlot]*holding // (job, rank) -> its latest holder
 }
@@ -78,13 +81,15 @@ type procInfo struct {
 	counted bool // its incarnation was counted here (the launcher sets none)
 	inc     int  // that incarnation
 
-	ppid     int  // parent process, 0 when unknown
-	forkedBy int  // the process that forked it, as the fork was traced (0 when not seen)
-	python   bool // runs a Python interpreter
-	helperOf int  // the rank it helps (a process it forked), 0 when none
-	wrapper  bool // shares a rank's identity without being it or its helper
-	demoted  bool // was a helper or wrapper: never a rank again (until it execs)
-	outside  bool // out of the agent's Scope: never a rank (until it execs)
+	ppid     int    // parent process, 0 when unknown
+	forkedBy int    // the process that forked it, as the fork was traced (0 when not seen)
+	python   bool   // runs a Python interpreter
+	helperOf int    // the rank it helps (a process it forked), 0 when none
+	wrapper  bool   // shares a rank's identity without being it or its helper
+	demoted  bool   // was a helper or wrapper: never a rank again (until it execs)
+	outside  bool   // out of the agent's Scope: never a rank (until it execs)
+	seen     uint64 // when the book first knew it (rankBook.created)
+	shadow   bool   // shares a rank's identity, no kin of the rank's as far as the book knows: not the rank while that one lives
 
 	dumpStarted bool
 	dumpSeconds float64
@@ -108,8 +113,7 @@ func (b *rankBook) see(pid int, gpu, reread bool) (changed, fresh, firstGPU bool
 	fresh = p == nil || reread
 	firstGPU = gpu && (p == nil || !p.gpu)
 	if p == nil {
-		p = &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}}
-		b.procs[pid] = p
+		p = b.newProc(pid)
 	}
 	if reread {
 		// A new image: its part is decided again (see elect).
@@ -131,10 +135,17 @@ func (b *rankBook) forked(pid, parent int) {
 	defer b.mu.Unlock()
 	p := b.procs[pid]
 	if p == nil {
-		p = &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}}
-		b.procs[pid] = p
+		p = b.newProc(pid)
 	}
 	p.forkedBy, p.ppid = parent, parent
+}
+
+// newProc records pid, new to the book; b.mu held.
+func (b *rankBook) newProc(pid int) *procInfo {
+	b.created++
+	p := &procInfo{pid: pid, id: Identity{Rank: -1, LocalRank: -1}, seen: b.created}
+	b.procs[pid] = p
+	return p
 }
 
 // resolved records one look at pid's environment (env, or the error reading
@@ -266,7 +277,7 @@ func (b *rankBook) assignOrder(p *procInfo) {
 
 // isRank says whether p is a live rank; b.mu held.
 func (p *procInfo) isRank() bool {
-	return !p.exited && (p.gpu || p.comm || p.id.FromEnv) && !p.demoted && !p.outside
+	return !p.exited && (p.gpu || p.comm || p.id.FromEnv) && !p.demoted && !p.outside && !p.shadow
 }
 
 // elect decides, among live processes that share an identity, which is the
@@ -279,6 +290,7 @@ func (b *rankBook) elect() {
 	}
 	groups := map[key][]*procInfo{}
 	for _, p := range b.procs {
+		p.shadow = false // decided again below
 		if p.exited || p.outside || !(p.id.FromEnv || p.id.Source == "nccl") {
 			continue
 		}
@@ -297,11 +309,17 @@ func (b *rankBook) elect() {
 		if len(g) < 2 {
 			continue
 		}
+		// Between processes alike, the outer; between processes with no
+		// kinship the book knows of (a parent it never saw fork), the one
+		// it knew first: a rank's process comes before what its tree
+		// runs, and the choice must not turn on map order.
 		var owner *procInfo
 		for _, p := range g {
 			switch {
 			case p.demoted:
-			case owner == nil, rankLike(p) > rankLike(owner), rankLike(p) == rankLike(owner) && b.descends(owner, p.pid):
+			case owner == nil, rankLike(p) > rankLike(owner):
+				owner = p
+			case rankLike(p) == rankLike(owner) && (b.descends(owner, p.pid) || !b.descends(p, owner.pid) && p.seen < owner.seen):
 				owner = p
 			}
 		}
@@ -319,6 +337,10 @@ func (b *rankBook) elect() {
 				p.helperOf, p.demoted, p.announced = owner.pid, true, false
 			case b.descends(owner, p.pid) || rankLike(p) < rankLike(owner):
 				p.wrapper, p.demoted, p.announced = true, true, false
+			case !p.demoted:
+				// Alike and no kin: not the rank while the owner lives,
+				// and announced should it be the rank after.
+				p.shadow, p.announced = true, false
 			}
 		}
 	}
@@ -364,17 +386,25 @@ func (b *rankBook) helpers(pid int) []int {
 	return out
 }
 
+// announcement is what the book tells of a rank it announces.
+type announcement struct {
+	id     Identity
+	gpu    bool // made GPU calls
+	python bool // runs Python
+	ppid   int  // its parent (as forked), 0 when unknown
+}
+
 // announce marks pid announced once its identity is settled; ok says it is
 // to be announced now.
-func (b *rankBook) announce(pid int) (id Identity, gpu, ok bool) {
+func (b *rankBook) announce(pid int) (an announcement, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
 	if p == nil || p.announced || !p.isRank() || p.id.Rank < 0 {
-		return Identity{}, false, false
+		return announcement{}, false
 	}
 	p.announced = true
-	return p.id, p.gpu, true
+	return announcement{id: p.id, gpu: p.gpu, python: p.python, ppid: p.ppid}, true
 }
 
 // unsettled lists the live ranks whose identity is not settled, and for
@@ -628,22 +658,25 @@ func (a *Agent) commCreated(ev timer.Event) {
 
 // announce reports a rank once its identity is settled.
 func (a *Agent) announce(pid int) {
-	id, gpu, ok := a.book.announce(pid)
+	an, ok := a.book.announce(pid)
 	if !ok {
 		return
 	}
+	// Which process took the rank, and why (see rankBook): its parent and
+	// whether it runs Python, for a rank that is not the one expected.
+	id, gpu, why := an.id, an.gpu, []any{"ppid", an.ppid, "python", an.python}
 	r := Report{Event: "rank", PID: pid}
 	r.setRank(id)
 	switch {
 	case id.FromEnv:
 		r.Identity = "environment (" + id.Source + ")"
-		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "from", id.Source, "gpu_calls", gpu)
+		a.log.Info("rank", append([]any{"pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "from", id.Source, "gpu_calls", gpu}, why...)...)
 	case id.Source == "nccl":
 		r.Identity = "communicator: no rank in its environment, the rank and size of its first communicator"
-		a.log.Info("rank", "pid", pid, "rank", id.Rank, "world_size", id.World, "from", "nccl communicator", "gpu_calls", gpu)
+		a.log.Info("rank", append([]any{"pid", pid, "rank", id.Rank, "world_size", id.World, "from", "nccl communicator", "gpu_calls", gpu}, why...)...)
 	default:
 		r.Identity = "assumed: no RANK in its environment, numbered by order of appearance"
-		a.log.Warn("process has no RANK in its environment; numbering it by order of appearance", "pid", pid, "rank", id.Rank)
+		a.log.Warn("process has no RANK in its environment; numbering it by order of appearance", append([]any{"pid", pid, "rank", id.Rank}, why...)...)
 	}
 	a.report(r)
 }
