@@ -391,7 +391,7 @@ type announcement struct {
 	id     Identity
 	gpu    bool // made GPU calls
 	python bool // runs Python
-	ppid   int  // its parent (as forked), 0 when unknown
+	ppid   int  // its parent (the forker, when the fork was traced), 0 when unknown
 }
 
 // announce marks pid announced once its identity is settled; ok says it is
