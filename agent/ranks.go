@@ -1,12 +1,13 @@
 package agent
 
 import (
-	"github.com/xpu-timer/xpu-timer/agent/identity"
-
+	"context"
 	"iter"
+	"log/slog"
 	"slices"
 	"sync"
 
+	"github.com/xpu-timer/xpu-timer/agent/identity"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -662,22 +663,24 @@ func (a *Agent) announce(pid int) {
 	if !ok {
 		return
 	}
-	// Which process took the rank, and why (see rankBook): its parent and
-	// whether it runs Python, for a rank that is not the one expected.
-	id, gpu, why := an.id, an.gpu, []any{"ppid", an.ppid, "python", an.python}
+	id := an.id
 	r := Report{Event: "rank", PID: pid}
 	r.setRank(id)
+	level, msg, attrs := slog.LevelInfo, "rank", []any{"pid", pid, "rank", id.Rank}
 	switch {
 	case id.FromEnv:
 		r.Identity = "environment (" + id.Source + ")"
-		a.log.Info("rank", append([]any{"pid", pid, "rank", id.Rank, "world_size", id.World, "local_rank", id.LocalRank, "from", id.Source, "gpu_calls", gpu}, why...)...)
+		attrs = append(attrs, "world_size", id.World, "local_rank", id.LocalRank, "from", id.Source, "gpu_calls", an.gpu)
 	case id.Source == "nccl":
 		r.Identity = "communicator: no rank in its environment, the rank and size of its first communicator"
-		a.log.Info("rank", append([]any{"pid", pid, "rank", id.Rank, "world_size", id.World, "from", "nccl communicator", "gpu_calls", gpu}, why...)...)
+		attrs = append(attrs, "world_size", id.World, "from", "nccl communicator", "gpu_calls", an.gpu)
 	default:
 		r.Identity = "assumed: no RANK in its environment, numbered by order of appearance"
-		a.log.Warn("process has no RANK in its environment; numbering it by order of appearance", append([]any{"pid", pid, "rank", id.Rank}, why...)...)
+		level, msg = slog.LevelWarn, "process has no RANK in its environment; numbering it by order of appearance"
 	}
+	// Which process took the rank, and why (see rankBook): its parent and
+	// whether it runs Python, for a rank that is not the one expected.
+	a.log.Log(context.Background(), level, msg, append(attrs, "ppid", an.ppid, "python", an.python)...)
 	a.report(r)
 }
 

@@ -82,23 +82,22 @@ func (r *wireReader) fail(err error) {
 	}
 }
 
-func (r *wireReader) uint() uint64 {
-	if r.err != nil {
-		return 0
+// read reads one value with f, unless an earlier read failed (zero then).
+func read[T any](r *wireReader, f func(io.ByteReader) (T, error)) T {
+	var v T
+	if r.err == nil {
+		var err error
+		v, err = f(r.r)
+		r.fail(err)
 	}
-	v, err := binary.ReadUvarint(r.r)
-	r.fail(err)
 	return v
 }
 
-func (r *wireReader) int() int64 {
-	if r.err != nil {
-		return 0
-	}
-	v, err := binary.ReadVarint(r.r)
-	r.fail(err)
-	return v
-}
+func (r *wireReader) uint() uint64 { return read(r, binary.ReadUvarint) }
+
+func (r *wireReader) int() int64 { return read(r, binary.ReadVarint) }
+
+func (r *wireReader) byte() byte { return read(r, io.ByteReader.ReadByte) }
 
 // count reads a length, at most maxWire.
 func (r *wireReader) count() int {
@@ -122,15 +121,6 @@ func (r *wireReader) bytes() []byte {
 }
 
 func (r *wireReader) string() string { return string(r.bytes()) }
-
-func (r *wireReader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	b, err := r.r.ReadByte()
-	r.fail(err)
-	return b
-}
 
 func (r *wireReader) regs(p *unix.PtraceRegs) {
 	if r.err != nil {
