@@ -2,7 +2,9 @@
 # Installs the Debian packages listed in scripts/apt-packages.txt, enabling
 # Debian's contrib and non-free components (NVIDIA's libcudart and libnvml
 # live there) on the mirrors and suites the machine's apt sources already
-# use. Idempotent: does nothing when everything is installed.
+# use; then fetches Debian sid's CPython 3.14 and 3.15 into a private
+# prefix (scripts/sid-python.sh). Idempotent: does nothing when everything
+# is installed.
 # scripts/deps.sh --print-nonfree prints the sources it would add.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +85,10 @@ if [ "${1:-}" = --print-nonfree ]; then
 	nonfree_sources
 	exit 0
 fi
+
+# Debian sid's CPython 3.14 and 3.15 in a private prefix, for the tests of
+# collector/python (nothing of the system's packages changes).
+scripts/sid-python.sh
 
 mapfile -t pkgs < <(grep -v '^\s*#' scripts/apt-packages.txt | awk 'NF {print $1}')
 missing=()

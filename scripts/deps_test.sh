@@ -68,4 +68,15 @@ if [ "$got" != "$want" ]; then
 	echo "deps_test: FAIL" >&2
 	exit 1
 fi
+
+# scripts/sid-python.sh with sid out of reach: one clear error, no prefix.
+if out=$(XPU_TIMER_SID_PYTHON=$dir/sid XPU_TIMER_SID_MIRROR=http://127.0.0.1:1/debian scripts/sid-python.sh 2>&1); then
+	echo "deps_test: sid-python.sh succeeded with an unreachable mirror" >&2
+	exit 1
+fi
+if ! grep -q "^sid-python: cannot read Debian sid from http://127.0.0.1:1/debian" <<<"$out" || [ -e "$dir/sid" ] || [ -e "$dir/sid.apt" ]; then
+	echo "$out" >&2
+	echo "deps_test: FAIL: sid-python.sh with an unreachable mirror" >&2
+	exit 1
+fi
 echo "deps_test: ok"

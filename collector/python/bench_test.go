@@ -20,7 +20,7 @@ func BenchmarkThreads(b *testing.B) {
 			if _, err := os.Stat(py.path); err != nil {
 				b.Skipf("%s not installed", py.path)
 			}
-			cmd, _ := startTarget(b, py.path)
+			cmd, _ := startTarget(b, py)
 			for i := 0; i < b.N; i++ {
 				imageMu.Lock()
 				clear(imageCache)

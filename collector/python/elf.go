@@ -213,8 +213,11 @@ func locate(pid int, maps []procfs.Mapping) (*located, error) {
 		if m.Path == "" || m.Path[0] != '/' || seen[m.Path] {
 			continue
 		}
+		// The executable is the interpreter, except where a loader runs
+		// it (ld-linux-x86-64.so.2 --library-path DIR python3.14): then
+		// it is mapped under its own name.
 		base := filepath.Base(m.Path)
-		if m.Path == exe || bytes.HasPrefix([]byte(base), []byte("libpython")) {
+		if m.Path == exe || strings.HasPrefix(base, "libpython") || strings.HasPrefix(base, "python") {
 			seen[m.Path] = true
 			candidates = append(candidates, m)
 		}
@@ -222,7 +225,7 @@ func locate(pid int, maps []procfs.Mapping) (*located, error) {
 	// libpython first: a shared build's executable only calls into it.
 	for pass := 0; pass < 2; pass++ {
 		for _, m := range candidates {
-			isLib := m.Path != exe
+			isLib := strings.HasPrefix(filepath.Base(m.Path), "libpython")
 			if (pass == 0) != isLib {
 				continue
 			}

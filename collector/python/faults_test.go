@@ -41,7 +41,7 @@ func TestNotPython(t *testing.T) {
 func TestGILHolder(t *testing.T) {
 	privileged.Root(t)
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd, st := startTarget(t, py.path, "gil")
+		cmd, st := startTarget(t, py, "gil")
 		r, err := Open(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
@@ -106,7 +106,7 @@ func hold_gilPauseLine(t *testing.T) int {
 func TestTargetExits(t *testing.T) {
 	privileged.Root(t)
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd, _ := startTarget(t, py.path)
+		cmd, _ := startTarget(t, py)
 		r, err := Open(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
@@ -150,7 +150,7 @@ func waitGone(t *testing.T, pid int) {
 func TestRacingTarget(t *testing.T) {
 	privileged.Root(t)
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd := exec.Command(py.path, "testdata/busy.py")
+		cmd := py.command("testdata/busy.py")
 		stdout, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -203,7 +203,7 @@ print("ready", flush=True)
 sys.stdin.read()
 `
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd := exec.Command(py.path, "-c", script)
+		cmd := py.command("-c", script)
 		stdin, stdout := testutil.Start(t, cmd)
 		defer func() { stdin.Close(); cmd.Wait() }()
 		if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
@@ -245,7 +245,7 @@ sys.stdin.read()
 func TestWrongOffsetsFailCleanly(t *testing.T) {
 	privileged.Root(t)
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd, _ := startTarget(t, py.path)
+		cmd, _ := startTarget(t, py)
 		r, err := Open(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
@@ -254,8 +254,11 @@ func TestWrongOffsetsFailCleanly(t *testing.T) {
 		fields := reflect.ValueOf(&r.l).Elem()
 		failed := 0
 		var accepted []string
-		for i := 1; i < fields.NumField(); i++ { // field 0 is minor
+		for i := 0; i < fields.NumField(); i++ {
 			f := fields.Field(i)
+			if f.Kind() != reflect.Int64 {
+				continue // minor, stackRef
+			}
 			f = reflect.NewAt(f.Type(), unsafe.Pointer(f.UnsafeAddr())).Elem() // unexported
 			orig := f.Int()
 			if orig == none {

@@ -31,7 +31,7 @@ func (m *countingMemory) readPartial(addr uint64, buf []byte) (int, error) {
 func TestWalkThenFinish(t *testing.T) {
 	privileged.Root(t)
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd, _ := startTarget(t, py.path)
+		cmd, _ := startTarget(t, py)
 		want, err := mustOpen(t, cmd.Process.Pid).Threads()
 		if err != nil {
 			t.Fatal(err)
@@ -86,7 +86,7 @@ func TestWalkThenFinish(t *testing.T) {
 // cache.
 func TestFinishUnreadableCode(t *testing.T) {
 	privileged.Root(t)
-	cmd, _ := startTarget(t, interpreters[len(interpreters)-1].path)
+	cmd, _ := startTarget(t, interpreters[len(interpreters)-1])
 	r := mustOpen(t, cmd.Process.Pid)
 	ts, err := r.Walk()
 	if err != nil {

@@ -43,13 +43,15 @@ func (m *wrapMemory) read(addr uint64, buf []byte) error {
 // _Py_DebugOffsets at the start of memory).
 func FuzzWalk(f *testing.F) {
 	f.Add(uint8(11), bytes.Repeat([]byte{0x10, 0, 1, 0, 0, 0, 0, 0}, 64))
-	f.Add(uint8(13), debugOffsets(map[int]uint64{1: 0x030d00f0, 2: 0}))
+	f.Add(uint8(13), debugOffsets("3.13.0", nil))
+	f.Add(uint8(14), debugOffsets("3.14.10", nil))
+	f.Add(uint8(15), debugOffsets("3.15.2", nil))
 	f.Fuzz(func(t *testing.T, version uint8, data []byte) {
 		m := &wrapMemory{data: data}
 		r := &Reader{pid: os.Getpid(), mem: m, runtime: fakeBase, types: map[string]uint64{},
 			codes: map[uint64]*codeInfo{}, checked: map[uint64]*codeInfo{}}
-		minor := 9 + int(version)%5
-		if minor == 13 {
+		minor := 9 + int(version)%7
+		if minor >= 13 {
 			head := make([]byte, debugOffsetsSize)
 			m.read(fakeBase, head)
 			l, _, err := parseDebugOffsets(head)

@@ -3,7 +3,6 @@ package python
 import (
 	"encoding/hex"
 	"encoding/json"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,7 +24,7 @@ func decoder(minor int) func(tab []byte, first, addr int) int {
 // line CPython gives it (co_lines(), or dis.findlinestarts on 3.9).
 func TestLineTablesMatchCPython(t *testing.T) {
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		out, err := exec.Command(py.path, "testdata/lines.py").Output()
+		out, err := py.command("testdata/lines.py").Output()
 		if err != nil {
 			t.Fatalf("lines.py: %v", err)
 		}

@@ -13,19 +13,27 @@ import (
 )
 
 var (
-	gdbThread = regexp.MustCompile(`^Thread \d+ \(Thread 0x[0-9a-f]+ \(LWP (\d+)\)`)
+	// "Thread 2 (Thread 0x7f.. (LWP 12) ...", or "Thread 2 (LWP 12 ..."
+	// where gdb has no libthread_db for the target's libc.
+	gdbThread = regexp.MustCompile(`^Thread \d+ \((?:Thread 0x[0-9a-f]+ \()?LWP (\d+)`)
 	gdbFrame  = regexp.MustCompile(`^#\d+\s+(?:0x[0-9a-f]+ in )?([^ (]+)`)
 )
 
 // gdbStacks returns every thread's native frames by LWP, as gdb's
-// `thread apply all bt` prints them (inlined frames included).
-func gdbStacks(t *testing.T, pid int) map[int][]stack.Frame {
+// `thread apply all bt` prints them (inlined frames included). For an
+// interpreter a loader runs, gdb takes the loader for the program: it is
+// told the interpreter's symbols (a non-PIE executable, as Debian's).
+func gdbStacks(t *testing.T, pid int, py interpreter) map[int][]stack.Frame {
 	t.Helper()
 	gdb, err := exec.LookPath("gdb")
 	if err != nil {
 		t.Skipf("gdb not installed: %v", err)
 	}
-	out, err := exec.Command(gdb, "-p", strconv.Itoa(pid), "-batch", "-nx", "-ex", "thread apply all bt").Output()
+	args := []string{"-p", strconv.Itoa(pid), "-batch", "-nx"}
+	if py.loader != "" {
+		args = append(args, "-ex", "add-symbol-file "+py.path)
+	}
+	out, err := exec.Command(gdb, append(args, "-ex", "thread apply all bt")...).Output()
 	if err != nil {
 		t.Fatalf("gdb: %v\n%s", err, out)
 	}
@@ -44,6 +52,17 @@ func gdbStacks(t *testing.T, pid int) map[int][]stack.Frame {
 	return stacks
 }
 
+func anyEvalFrame(stacks map[int][]stack.Frame) bool {
+	for _, frames := range stacks {
+		for _, f := range frames {
+			if stack.IsEvalFrame(f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // TestEntryMarksMatchNativeEvalFrames checks, per version, that the Entry
 // marks of our Python frames split them into exactly as many groups as
 // gdb shows _PyEval_EvalFrameDefault frames, and that merging gdb's native
@@ -51,7 +70,7 @@ func gdbStacks(t *testing.T, pid int) map[int][]stack.Frame {
 func TestEntryMarksMatchNativeEvalFrames(t *testing.T) {
 	privileged.Root(t)
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd, _ := startTarget(t, py.path)
+		cmd, _ := startTarget(t, py)
 		r, err := Open(cmd.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
@@ -60,7 +79,13 @@ func TestEntryMarksMatchNativeEvalFrames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		native := gdbStacks(t, cmd.Process.Pid)
+		native := gdbStacks(t, cmd.Process.Pid, py)
+		if !anyEvalFrame(native) {
+			// Debian sid's 3.14 and 3.15: stripped, and no frame on any
+			// thread's stack lies in _PyEval_EvalFrameDefault, the one
+			// function of the evaluation loop their symbols keep.
+			t.Skipf("gdb names no frame of %s's evaluation loop: nothing to count the entry marks against", py.path)
+		}
 		for _, th := range threads {
 			nf, ok := native[th.TID]
 			if !ok {

@@ -66,7 +66,7 @@ func TestOffsetsMatchHeaders(t *testing.T) {
 			minor, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(py.name, "debian-"), ".")[1])
 			var l layout
 			if minor >= 13 {
-				l = liveLayout(t, py.path)
+				l = liveLayout(t, py)
 			} else {
 				l = layouts[minor]
 			}
@@ -88,10 +88,10 @@ func TestOffsetsMatchHeaders(t *testing.T) {
 
 // liveLayout opens a running interpreter and returns the layout decoded
 // from its _Py_DebugOffsets.
-func liveLayout(t *testing.T, py string) layout {
+func liveLayout(t *testing.T, py interpreter) layout {
 	t.Helper()
 	requireRoot(t)
-	cmd := exec.Command(py, "-c", "import sys; sys.stdout.write('x\\n'); sys.stdout.flush(); sys.stdin.read()")
+	cmd := py.command("-c", "import sys; sys.stdout.write('x\\n'); sys.stdout.flush(); sys.stdin.read()")
 	stdin, stdout := testutil.Start(t, cmd)
 	defer func() { stdin.Close(); cmd.Wait() }()
 	if _, err := stdout.Read(make([]byte, 2)); err != nil {

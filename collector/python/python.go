@@ -1,8 +1,14 @@
 // Package python reads the Python stacks of a running CPython process
-// (3.9 to 3.13) straight from its memory with process_vm_readv, without
-// stopping it: it finds _PyRuntime through the ELF symbols of libpython or
-// the executable, then walks interpreters, thread states and frames, and
-// decodes function, file and line of every frame.
+// (3.9 to 3.15, default builds) straight from its memory with
+// process_vm_readv, without stopping it: it finds _PyRuntime through the
+// ELF symbols of libpython or the interpreter's executable, then walks
+// interpreters, thread states and frames, and decodes function, file and
+// line of every frame. The layout of 3.9 to 3.12 is a table per version;
+// from 3.13 on it is read from the _Py_DebugOffsets table at the start of
+// _PyRuntime, so a later release whose table still makes sense is read
+// too. An interpreter the reader cannot read fails Open with an
+// *UnreadError, whose message is the one line a dump carries for it
+// ("Python 3.16.0a1: frames not read: unknown layout").
 //
 // Reads race with the running target, so every pointer is checked (object
 // types against PyCode_Type and friends, sizes, cycles) and a walk that
@@ -28,7 +34,40 @@ var (
 	// errInconsistent reports memory that changed or made no sense while
 	// being read; the walk is retried.
 	errInconsistent = errors.New("inconsistent interpreter state")
+	// errUnknownLayout reports an interpreter whose layout the reader
+	// does not know, or whose _Py_DebugOffsets do not make sense.
+	errUnknownLayout = fmt.Errorf("unknown layout: %w", ErrUnsupported)
+	// errFreeThreaded reports a free-threaded build (python3.14t), whose
+	// objects and thread-local bytecode the reader does not read.
+	errFreeThreaded = fmt.Errorf("free-threaded build: %w", ErrUnsupported)
 )
+
+// UnreadError is an interpreter found in a process whose frames the reader
+// cannot read: its version and why. It wraps ErrUnsupported.
+type UnreadError struct {
+	PID     int
+	Version string // "3.16.0a1"; "" where not even that could be read
+	Err     error
+}
+
+// Error is the line a dump carries: "Python 3.16.0a1: frames not read:
+// unknown layout".
+func (e *UnreadError) Error() string {
+	v := e.Version
+	if v == "" {
+		v = "(version unknown)"
+	}
+	reason := e.Err.Error()
+	switch {
+	case errors.Is(e.Err, errFreeThreaded):
+		reason = "free-threaded build"
+	case errors.Is(e.Err, errUnknownLayout), errors.Is(e.Err, ErrUnsupported):
+		reason = "unknown layout"
+	}
+	return fmt.Sprintf("Python %s: frames not read: %s", v, reason)
+}
+
+func (e *UnreadError) Unwrap() error { return e.Err }
 
 // Thread is one Python thread state with its frames.
 type Thread struct {
@@ -82,12 +121,16 @@ func OpenMapped(pid int, maps []procfs.Mapping) (*Reader, error) {
 		}
 	}
 	head := make([]byte, debugOffsetsSize)
-	if err := r.mem.read(r.runtime, head); err != nil {
+	n, err := r.mem.readPartial(r.runtime, head)
+	if err != nil || n < 8 {
 		return nil, fmt.Errorf("read _PyRuntime of %d: %w", pid, err)
 	}
 	if string(head[:8]) == "xdebugpy" {
-		l, v, err := parseDebugOffsets(head)
-		if err != nil {
+		l, v, err := parseDebugOffsets(head[:n])
+		switch {
+		case errors.Is(err, ErrUnsupported):
+			return nil, &UnreadError{PID: pid, Version: hexVersion(v), Err: err}
+		case err != nil:
 			return nil, fmt.Errorf("open python %d: %w", pid, err)
 		}
 		r.l, r.version = l, hexVersion(v)
@@ -109,7 +152,9 @@ func OpenMapped(pid int, maps []procfs.Mapping) (*Reader, error) {
 	}
 	l, ok := layouts[minor]
 	if !ok {
-		return nil, fmt.Errorf("open python %d (%s, version %q): %w", pid, loc.path, r.version, ErrUnsupported)
+		// 3.13 and later without their table, or before 3.9.
+		return nil, &UnreadError{PID: pid, Version: r.version,
+			Err: fmt.Errorf("open python %d (%s): %w", pid, loc.path, errUnknownLayout)}
 	}
 	r.l = l
 	return r, nil

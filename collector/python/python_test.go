@@ -1,7 +1,6 @@
 package python
 
 import (
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,7 +14,7 @@ import (
 func TestMatchesFaulthandler(t *testing.T) {
 	privileged.Root(t)
 	forEachInterpreter(t, func(t *testing.T, py interpreter) {
-		cmd, st := startTarget(t, py.path)
+		cmd, st := startTarget(t, py)
 		want, err := parseFaulthandler(st.Traceback)
 		if err != nil {
 			t.Fatal(err)
@@ -24,7 +23,7 @@ func TestMatchesFaulthandler(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
-		if v := pythonVersion(t, py.path); r.Version() != v {
+		if v := pythonVersion(t, py); r.Version() != v {
 			t.Errorf("Version() = %q, want %q", r.Version(), v)
 		}
 		got, err := r.Threads()
@@ -57,8 +56,8 @@ func TestMatchesFaulthandler(t *testing.T) {
 			if native := st.IDs[strconv.FormatUint(w.ident, 10)]; th.TID != native {
 				t.Errorf("thread %#x: TID %d, want native id %d", w.ident, th.TID, native)
 			}
-			if th.Name == "" {
-				t.Errorf("thread %d has no name", th.TID)
+			if th.Name == "" || w.name != "" && th.Name != w.name {
+				t.Errorf("thread %d is named %q, faulthandler %q", th.TID, th.Name, w.name)
 			}
 			if w.current {
 				// The main thread has moved from dump_traceback to its final wait.
@@ -101,10 +100,10 @@ func compareFrames(t *testing.T, th Thread, w fhThread) {
 }
 
 // pythonVersion asks the interpreter for its version.
-func pythonVersion(t *testing.T, py string) string {
-	out, err := exec.Command(py, "-c", "import platform; print(platform.python_version())").Output()
+func pythonVersion(t *testing.T, py interpreter) string {
+	out, err := py.command("-c", "import platform; print(platform.python_version())").Output()
 	if err != nil {
-		t.Fatalf("%s: %v", py, err)
+		t.Fatalf("%s: %v", py.path, err)
 	}
 	return strings.TrimSpace(string(out))
 }

@@ -17,16 +17,46 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
-// interpreter is one CPython build to test against.
-type interpreter struct{ name, path string }
+// interpreter is one CPython build to test against. One from Debian sid
+// (scripts/sid-python.sh) runs from its private prefix, with the prefix's
+// own loader and libraries (loader set).
+type interpreter struct{ name, path, loader string }
+
+// sidPrefix is where scripts/sid-python.sh puts Debian sid's interpreters.
+func sidPrefix() string {
+	if p := os.Getenv("XPU_TIMER_SID_PYTHON"); p != "" {
+		return p
+	}
+	dir, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(dir, "xpu-timer", "sid-python")
+}
+
+// sid is Debian sid's python3.MINOR in the prefix.
+func sid(version, minor string) interpreter {
+	p := sidPrefix()
+	return interpreter{"sid-" + version, filepath.Join(p, "usr/bin/python"+minor), filepath.Join(p, "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")}
+}
 
 var interpreters = []interpreter{
-	{"3.9.18", "/root/.pyenv/versions/3.9.18/bin/python3.9"},
-	{"3.10.13", "/root/.pyenv/versions/3.10.13/bin/python3.10"},
-	{"3.11.7", "/root/.pyenv/versions/3.11.7/bin/python3.11"},
-	{"3.12.1", "/root/.pyenv/versions/3.12.1/bin/python3.12"},
-	{"3.13.0", "/root/.pyenv/versions/3.13.0/bin/python3.13"},
-	{"debian-3.11", "/usr/bin/python3.11"},
+	{"3.9.18", "/root/.pyenv/versions/3.9.18/bin/python3.9", ""},
+	{"3.10.13", "/root/.pyenv/versions/3.10.13/bin/python3.10", ""},
+	{"3.11.7", "/root/.pyenv/versions/3.11.7/bin/python3.11", ""},
+	{"3.12.1", "/root/.pyenv/versions/3.12.1/bin/python3.12", ""},
+	{"3.13.0", "/root/.pyenv/versions/3.13.0/bin/python3.13", ""},
+	sid("3.14", "3.14"),
+	sid("3.15", "3.15"),
+	{"debian-3.11", "/usr/bin/python3.11", ""},
+}
+
+// command runs the interpreter with args.
+func (py interpreter) command(args ...string) *exec.Cmd {
+	if py.loader == "" {
+		return exec.Command(py.path, args...)
+	}
+	return exec.Command(py.loader, append([]string{"--library-path", filepath.Dir(py.loader), py.path}, args...)...)
 }
 
 // forEachInterpreter runs f as a subtest per installed interpreter and
@@ -52,14 +82,14 @@ type targetState struct {
 
 // startTarget runs testdata/target.py under py and waits until it has
 // written its state. The process is killed and reaped at cleanup.
-func startTarget(t testing.TB, py string, mode ...string) (*exec.Cmd, targetState) {
+func startTarget(t testing.TB, py interpreter, mode ...string) (*exec.Cmd, targetState) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "state.json")
 	script, err := filepath.Abs("testdata/target.py")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(py, append([]string{script, out}, mode...)...)
+	cmd := py.command(append([]string{script, out}, mode...)...)
 	g, err := testutil.StartGroup(cmd, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -81,11 +111,11 @@ func startTarget(t testing.TB, py string, mode ...string) (*exec.Cmd, targetStat
 		select {
 		case <-g.Done():
 			_, code := g.Exited()
-			t.Fatalf("%s exited with %d before writing its state:\n%s", py, code, g.Output())
+			t.Fatalf("%s exited with %d before writing its state:\n%s", py.path, code, g.Output())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s wrote no state within 30s", py)
+			t.Fatalf("%s wrote no state within 30s", py.path)
 		}
 	}
 }
@@ -93,13 +123,14 @@ func startTarget(t testing.TB, py string, mode ...string) (*exec.Cmd, targetStat
 // fhThread is one thread of a faulthandler traceback.
 type fhThread struct {
 	ident     uint64
+	name      string // the thread's name, which faulthandler prints from 3.14 on
 	current   bool
 	frames    []stack.Frame // Func is co_name, escaped as faulthandler does
 	truncated bool          // faulthandler printed "..." after 100 frames
 }
 
 var (
-	fhHeader = regexp.MustCompile(`^(Current thread|Thread) 0x([0-9a-f]+) \(most recent call first\):$`)
+	fhHeader = regexp.MustCompile(`^(Current thread|Thread) 0x([0-9a-f]+)(?: \[(.*)\])? \(most recent call first\):$`)
 	fhFrame  = regexp.MustCompile(`^  File "(.*)", line (\d+|\?\?\?) in (.*)$`)
 )
 
@@ -112,7 +143,7 @@ func parseFaulthandler(s string) ([]fhThread, error) {
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, fhThread{ident: id, current: m[1] == "Current thread"})
+			out = append(out, fhThread{ident: id, name: m[3], current: m[1] == "Current thread"})
 			continue
 		}
 		if len(out) == 0 || strings.TrimSpace(line) == "" {

@@ -3,6 +3,7 @@ package python
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"regexp"
 	"testing"
 )
@@ -37,54 +38,127 @@ func TestDecodeUnicode(t *testing.T) {
 	}
 }
 
-// debugOffsets builds a 3.13 _Py_DebugOffsets table with word i = i*8+8,
-// except the words set by the caller.
-func debugOffsets(set map[int]uint64) []byte {
+// realDebugOffsets are the _Py_DebugOffsets tables, words 1 on (word 0 is
+// the cookie), of CPython 3.13.0 (pyenv), and of Debian sid's 3.14.10 and
+// 3.15.2, as their ELF files hold them in _PyRuntime.
+var realDebugOffsets = map[string][]uint64{
+	"3.13.0": {
+		51183856, 0, 283320, 608, 632, 194968, 7272, 7264, 7344, 7400, 7656, 7640, 7648, 16, 7752, 0,
+		7768, 7760, 304, 0, 8, 16, 72, 152, 160, 232, 32, 80, 8, 0, 56, 72, 70, 208, 112, 120, 128, 136,
+		68, 52, 96, 104, 200, 16, 8, 416, 24, 88, 168, 32, 24, 16, 40, 24, 16, 48, 32, 40, 24, 16, 32,
+		16, 24, 40, 16, 32, 64, 32, 16, 40, 240, 200,
+	},
+	"3.14.10": {
+		51251952, 0, 316616, 784, 808, 225864, 7280, 7272, 7344, 7360, 7408, 7688, 7672, 7680, 16, 7784,
+		0, 7800, 7792, 7992, 0, 832, 0, 8, 16, 72, 152, 160, 232, 32, 88, 8, 0, 56, 80, 74, 64, 0, 216,
+		112, 120, 128, 136, 68, 52, 96, 104, 208, 0, 16, 8, 416, 24, 88, 168, 40, 32, 16, 40, 24, 16,
+		200, 24, 40, 32, 48, 32, 40, 24, 16, 32, 16, 24, 40, 16, 32, 64, 32, 16, 40, 264, 192, 160, 24,
+		72, 67, 0, 8, 24, 304, 8076, 0, 4, 512,
+	},
+	"3.15.2": {
+		51315440, 0, 346568, 912, 936, 226240, 7272, 7264, 7336, 7352, 7400, 7592, 7576, 7584, 16, 7736,
+		0, 7752, 7744, 7944, 0, 888, 0, 8, 16, 72, 80, 88, 96, 176, 184, 256, 32, 36, 40, 136, 288, 0,
+		88, 8, 0, 56, 80, 74, 64, 0, 216, 112, 120, 128, 136, 68, 52, 96, 104, 208, 0, 16, 8, 424, 24,
+		88, 168, 32, 288, 944, 888, 40, 32, 16, 40, 24, 16, 200, 24, 40, 32, 48, 32, 40, 24, 16, 32, 16,
+		24, 40, 16, 32, 64, 32, 16, 40,
+	},
+}
+
+// debugOffsets builds the _Py_DebugOffsets table of a version from
+// realDebugOffsets, with the words set by the caller changed.
+func debugOffsets(version string, set map[int]uint64) []byte {
 	b := make([]byte, debugOffsetsSize)
 	copy(b, "xdebugpy")
-	for i := 1; i < debugOffsetsSize/8; i++ {
-		v, ok := set[i]
-		if !ok {
-			v = uint64(i*8 + 8)
-		}
+	for i, v := range realDebugOffsets[version] {
+		binary.LittleEndian.PutUint64(b[8*(i+1):], v)
+	}
+	for i, v := range set {
 		binary.LittleEndian.PutUint64(b[8*i:], v)
 	}
 	return b
 }
 
+// TestParseDebugOffsets reads the tables of 3.13, 3.14 and 3.15 into the
+// offsets their headers give (3.14 and 3.15: as TestMatchesFaulthandler
+// confirms on the running interpreters).
 func TestParseDebugOffsets(t *testing.T) {
-	l, v, err := parseDebugOffsets(debugOffsets(map[int]uint64{1: 0x030d00f0, 2: 0}))
-	if err != nil || v != 0x030d00f0 {
-		t.Fatalf("parse: %v %#x", err, v)
-	}
-	// Spot checks against the word order of pycore_runtime.h (3.13).
-	if l.runtimeInterpHead != 5*8+8 || l.tsFrame != 23*8+8 || l.codeCodeAdaptive != 43*8+8 || l.asciiSize != 70*8+8 || l.compactSize != l.asciiSize+16 {
-		t.Errorf("layout %+v", l)
+	for version, want := range map[string]layout{
+		"3.13.0": {minor: 13, runtimeInterpHead: 632, interpThreads: 7344, interpGILHolder: 7760, tsNext: 8,
+			tsFrame: 72, tsThreadID: 152, tsNativeID: 160, iframeCode: 0, iframeInstr: 56, iframeOwner: 70,
+			codeName: 120, codeLinetable: 136, codeCodeAdaptive: 200, asciiSize: 40, compactSize: 56},
+		"3.14.10": {minor: 14, stackRef: true, runtimeInterpHead: 808, interpThreads: 7344, interpGILHolder: 7792, tsNext: 8,
+			tsFrame: 72, tsThreadID: 152, tsNativeID: 160, iframeCode: 0, iframeInstr: 56, iframeOwner: 74,
+			codeName: 120, codeLinetable: 136, codeCodeAdaptive: 208, asciiSize: 40, compactSize: 56},
+		"3.15.2": {minor: 15, stackRef: true, runtimeInterpHead: 936, interpThreads: 7336, interpGILHolder: 7744, tsNext: 8,
+			tsFrame: 72, tsThreadID: 176, tsNativeID: 184, iframeCode: 0, iframeInstr: 56, iframeOwner: 74,
+			codeName: 120, codeLinetable: 136, codeCodeAdaptive: 208, asciiSize: 40, compactSize: 56},
+	} {
+		l, v, err := parseDebugOffsets(debugOffsets(version, nil))
+		if err != nil || hexVersion(v) != version {
+			t.Fatalf("%s: %v, version %s", version, err, hexVersion(v))
+		}
+		got := layout{minor: l.minor, stackRef: l.stackRef, runtimeInterpHead: l.runtimeInterpHead, interpThreads: l.interpThreads,
+			interpGILHolder: l.interpGILHolder, tsNext: l.tsNext, tsFrame: l.tsFrame, tsThreadID: l.tsThreadID,
+			tsNativeID: l.tsNativeID, iframeCode: l.iframeCode, iframeInstr: l.iframeInstr, iframeOwner: l.iframeOwner,
+			codeName: l.codeName, codeLinetable: l.codeLinetable, codeCodeAdaptive: l.codeCodeAdaptive,
+			asciiSize: l.asciiSize, compactSize: l.compactSize}
+		if got != want {
+			t.Errorf("%s: layout\n%+v, want\n%+v", version, got, want)
+		}
 	}
 	for name, tc := range map[string]struct {
 		b    []byte
 		want error
 	}{
-		"no cookie":     {make([]byte, debugOffsetsSize), errInconsistent},
-		"short":         {debugOffsets(map[int]uint64{1: 0x030d00f0, 2: 0})[:100], errInconsistent},
-		"3.14":          {debugOffsets(map[int]uint64{1: 0x030e00f0, 2: 0}), ErrUnsupported},
-		"free-threaded": {debugOffsets(map[int]uint64{1: 0x030d00f0, 2: 1}), ErrUnsupported},
-		"bad offset":    {debugOffsets(map[int]uint64{1: 0x030d00f0, 2: 0, 9: 1 << 40}), errInconsistent},
-		"huge block":    {debugOffsets(map[int]uint64{1: 0x030d00f0, 2: 0, 21: 1 << 16}), errInconsistent},
+		"no cookie": {make([]byte, debugOffsetsSize), errInconsistent},
+		"short":     {debugOffsets("3.13.0", nil)[:100], errInconsistent},
+		"3.12":      {debugOffsets("3.13.0", map[int]uint64{1: 0x030c00f0}), ErrUnsupported},
+		"4.0":       {debugOffsets("3.15.2", map[int]uint64{1: 0x040000f0}), ErrUnsupported},
+		// A later release whose table grew in the middle: 3.15's read as 3.14's.
+		"3.15 as 3.14":  {debugOffsets("3.15.2", map[int]uint64{1: 0x030e00f0}), errUnknownLayout},
+		"3.14 as 3.15":  {debugOffsets("3.14.10", map[int]uint64{1: 0x030f00f0}), errUnknownLayout},
+		"3.14 as 3.13":  {debugOffsets("3.14.10", map[int]uint64{1: 0x030d00f0}), errUnknownLayout},
+		"free-threaded": {debugOffsets("3.14.10", map[int]uint64{2: 1}), errFreeThreaded},
+		"bad offset":    {debugOffsets("3.13.0", map[int]uint64{9: 1 << 40}), errUnknownLayout},
+		"huge block":    {debugOffsets("3.14.10", map[int]uint64{22: 1 << 16}), errUnknownLayout},
+		"past its size": {debugOffsets("3.15.2", map[int]uint64{30: 888}), errUnknownLayout},
 	} {
 		if _, _, err := parseDebugOffsets(tc.b); !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", name, err, tc.want)
+		}
+	}
+	// A later release with the newest table is read as that.
+	if l, v, err := parseDebugOffsets(debugOffsets("3.15.2", map[int]uint64{1: 0x031000a1})); err != nil || l.minor != 16 || hexVersion(v) != "3.16.0a1" || l.tsThreadID != 176 {
+		t.Errorf("3.16.0a1 with 3.15's table: %v, %+v", err, l)
+	}
+}
+
+// TestUnreadError: the line a dump carries for an interpreter not read.
+func TestUnreadError(t *testing.T) {
+	for _, tc := range []struct {
+		err  *UnreadError
+		want string
+	}{
+		{&UnreadError{Version: "3.16.0a1", Err: fmt.Errorf("parse: %w", errUnknownLayout)}, "Python 3.16.0a1: frames not read: unknown layout"},
+		{&UnreadError{Version: "3.14.10", Err: fmt.Errorf("parse: %w", errFreeThreaded)}, "Python 3.14.10: frames not read: free-threaded build"},
+		{&UnreadError{Version: "3.8", Err: errUnknownLayout}, "Python 3.8: frames not read: unknown layout"},
+		{&UnreadError{Err: errUnknownLayout}, "Python (version unknown): frames not read: unknown layout"},
+	} {
+		if got := tc.err.Error(); got != tc.want || !errors.Is(tc.err, ErrUnsupported) {
+			t.Errorf("%q (is ErrUnsupported: %v), want %q", got, errors.Is(tc.err, ErrUnsupported), tc.want)
 		}
 	}
 }
 
 // FuzzParseDebugOffsets: the table comes from another process's memory.
 func FuzzParseDebugOffsets(f *testing.F) {
-	f.Add(debugOffsets(map[int]uint64{1: 0x030d00f0, 2: 0}))
+	for v := range realDebugOffsets {
+		f.Add(debugOffsets(v, nil))
+	}
 	f.Add([]byte("xdebugpy"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		l, _, err := parseDebugOffsets(b)
-		if err == nil && (l.minor != 13 || threadSize(l) > 1<<13 || l.compactSize > 1<<13) {
+		if err == nil && (l.minor < 13 || threadSize(l) > 1<<13 || l.compactSize > 1<<13) {
 			t.Fatalf("accepted bad layout %+v", l)
 		}
 	})

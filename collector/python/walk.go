@@ -205,8 +205,9 @@ func (r *Reader) frameObjects(f uint64) ([]stack.Frame, []frameCode, error) {
 
 // interpreterFrames walks a _PyInterpreterFrame chain (3.11+). One
 // evaluation-loop call runs several frames; the outermost frame of each
-// call is marked Entry: is_entry on 3.11, the frame just inside a
-// FRAME_OWNED_BY_CSTACK shim on 3.12+ (the shims themselves are skipped).
+// call is marked Entry: is_entry on 3.11, the frame just inside an entry
+// shim on 3.12+ (the shims themselves, and 3.15's base frame, are
+// skipped).
 func (r *Reader) interpreterFrames(f uint64) ([]stack.Frame, []frameCode, error) {
 	l := r.l
 	size := max(l.iframeCode, l.iframePrevious, l.iframeInstr, l.iframeOwner, l.iframeIsEntry) + 8
@@ -223,7 +224,7 @@ func (r *Reader) interpreterFrames(f uint64) ([]stack.Frame, []frameCode, error)
 			return out, codes, err
 		}
 		prev := word(b, l.iframePrevious)
-		if l.minor >= 12 && b[l.iframeOwner] == ownedByCStack {
+		if l.minor >= 12 && b[l.iframeOwner] >= firstShimOwner {
 			if n := len(out); n > 0 {
 				out[n-1].Entry = true
 			}
@@ -231,8 +232,11 @@ func (r *Reader) interpreterFrames(f uint64) ([]stack.Frame, []frameCode, error)
 			continue
 		}
 		code := word(b, l.iframeCode)
-		// Only the C-stack shims skipped above run no code object (3.13's
-		// f_executable is then None): anything else is torn memory.
+		if l.stackRef {
+			code &^= stackRefTags
+		}
+		// Only the shims skipped above run no code object (their
+		// f_executable is None): anything else is torn memory.
 		ci, err := r.codeHeader(code)
 		if err != nil {
 			return out, codes, err

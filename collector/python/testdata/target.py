@@ -2,7 +2,8 @@
 
 Builds threads blocked in known places (generators, an asyncio coroutine,
 class and static methods, decorators, lambdas, 300-deep recursion, a ctypes
-call, a non-ASCII function name), then writes OUT.json holding
+call, C (libc's qsort) calling back into Python through ctypes, a non-ASCII
+function name), then writes OUT.json holding
 faulthandler.dump_traceback(all_threads=True) and each thread's ident and
 native id, and blocks.
 
@@ -96,6 +97,21 @@ def in_ctypes(ev):
     libc.pause()
 
 
+def in_callback(ev):
+    # qsort, C, calls compare, Python, which blocks: the Python frames
+    # below and above the C frames are one thread's stack.
+    libc = ctypes.CDLL(None)
+    cmp_t = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int))
+
+    def compare(a, b):
+        ev.set()
+        forever.wait()
+        return 0
+
+    pair = (ctypes.c_int * 2)(2, 1)
+    libc.qsort(pair, 2, ctypes.sizeof(ctypes.c_int), cmp_t(compare))
+
+
 def grüße(ev):
     ev.set()
     forever.wait()
@@ -124,6 +140,7 @@ spawn(recurse, 300, name="recurse")
 spawn(run_gen, name="gen")
 spawn(run_async, name="async")
 spawn(in_ctypes, name="ctypes")
+spawn(in_callback, name="callback")
 spawn(grüße, name="unicode")
 spawn(globals()["\u6570\u636e"], forever.wait, name="cjk")
 spawn(lambda ev: (ev.set(), forever.wait()), name="lambda")
