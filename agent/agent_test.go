@@ -70,9 +70,10 @@ func (f *fakeTracer) Close() error { return nil }
 // fakeCapture returns one thread per process and counts calls and
 // read-aheads.
 type fakeCapture struct {
-	mu    sync.Mutex
-	calls map[int]int
-	warms map[int]int
+	mu     sync.Mutex
+	calls  map[int]int
+	warms  map[int]int
+	errors map[int][]string // what a capture of a pid says it lacks
 }
 
 func (f *fakeCapture) Warm(pid int) {
@@ -96,8 +97,8 @@ func (f *fakeCapture) Capture(pid int) (*dump.Process, error) {
 		f.calls = map[int]int{}
 	}
 	f.calls[pid]++
-	f.mu.Unlock()
-	return &dump.Process{PID: pid, State: "S (sleeping)", Threads: []stack.Thread{{TID: pid, Name: "python3",
+	defer f.mu.Unlock()
+	return &dump.Process{PID: pid, State: "S (sleeping)", Errors: f.errors[pid], Threads: []stack.Thread{{TID: pid, Name: "python3",
 		Native: []stack.Frame{{Func: "cudaStreamSynchronize", Module: "libcudart.so.12"}, {Func: "main", Module: "python3"}}}}}, nil
 }
 

@@ -173,6 +173,12 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 		a.log.Error("write dump", "rank", p.id.Rank, "pid", p.pid, "err", werr)
 	} else {
 		a.log.Info("dump", "rank", p.id.Rank, "pid", p.pid, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors), "main_thread_at", site)
+		// What the dump lacks, a line each (an interpreter whose frames
+		// were not read: "Python 3.16.0a1: frames not read: unknown
+		// layout").
+		for _, e := range f.Errors {
+			a.log.Warn("dump incomplete", "rank", p.id.Rank, "pid", p.pid, "path", path, "error", e)
+		}
 	}
 	a.report(r)
 	return werr == nil

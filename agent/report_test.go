@@ -79,6 +79,31 @@ func TestHangLogLineRank(t *testing.T) {
 	}
 }
 
+// What a dump lacks is logged, a line each: an interpreter whose frames
+// were not read says so.
+func TestDumpLogsWhatItLacks(t *testing.T) {
+	var logs bytes.Buffer
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 2), 101: env(1, 2)}, func(o *Options) {
+		o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	const note = "Python 3.16.0a1: frames not read: unknown layout"
+	b.capture.errors = map[int][]string{101: {note}}
+	work(b.Agent, 100, 1*sec, true)
+	work(b.Agent, 101, 1*sec, false)
+	work(b.Agent, 100, 3*sec, true)
+	b.at(3*sec + 10)
+	b.Tick(context.Background())
+	var lines []string
+	for l := range strings.SplitSeq(logs.String(), "\n") {
+		if strings.Contains(l, "msg=\"dump incomplete\"") {
+			lines = append(lines, l)
+		}
+	}
+	if b.capture.count(101) == 0 || len(lines) != 1 || !strings.Contains(lines[0], " rank=1 pid=101 ") || !strings.Contains(lines[0], `error="`+note+`"`) {
+		t.Fatalf("%d captures of rank 1; lines %q", b.capture.count(101), lines)
+	}
+}
+
 // A rank silent on the host is reported with the collective its waiting
 // peer is stuck in, the one it has not issued.
 func TestHostStallNamesOwedCollective(t *testing.T) {

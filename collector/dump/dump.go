@@ -155,7 +155,14 @@ func Capture(pid int, o Options) (*Process, error) {
 		case errors.Is(err, python.ErrNotPython):
 			py = nil
 		case err != nil:
-			p.Errors = append(p.Errors, fmt.Sprintf("python: %v", err))
+			// An interpreter not read says so in one line of its own:
+			// "Python 3.16.0a1: frames not read: unknown layout".
+			var unread *python.UnreadError
+			if errors.As(err, &unread) {
+				p.Errors = append(p.Errors, unread.Error())
+			} else {
+				p.Errors = append(p.Errors, fmt.Sprintf("python: %v", err))
+			}
 			py = nil
 		default:
 			p.Python = py.Version()

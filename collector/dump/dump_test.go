@@ -16,6 +16,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // interpreters are the CPython builds of the test image (REFERENCE §6).
@@ -33,7 +34,13 @@ var interpreters = []string{
 // then (a thread left stopped or traced).
 func run(t *testing.T, name string, args ...string) int {
 	t.Helper()
-	cmd := exec.Command(name, args...)
+	return runCmd(t, exec.Command(name, args...))
+}
+
+// runCmd is run of a command made by the caller.
+func runCmd(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	name := cmd.Path
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -187,6 +194,35 @@ func TestCapturePython(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCaptureUnreadPython captures an interpreter the Python reader
+// cannot read (Debian sid's 3.14 claiming to be 3.16.0a1, whose table
+// 3.15's layout does not fit): native stacks, and one line that says so.
+func TestCaptureUnreadPython(t *testing.T) {
+	privileged.Root(t)
+	s := testutil.Sid("3.14")
+	if err := s.Installed(); err != nil {
+		t.Skip(err)
+	}
+	exe := s.WithDebugVersion(t, t.TempDir(), "python3.16", 0x031000a1)
+	pid := runCmd(t, s.Command(exe, "-c", "import threading; ev = threading.Event(); threading.Thread(target=ev.wait).start(); print('ready', flush=True); ev.wait()"))
+	p, err := Capture(pid, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "Python 3.16.0a1: frames not read: unknown layout"
+	if !slices.Equal(p.Errors, []string{want}) || p.Python != "" {
+		t.Errorf("errors %q, python %q; want the one line %q", p.Errors, p.Python, want)
+	}
+	for _, th := range p.Threads {
+		if len(th.Native) == 0 || len(th.Python) != 0 {
+			t.Errorf("thread %d: %d native frames, %d python", th.TID, len(th.Native), len(th.Python))
+		}
+	}
+	if len(p.Threads) != 2 {
+		t.Errorf("%d threads, want 2", len(p.Threads))
 	}
 }
 

@@ -30,7 +30,7 @@ func gdbStacks(t *testing.T, pid int, py interpreter) map[int][]stack.Frame {
 		t.Skipf("gdb not installed: %v", err)
 	}
 	args := []string{"-p", strconv.Itoa(pid), "-batch", "-nx"}
-	if py.loader != "" {
+	if py.sid != nil {
 		args = append(args, "-ex", "add-symbol-file "+py.path)
 	}
 	out, err := exec.Command(gdb, append(args, "-ex", "thread apply all bt")...).Output()

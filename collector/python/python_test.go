@@ -1,11 +1,13 @@
 package python
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // TestMatchesFaulthandler compares every thread's Python stack with the
@@ -106,4 +108,60 @@ func pythonVersion(t *testing.T, py interpreter) string {
 		t.Fatalf("%s: %v", py.path, err)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// TestLaterRelease runs Debian sid's interpreters claiming, in their
+// _Py_DebugOffsets, a release after 3.15: 3.15's table is read as the
+// newest it knows, frames and all; 3.14's, which 3.15's sections do not
+// fit, is an interpreter not read, with the line a dump carries.
+func TestLaterRelease(t *testing.T) {
+	privileged.Root(t)
+	for _, tc := range []struct {
+		minor, want string
+	}{
+		{"3.15", ""},
+		{"3.14", "Python 3.16.0a1: frames not read: unknown layout"},
+	} {
+		t.Run(tc.minor, func(t *testing.T) {
+			s := testutil.Sid(tc.minor)
+			if err := s.Installed(); err != nil {
+				t.Skip(err)
+			}
+			py := interpreter{"sid-" + tc.minor + "-as-3.16", s.WithDebugVersion(t, t.TempDir(), "python3.16", 0x031000a1), &s}
+			cmd, st := startTarget(t, py)
+			r, err := Open(cmd.Process.Pid)
+			if tc.want != "" {
+				var unread *UnreadError
+				if !errors.As(err, &unread) || err.Error() != tc.want || !errors.Is(err, ErrUnsupported) {
+					t.Fatalf("Open: %v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			if r.Version() != "3.16.0a1" {
+				t.Errorf("Version() = %q", r.Version())
+			}
+			want, err := parseFaulthandler(st.Traceback)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := r.Threads()
+			if err != nil {
+				t.Fatal(err)
+			}
+			byIdent := map[uint64]Thread{}
+			for _, th := range got {
+				byIdent[th.Ident] = th
+			}
+			for _, w := range want {
+				if th, ok := byIdent[w.ident]; !ok {
+					t.Errorf("thread %#x missing", w.ident)
+				} else if !w.current {
+					compareFrames(t, th, w)
+				}
+			}
+		})
+	}
 }

@@ -17,46 +17,36 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
-// interpreter is one CPython build to test against. One from Debian sid
-// (scripts/sid-python.sh) runs from its private prefix, with the prefix's
-// own loader and libraries (loader set).
-type interpreter struct{ name, path, loader string }
-
-// sidPrefix is where scripts/sid-python.sh puts Debian sid's interpreters.
-func sidPrefix() string {
-	if p := os.Getenv("XPU_TIMER_SID_PYTHON"); p != "" {
-		return p
-	}
-	dir, err := os.UserCacheDir()
-	if err != nil {
-		return ""
-	}
-	return filepath.Join(dir, "xpu-timer", "sid-python")
+// interpreter is one CPython build to test against. Debian sid's
+// (scripts/sid-python.sh) run from their private prefix (sid set).
+type interpreter struct {
+	name, path string
+	sid        *testutil.SidPython
 }
 
-// sid is Debian sid's python3.MINOR in the prefix.
-func sid(version, minor string) interpreter {
-	p := sidPrefix()
-	return interpreter{"sid-" + version, filepath.Join(p, "usr/bin/python"+minor), filepath.Join(p, "usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2")}
+// sid is Debian sid's python3.MINOR.
+func sid(minor string) interpreter {
+	s := testutil.Sid(minor)
+	return interpreter{"sid-" + minor, s.Path, &s}
 }
 
 var interpreters = []interpreter{
-	{"3.9.18", "/root/.pyenv/versions/3.9.18/bin/python3.9", ""},
-	{"3.10.13", "/root/.pyenv/versions/3.10.13/bin/python3.10", ""},
-	{"3.11.7", "/root/.pyenv/versions/3.11.7/bin/python3.11", ""},
-	{"3.12.1", "/root/.pyenv/versions/3.12.1/bin/python3.12", ""},
-	{"3.13.0", "/root/.pyenv/versions/3.13.0/bin/python3.13", ""},
-	sid("3.14", "3.14"),
-	sid("3.15", "3.15"),
-	{"debian-3.11", "/usr/bin/python3.11", ""},
+	{"3.9.18", "/root/.pyenv/versions/3.9.18/bin/python3.9", nil},
+	{"3.10.13", "/root/.pyenv/versions/3.10.13/bin/python3.10", nil},
+	{"3.11.7", "/root/.pyenv/versions/3.11.7/bin/python3.11", nil},
+	{"3.12.1", "/root/.pyenv/versions/3.12.1/bin/python3.12", nil},
+	{"3.13.0", "/root/.pyenv/versions/3.13.0/bin/python3.13", nil},
+	sid("3.14"),
+	sid("3.15"),
+	{"debian-3.11", "/usr/bin/python3.11", nil},
 }
 
 // command runs the interpreter with args.
 func (py interpreter) command(args ...string) *exec.Cmd {
-	if py.loader == "" {
-		return exec.Command(py.path, args...)
+	if py.sid != nil {
+		return py.sid.Command(py.path, args...)
 	}
-	return exec.Command(py.loader, append([]string{"--library-path", filepath.Dir(py.loader), py.path}, args...)...)
+	return exec.Command(py.path, args...)
 }
 
 // forEachInterpreter runs f as a subtest per installed interpreter and
