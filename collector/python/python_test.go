@@ -2,6 +2,8 @@ package python
 
 import (
 	"errors"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -161,6 +163,33 @@ func TestLaterRelease(t *testing.T) {
 				} else if !w.current {
 					compareFrames(t, th, w)
 				}
+			}
+		})
+	}
+}
+
+// TestEarlierRelease: an interpreter before 3.9 is found and reported, not
+// taken for a process without Python.
+func TestEarlierRelease(t *testing.T) {
+	privileged.Root(t)
+	for _, tc := range []struct{ path, want string }{
+		{"/root/.pyenv/versions/3.8.18/bin/python3.8", "Python 3.8.18: frames not read: unknown layout"},
+		{"/root/.pyenv/versions/3.7.16/bin/python3.7", "Python 3.7.16: frames not read: unknown layout"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			if _, err := os.Stat(tc.path); err != nil {
+				t.Skipf("%s not installed: %v", tc.path, err)
+			}
+			cmd := exec.Command(tc.path, "-c", "import sys; print('ready', flush=True); sys.stdin.read()")
+			stdin, stdout := testutil.Start(t, cmd)
+			defer func() { stdin.Close(); cmd.Wait() }()
+			if _, err := stdout.Read(make([]byte, 6)); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(cmd.Process.Pid)
+			var unread *UnreadError
+			if !errors.As(err, &unread) || err.Error() != tc.want {
+				t.Errorf("Open: %v, want %q", err, tc.want)
 			}
 		})
 	}
