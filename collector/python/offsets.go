@@ -3,6 +3,8 @@ package python
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
+	"sync"
 )
 
 // none marks a field a version does not have.
@@ -188,101 +190,140 @@ func (l layout) fields() map[string]int64 {
 	return out
 }
 
-// debugSchema says where a release keeps, in its _Py_DebugOffsets table,
-// each offset the reader uses: word indexes from the table's start (word
-// 0 is the cookie "xdebugpy", 1 the version PY_VERSION_HEX, 2
-// free_threaded). The table is a struct of sections of uint64 words, each
-// section opening with the size of the structure it describes; it grew
-// between releases (3.14 added fields to the interpreter, frame and code
-// sections and a set section; 3.15 added thread state fields, an exception
-// stack item section and one after the type section), so the schema of a
-// table is chosen by its version, and what it reads is checked against
-// the sizes the table declares.
-type debugSchema struct {
-	minor                                                             int // first minor version that has this table
-	runtimeSize, runtimeInterpHead                                    int
-	interpSize, interpNext, interpThreads, gilLocked, gilHolder       int
-	tsSize, tsNext, tsInterp, tsFrame, tsThreadID, tsNativeID         int
-	frameSize, framePrevious, frameExecutable, frameInstr, frameOwner int
-	codeSize, codeFilename, codeName, codeQualname, codeLinetable     int
-	codeFirstLineno, codeAdaptive                                     int
-	objectSize, objectType                                            int
-	bytesSize, bytesObSize, bytesData                                 int
-	unicodeSize, unicodeState, unicodeLength, unicodeASCIISize        int
+// debugTable is the word order of one release's _Py_DebugOffsets, as
+// its header declares the struct: after the cookie "xdebugpy" (word 0),
+// the version, PY_VERSION_HEX (1), and free_threaded (2), sections of
+// uint64 words, most opening with the size of the structure whose offsets
+// they hold. The struct grew between releases, in the middle as well as
+// at the end, so the table of a release is chosen by its version, and
+// what is read is checked against the sizes it declares.
+type debugTable struct {
+	minor int // first minor version with this table
+	// sections, "section: field field ...; ...": the header's names; "-"
+	// is a field the reader does not use.
+	sections string
 }
 
-// debugSchemas are the _Py_DebugOffsets tables of 3.13, 3.14 and 3.15
-// (Include/internal/pycore_debug_offsets.h of each; 3.13's struct is in
-// pycore_runtime.h), newest last. A later release is read with the newest
-// where its table passes the checks of parseDebugOffsets.
-var debugSchemas = []debugSchema{{
-	// runtime_state{size, finalizing, interpreters_head},
-	// interpreter_state{size, id, next, threads_head, gc, imports_modules,
-	// sysdict, builtins, ceval_gil, gil_runtime_state, _enabled, _locked,
-	// _holder}, thread_state{size, prev, next, interp, current_frame,
-	// thread_id, native_thread_id, datastack_chunk, status},
-	// interpreter_frame{size, previous, executable, instr_ptr, localsplus,
-	// owner}, code_object{size, filename, name, qualname, linetable,
-	// firstlineno, argcount, localsplusnames, localspluskinds,
-	// co_code_adaptive}, pyobject{size, ob_type}, type_object{4},
-	// tuple{3}, list{3}, dict{3}, float{2}, long{3}, bytes{size, ob_size,
-	// ob_sval}, unicode{size, state, length, asciiobject_size}, gc{2}.
-	minor:       13,
-	runtimeSize: 3, runtimeInterpHead: 5,
-	interpSize: 6, interpNext: 8, interpThreads: 9, gilLocked: 17, gilHolder: 18,
-	tsSize: 19, tsNext: 21, tsInterp: 22, tsFrame: 23, tsThreadID: 24, tsNativeID: 25,
-	frameSize: 28, framePrevious: 29, frameExecutable: 30, frameInstr: 31, frameOwner: 33,
-	codeSize: 34, codeFilename: 35, codeName: 36, codeQualname: 37, codeLinetable: 38, codeFirstLineno: 39, codeAdaptive: 43,
-	objectSize: 44, objectType: 45,
-	bytesSize: 64, bytesObSize: 65, bytesData: 66,
-	unicodeSize: 67, unicodeState: 68, unicodeLength: 69, unicodeASCIISize: 70,
-}, {
-	// interpreter_state adds threads_main after threads_head and
-	// code_object_generation, tlbc_generation at its end;
-	// interpreter_frame adds stackpointer, tlbc_index; code_object adds
-	// co_tlbc; a set section follows list; gen_object, llist_node and
-	// debugger_support follow gc.
-	minor:       14,
-	runtimeSize: 3, runtimeInterpHead: 5,
-	interpSize: 6, interpNext: 8, interpThreads: 9, gilLocked: 18, gilHolder: 19,
-	tsSize: 22, tsNext: 24, tsInterp: 25, tsFrame: 26, tsThreadID: 27, tsNativeID: 28,
-	frameSize: 31, framePrevious: 32, frameExecutable: 33, frameInstr: 34, frameOwner: 36,
-	codeSize: 39, codeFilename: 40, codeName: 41, codeQualname: 42, codeLinetable: 43, codeFirstLineno: 44, codeAdaptive: 48,
-	objectSize: 50, objectType: 51,
-	bytesSize: 74, bytesObSize: 75, bytesData: 76,
-	unicodeSize: 77, unicodeState: 78, unicodeLength: 79, unicodeASCIISize: 80,
-}, {
-	// thread_state has three more frame fields after current_frame
-	// (base_frame, last_profiled_frame and one more) and four after status
-	// (holds_gil, gil_requested, current_exception, exc_state); an
-	// err_stackitem section of one word follows it, and a section of four
-	// words follows type_object.
-	minor:       15,
-	runtimeSize: 3, runtimeInterpHead: 5,
-	interpSize: 6, interpNext: 8, interpThreads: 9, gilLocked: 18, gilHolder: 19,
-	tsSize: 22, tsNext: 24, tsInterp: 25, tsFrame: 26, tsThreadID: 30, tsNativeID: 31,
-	frameSize: 39, framePrevious: 40, frameExecutable: 41, frameInstr: 42, frameOwner: 44,
-	codeSize: 47, codeFilename: 48, codeName: 49, codeQualname: 50, codeLinetable: 51, codeFirstLineno: 52, codeAdaptive: 56,
-	objectSize: 58, objectType: 59,
-	bytesSize: 86, bytesObSize: 87, bytesData: 88,
-	unicodeSize: 89, unicodeState: 90, unicodeLength: 91, unicodeASCIISize: 92,
-}}
+// Sections of _Py_DebugOffsets that several releases share.
+const (
+	runtimeSection = `runtime_state: size finalizing interpreters_head;`
+	// 3.14 added threads_main, code_object_generation and tlbc_generation.
+	interp314Section = `interpreter_state: size id next threads_head threads_main gc imports_modules sysdict
+		builtins ceval_gil gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked
+		gil_runtime_state_holder code_object_generation tlbc_generation;`
+	thread313Section = `thread_state: size prev next interp current_frame thread_id native_thread_id
+		datastack_chunk status;`
+	// 3.14 added stackpointer and tlbc_index, and co_tlbc.
+	frameCode314Sections = `interpreter_frame: size previous executable instr_ptr localsplus owner stackpointer
+		tlbc_index;
+	code_object: size filename name qualname linetable firstlineno argcount localsplusnames
+		localspluskinds co_code_adaptive co_tlbc;`
+	typeSections = `pyobject: size ob_type;
+	type_object: size tp_name tp_repr tp_flags;`
+	// 3.14 added set_object.
+	objects314Sections = `tuple_object: size ob_item ob_size;
+	list_object: size ob_item ob_size;
+	set_object: size used table mask;
+	dict_object: size ma_keys ma_values;
+	float_object: size ob_fval;
+	long_object: size lv_tag ob_digit;
+	bytes_object: size ob_size ob_sval;
+	unicode_object: size state length asciiobject_size;`
+)
+
+// debugTables are the tables of 3.13, 3.14 and 3.15 (3.13's in
+// Include/internal/pycore_runtime.h, later ones in pycore_debug_offsets.h),
+// oldest first. A later release is read with the newest where its table
+// passes the checks of parseDebugOffsets.
+var debugTables = []debugTable{
+	{13, runtimeSection + `
+	interpreter_state: size id next threads_head gc imports_modules sysdict builtins ceval_gil
+		gil_runtime_state gil_runtime_state_enabled gil_runtime_state_locked gil_runtime_state_holder;` +
+		thread313Section + `
+	interpreter_frame: size previous executable instr_ptr localsplus owner;
+	code_object: size filename name qualname linetable firstlineno argcount localsplusnames
+		localspluskinds co_code_adaptive;` + typeSections + `
+	tuple_object: size ob_item ob_size;
+	list_object: size ob_item ob_size;
+	dict_object: size ma_keys ma_values;
+	float_object: size ob_fval;
+	long_object: size lv_tag ob_digit;
+	bytes_object: size ob_size ob_sval;
+	unicode_object: size state length asciiobject_size;
+	gc: size collecting`},
+	{14, runtimeSection + interp314Section + thread313Section + frameCode314Sections + typeSections +
+		objects314Sections + `
+	gc: size collecting;
+	gen_object: size gi_name gi_iframe gi_frame_state;
+	llist_node: next prev;
+	debugger_support: eval_breaker remote_debugger_support remote_debugging_enabled
+		debugger_pending_call debugger_script_path debugger_script_path_size`},
+	// 3.15: thread_state has three more words after current_frame and
+	// four after status; an err_stackitem section follows it, and a
+	// section of four words follows type_object.
+	{15, runtimeSection + interp314Section + `
+	thread_state: size prev next interp current_frame - - - thread_id native_thread_id datastack_chunk
+		status - - - -;
+	err_stackitem: exc_value;` + frameCode314Sections + typeSections + `
+	-: - - - -;` + objects314Sections},
+}
+
+// debugFields are the fields of _Py_DebugOffsets the reader uses.
+var debugFields = []string{
+	"runtime_state.interpreters_head",
+	"interpreter_state.next", "interpreter_state.threads_head",
+	"interpreter_state.gil_runtime_state_locked", "interpreter_state.gil_runtime_state_holder",
+	"thread_state.next", "thread_state.interp", "thread_state.current_frame",
+	"thread_state.thread_id", "thread_state.native_thread_id",
+	"interpreter_frame.previous", "interpreter_frame.executable", "interpreter_frame.instr_ptr", "interpreter_frame.owner",
+	"code_object.filename", "code_object.name", "code_object.qualname", "code_object.linetable",
+	"code_object.firstlineno", "code_object.co_code_adaptive",
+	"pyobject.size", "pyobject.ob_type",
+	"bytes_object.ob_size", "bytes_object.ob_sval",
+	"unicode_object.state", "unicode_object.length", "unicode_object.asciiobject_size",
+}
+
+// words returns the word index of every "section.field" of the table.
+func (t debugTable) words() map[string]int {
+	out := map[string]int{}
+	i := 3
+	for _, sec := range strings.Split(t.sections, ";") {
+		name, fields, _ := strings.Cut(sec, ":")
+		name = strings.TrimSpace(name)
+		for _, f := range strings.Fields(fields) {
+			if f != "-" {
+				out[name+"."+f] = i
+			}
+			i++
+		}
+	}
+	return out
+}
+
+// debugWords are the word indexes of debugTables, worked out once.
+var debugWords = sync.OnceValue(func() []map[string]int {
+	out := make([]map[string]int, len(debugTables))
+	for i, t := range debugTables {
+		out[i] = t.words()
+	}
+	return out
+})
+
+// tableFor returns the word indexes of a release's table: its own, or the
+// newest for a later one; false for one before 3.13.
+func tableFor(minor int) (map[string]int, bool) {
+	for i := len(debugTables) - 1; i >= 0; i-- {
+		if minor >= debugTables[i].minor {
+			return debugWords()[i], true
+		}
+	}
+	return nil, false
+}
 
 // debugOffsetsSize is how many bytes of _Py_DebugOffsets are read: the
 // newest table's last word used, with room for a later release's table
 // that grew.
 const debugOffsetsSize = 8 * 128
-
-// schemaFor returns the table layout of a release: its own, or the
-// newest for a later one; false for one before 3.13.
-func schemaFor(minor int) (debugSchema, bool) {
-	for i := len(debugSchemas) - 1; i >= 0; i-- {
-		if minor >= debugSchemas[i].minor {
-			return debugSchemas[i], true
-		}
-	}
-	return debugSchema{}, false
-}
 
 // parseDebugOffsets builds the layout of 3.13 and later from the
 // _Py_DebugOffsets table at the start of _PyRuntime, b. A table it cannot
@@ -294,76 +335,78 @@ func parseDebugOffsets(b []byte) (layout, uint64, error) {
 	}
 	version := binary.LittleEndian.Uint64(b[8:])
 	minor := int(version>>16) & 0xff
-	s, ok := schemaFor(minor)
+	w, ok := tableFor(minor)
 	if version>>24 != 3 || !ok {
 		return layout{}, version, fmt.Errorf("parse _Py_DebugOffsets: version %#x: %w", version, ErrUnsupported)
 	}
 	if binary.LittleEndian.Uint64(b[16:]) != 0 {
 		return layout{}, version, fmt.Errorf("parse _Py_DebugOffsets: %w", errFreeThreaded)
 	}
-	if len(b) < 8*(s.unicodeASCIISize+1) {
-		return layout{}, version, fmt.Errorf("parse _Py_DebugOffsets: %d bytes: %w", len(b), errInconsistent)
+	if err := checkDebugOffsets(b, w); err != nil {
+		return layout{}, version, fmt.Errorf("parse _Py_DebugOffsets of %s: %w", hexVersion(version), err)
 	}
-	u := func(i int) int64 { return int64(binary.LittleEndian.Uint64(b[8*i:])) }
+	u := func(field string) int64 { return int64(binary.LittleEndian.Uint64(b[8*w[field]:])) }
 	l := layout{
 		minor: minor, stackRef: minor >= 14,
-		runtimeInterpHead: u(s.runtimeInterpHead), runtimeGILHolder: none, runtimeGILLocked: none,
-		interpNext: u(s.interpNext), interpThreads: u(s.interpThreads), interpGILPtr: none, gilHolder: none, gilLocked: none,
-		interpGILLocked: u(s.gilLocked), interpGILHolder: u(s.gilHolder),
-		tsNext: u(s.tsNext), tsInterp: u(s.tsInterp), tsFrame: u(s.tsFrame), tsThreadID: u(s.tsThreadID), tsNativeID: u(s.tsNativeID),
+		runtimeInterpHead: u("runtime_state.interpreters_head"), runtimeGILHolder: none, runtimeGILLocked: none,
+		interpNext: u("interpreter_state.next"), interpThreads: u("interpreter_state.threads_head"),
+		interpGILPtr: none, gilHolder: none, gilLocked: none,
+		interpGILLocked: u("interpreter_state.gil_runtime_state_locked"), interpGILHolder: u("interpreter_state.gil_runtime_state_holder"),
+		tsNext: u("thread_state.next"), tsInterp: u("thread_state.interp"), tsFrame: u("thread_state.current_frame"),
+		tsThreadID: u("thread_state.thread_id"), tsNativeID: u("thread_state.native_thread_id"),
 		tsCFrame: none, cfCurrent: none,
 		frameBack: none, frameCode: none, frameLasti: none,
-		iframePrevious: u(s.framePrevious), iframeCode: u(s.frameExecutable), iframeInstr: u(s.frameInstr), iframeOwner: u(s.frameOwner), iframeIsEntry: none,
-		codeFilename: u(s.codeFilename), codeName: u(s.codeName), codeQualname: u(s.codeQualname), codeLinetable: u(s.codeLinetable), codeFirstLineno: u(s.codeFirstLineno),
-		codeCodeAdaptive: u(s.codeAdaptive), codeFirstTraceable: none,
-		objectType: u(s.objectType),
-		bytesSize:  u(s.bytesObSize), bytesData: u(s.bytesData),
-		unicodeState: u(s.unicodeState), unicodeLen: u(s.unicodeLength), asciiSize: u(s.unicodeASCIISize),
+		iframePrevious: u("interpreter_frame.previous"), iframeCode: u("interpreter_frame.executable"),
+		iframeInstr: u("interpreter_frame.instr_ptr"), iframeOwner: u("interpreter_frame.owner"), iframeIsEntry: none,
+		codeFilename: u("code_object.filename"), codeName: u("code_object.name"), codeQualname: u("code_object.qualname"),
+		codeLinetable: u("code_object.linetable"), codeFirstLineno: u("code_object.firstlineno"),
+		codeCodeAdaptive: u("code_object.co_code_adaptive"), codeFirstTraceable: none,
+		objectType: u("pyobject.ob_type"),
+		bytesSize:  u("bytes_object.ob_size"), bytesData: u("bytes_object.ob_sval"),
+		unicodeState: u("unicode_object.state"), unicodeLen: u("unicode_object.length"), asciiSize: u("unicode_object.asciiobject_size"),
 	}
 	// PyCompactUnicodeObject adds utf8_length and utf8 to PyASCIIObject.
 	l.compactSize = l.asciiSize + 16
-	if err := s.check(u); err != nil {
-		return layout{}, version, fmt.Errorf("parse _Py_DebugOffsets of %s: %w", hexVersion(version), err)
-	}
 	return l, version, nil
 }
 
-// check tells whether a table read with schema s makes sense: every
-// offset lies inside the structure its section declares the size of
-// (sizes bounded: the offsets come from another process's memory, and
-// frames, thread states and code objects are read as one block), and the
-// object header is x86-64's. A table of a later release whose sections
-// moved fails it (errUnknownLayout); so does a torn or foreign table.
-func (s debugSchema) check(u func(int) int64) error {
-	sections := []struct {
-		name  string
-		size  int
-		limit int64
-		words []int
-	}{
-		{"runtime", s.runtimeSize, 1 << 24, []int{s.runtimeInterpHead}},
-		{"interpreter", s.interpSize, 1 << 24, []int{s.interpNext, s.interpThreads, s.gilLocked, s.gilHolder}},
-		{"thread state", s.tsSize, 1 << 13, []int{s.tsNext, s.tsInterp, s.tsFrame, s.tsThreadID, s.tsNativeID}},
-		{"frame", s.frameSize, 1 << 10, []int{s.framePrevious, s.frameExecutable, s.frameInstr, s.frameOwner}},
-		{"code", s.codeSize, 1 << 12, []int{s.codeFilename, s.codeName, s.codeQualname, s.codeLinetable, s.codeFirstLineno, s.codeAdaptive}},
-		{"bytes", s.bytesSize, 1 << 8, []int{s.bytesObSize, s.bytesData}},
-		{"str", s.unicodeSize, 1 << 8, []int{s.unicodeState, s.unicodeLength, s.unicodeASCIISize}},
-	}
-	for _, sec := range sections {
-		size := u(sec.size)
-		if size <= 0 || size > sec.limit {
-			return fmt.Errorf("%s size %d: %w", sec.name, size, errUnknownLayout)
+// sizeLimits bound the structure sizes a table may declare (the offsets
+// come from another process's memory; frames, thread states and code
+// objects are read as one block).
+var sizeLimits = map[string]int64{
+	"runtime_state": 1 << 24, "interpreter_state": 1 << 24, "thread_state": 1 << 13,
+	"interpreter_frame": 1 << 10, "code_object": 1 << 12, "pyobject": 1 << 8,
+	"bytes_object": 1 << 8, "unicode_object": 1 << 8,
+}
+
+// checkDebugOffsets tells whether the table b, read with the word indexes
+// w, makes sense: every field the reader uses lies inside the structure
+// whose size its section declares, and the object header is x86-64's. A
+// later release's table whose sections moved fails it (errUnknownLayout),
+// as does a torn or foreign one.
+func checkDebugOffsets(b []byte, w map[string]int) error {
+	for _, field := range debugFields {
+		sec, name, _ := strings.Cut(field, ".")
+		i, ok := w[field]
+		if !ok {
+			return fmt.Errorf("no %s: %w", field, errUnknownLayout)
 		}
-		for _, w := range sec.words {
-			// asciiobject_size is a size, not an offset: it may equal the
-			// size of PyUnicodeObject's head.
-			if v := u(w); v < 0 || v >= size && w != s.unicodeASCIISize || v > size {
-				return fmt.Errorf("%s offset %d (word %d) outside its %d bytes: %w", sec.name, v, w, size, errUnknownLayout)
-			}
+		if 8*(max(i, w[sec+".size"])+1) > len(b) {
+			return fmt.Errorf("%s beyond the %d bytes read: %w", field, len(b), errInconsistent)
+		}
+		v, size := int64(binary.LittleEndian.Uint64(b[8*i:])), int64(binary.LittleEndian.Uint64(b[8*w[sec+".size"]:]))
+		if size <= 0 || size > sizeLimits[sec] {
+			return fmt.Errorf("%s size %d: %w", sec, size, errUnknownLayout)
+		}
+		// A size (asciiobject_size, the head of PyUnicodeObject) may
+		// equal its structure's; an offset lies inside it.
+		if v < 0 || v > size || v == size && !strings.HasSuffix(name, "size") {
+			return fmt.Errorf("%s %d outside its %d bytes: %w", field, v, size, errUnknownLayout)
 		}
 	}
-	if u(s.objectSize) != 16 || u(s.objectType) != 8 || u(s.bytesObSize) != 16 {
-		return fmt.Errorf("object header of %d bytes, type at %d: %w", u(s.objectSize), u(s.objectType), errUnknownLayout)
+	u := func(field string) uint64 { return binary.LittleEndian.Uint64(b[8*w[field]:]) }
+	if u("pyobject.size") != 16 || u("pyobject.ob_type") != 8 || u("bytes_object.ob_size") != 16 {
+		return fmt.Errorf("object header of %d bytes, type at %d: %w", u("pyobject.size"), u("pyobject.ob_type"), errUnknownLayout)
 	}
 	return nil
 }
