@@ -133,67 +133,94 @@ func TestCapturePython(t *testing.T) {
 			if _, err := os.Stat(py); err != nil {
 				t.Skipf("%s not installed", py)
 			}
-			pid := run(t, py, "testdata/stuck.py")
-			p, err := Capture(pid, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.Python == "" || len(p.Threads) != 2 || len(p.Errors) > 0 || p.StoppedFor <= 0 {
-				t.Fatalf("capture: python %q, %d threads, stopped %v, errors %q", p.Python, len(p.Threads), p.StoppedFor, p.Errors)
-			}
-			main := thread(p, func(th stack.Thread) bool { return th.TID == pid })
-			waiter := thread(p, func(th stack.Thread) bool { return th.TID != pid })
-			if main == nil || waiter == nil {
-				t.Fatalf("main or waiter thread missing: %d threads", len(p.Threads))
-			}
-			for _, tc := range []struct {
-				th     *stack.Thread
-				python []string
-			}{
-				{main, []string{"inner", "outer", "<module>"}},
-				{waiter, []string{"wait_here", "worker"}},
-			} {
-				if tc.th.Error != "" {
-					t.Errorf("thread %d: %s", tc.th.TID, tc.th.Error)
-				}
-				if !inOrder(funcs(tc.th.Python), tc.python) {
-					t.Errorf("thread %d python: %q, want %q in order", tc.th.TID, funcs(tc.th.Python), tc.python)
-				}
-				if !slices.ContainsFunc(tc.th.Native, stack.IsEvalFrame) {
-					t.Errorf("thread %d native: no evaluation loop frame in %q", tc.th.TID, funcs(tc.th.Native))
-				}
-				// Merged: the Python frames in order, inside the native
-				// frames they called, with the evaluation loop replaced.
-				merged := funcs(tc.th.Merged)
-				if !inOrder(merged, tc.python) || slices.ContainsFunc(tc.th.Merged, stack.IsEvalFrame) ||
-					tc.th.Merged[0] != tc.th.Native[0] || merged[0] == tc.python[0] {
-					t.Errorf("thread %d merged: %q", tc.th.TID, merged)
-				}
-			}
-
-			p, err = Capture(pid, Options{NoPython: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, th := range p.Threads {
-				if len(th.Native) < 3 || len(th.Python) > 0 || len(th.Merged) > 0 {
-					t.Errorf("native only, thread %d: %d native, %d python, %d merged", th.TID, len(th.Native), len(th.Python), len(th.Merged))
-				}
-			}
-
-			p, err = Capture(pid, Options{NoNative: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if p.StoppedFor != 0 {
-				t.Errorf("python only stopped the process for %v", p.StoppedFor)
-			}
-			for _, th := range p.Threads {
-				if len(th.Native) > 0 || len(th.Python) < 2 || len(th.Merged) > 0 {
-					t.Errorf("python only, thread %d: %d native, %d python, %d merged", th.TID, len(th.Native), len(th.Python), len(th.Merged))
-				}
-			}
+			capturePython(t, exec.Command(py, "testdata/stuck.py"), true)
 		})
+	}
+	// Debian sid's, run by their loader from a private prefix: stripped,
+	// their native stacks name no frame of the evaluation loop, so the
+	// merged stack is the native frames, then the Python ones.
+	for _, minor := range []string{"3.14", "3.15"} {
+		t.Run("sid-"+minor, func(t *testing.T) {
+			s := testutil.Sid(minor)
+			if err := s.Installed(); err != nil {
+				t.Skip(err)
+			}
+			capturePython(t, s.Command(s.Path, "testdata/stuck.py"), false)
+		})
+	}
+}
+
+// capturePython captures testdata/stuck.py run by cmd: native, Python and
+// merged stacks of each thread, then each kind alone. evalNamed: the
+// native stacks name the evaluation loop's frames, which the merged stack
+// replaces with the Python frames they ran.
+func capturePython(t *testing.T, cmd *exec.Cmd, evalNamed bool) {
+	t.Helper()
+	pid := runCmd(t, cmd)
+	p, err := Capture(pid, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Python == "" || len(p.Threads) != 2 || len(p.Errors) > 0 || p.StoppedFor <= 0 {
+		t.Fatalf("capture: python %q, %d threads, stopped %v, errors %q", p.Python, len(p.Threads), p.StoppedFor, p.Errors)
+	}
+	main := thread(p, func(th stack.Thread) bool { return th.TID == pid })
+	waiter := thread(p, func(th stack.Thread) bool { return th.TID != pid })
+	if main == nil || waiter == nil {
+		t.Fatalf("main or waiter thread missing: %d threads", len(p.Threads))
+	}
+	for _, tc := range []struct {
+		th     *stack.Thread
+		python []string
+	}{
+		{main, []string{"inner", "outer", "<module>"}},
+		{waiter, []string{"wait_here", "worker"}},
+	} {
+		if tc.th.Error != "" {
+			t.Errorf("thread %d: %s", tc.th.TID, tc.th.Error)
+		}
+		if !inOrder(funcs(tc.th.Python), tc.python) {
+			t.Errorf("thread %d python: %q, want %q in order", tc.th.TID, funcs(tc.th.Python), tc.python)
+		}
+		merged := funcs(tc.th.Merged)
+		if !evalNamed {
+			if want := append(funcs(tc.th.Native), funcs(tc.th.Python)...); !slices.Equal(merged, want) {
+				t.Errorf("thread %d merged: %q, want the native frames, then the Python ones", tc.th.TID, merged)
+			}
+			continue
+		}
+		if !slices.ContainsFunc(tc.th.Native, stack.IsEvalFrame) {
+			t.Errorf("thread %d native: no evaluation loop frame in %q", tc.th.TID, funcs(tc.th.Native))
+		}
+		// Merged: the Python frames in order, inside the native
+		// frames they called, with the evaluation loop replaced.
+		if !inOrder(merged, tc.python) || slices.ContainsFunc(tc.th.Merged, stack.IsEvalFrame) ||
+			tc.th.Merged[0] != tc.th.Native[0] || merged[0] == tc.python[0] {
+			t.Errorf("thread %d merged: %q", tc.th.TID, merged)
+		}
+	}
+
+	p, err = Capture(pid, Options{NoPython: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, th := range p.Threads {
+		if len(th.Native) < 3 || len(th.Python) > 0 || len(th.Merged) > 0 {
+			t.Errorf("native only, thread %d: %d native, %d python, %d merged", th.TID, len(th.Native), len(th.Python), len(th.Merged))
+		}
+	}
+
+	p, err = Capture(pid, Options{NoNative: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.StoppedFor != 0 {
+		t.Errorf("python only stopped the process for %v", p.StoppedFor)
+	}
+	for _, th := range p.Threads {
+		if len(th.Native) > 0 || len(th.Python) < 2 || len(th.Merged) > 0 {
+			t.Errorf("python only, thread %d: %d native, %d python, %d merged", th.TID, len(th.Native), len(th.Python), len(th.Merged))
+		}
 	}
 }
 
