@@ -45,9 +45,9 @@ var (
 // UnreadError is an interpreter found in a process whose frames the reader
 // cannot read: its version and why. It wraps ErrUnsupported.
 type UnreadError struct {
-	PID     int
+	PID     int    // the process
 	Version string // "3.16.0a1"; "" where not even that could be read
-	Err     error
+	Err     error  // why, wrapping ErrUnsupported
 }
 
 // Error is the line a dump carries: "Python 3.16.0a1: frames not read:
@@ -122,7 +122,10 @@ func OpenMapped(pid int, maps []procfs.Mapping) (*Reader, error) {
 	}
 	head := make([]byte, debugOffsetsSize)
 	n, err := r.mem.readPartial(r.runtime, head)
-	if err != nil || n < 8 {
+	if err == nil && n < 8 {
+		err = fmt.Errorf("%d bytes: %w", n, errInconsistent)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("read _PyRuntime of %d: %w", pid, err)
 	}
 	if string(head[:8]) == "xdebugpy" {
