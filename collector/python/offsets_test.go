@@ -62,7 +62,14 @@ func TestOffsetsMatchHeaders(t *testing.T) {
 			if _, err := os.Stat(py.path); err != nil {
 				t.Skipf("%s not installed: %v", py.path, err)
 			}
-			want := headerOffsets(t, headerDirs[py.name])
+			dir, ok := headerDirs[py.name]
+			if !ok {
+				// Debian sid's: their headers (libpython3.x-dev) are not
+				// fetched; TestParseDebugOffsets and TestMatchesFaulthandler
+				// check what is read of their tables.
+				t.Skipf("no headers of %s", py.name)
+			}
+			want := headerOffsets(t, dir)
 			minor, _ := strconv.Atoi(strings.Split(strings.TrimPrefix(py.name, "debian-"), ".")[1])
 			var l layout
 			if minor >= 13 {
