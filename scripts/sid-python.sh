@@ -28,9 +28,14 @@ pkgs=(
 )
 stamp=$prefix/.xpu-timer-complete
 want="$mirror ${pkgs[*]}"
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
-	exit 0
-fi
+complete() { [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; }
+complete && exit 0
+# One fetch at a time (worktrees of one machine share the prefix); the
+# one that waited finds the prefix complete.
+mkdir -p "$(dirname "$prefix")"
+exec 9>"$prefix.lock"
+flock 9
+complete && exit 0
 
 apt=$prefix.apt
 mark=.xpu-timer-sid-python
