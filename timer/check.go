@@ -102,6 +102,10 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			h := e.decision(p, "host", now)
 			h.AgeNs = now - p.lastWork
 			h.Lagging = lag
+			if lag == nil {
+				s := p.still // the evidence: it spins (see hostStalled)
+				h.Stall = &Stall{Since: s.since, State: string(s.last.State), Site: s.last.Site, Python: s.last.Python, Spinning: true}
+			}
 			if o := p.oldest(); o != nil {
 				op := o.op
 				h.Oldest = &op
@@ -134,8 +138,9 @@ func (e *Engine) decision(p *proc, kind string, now int64) Hang {
 
 // hostStalled says whether v's process has issued no GPU work for longer
 // than the timeout while a peer waits, past the timeout, on a collective
-// this process has not issued (or, when no communicator links them, on
-// anything). The Lag names the communicator when one links them.
+// this process has not issued, or, when no communicator links them, while
+// a peer is stuck on anything and this process's main thread spins. The
+// Lag names the communicator when one links them.
 //
 // A process with a thread that waits on GPU work not known complete is
 // waiting on the GPU, even when that wait began less than the timeout ago
@@ -176,9 +181,19 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 		if linked {
 			continue // linked, and this process is not behind
 		}
-		if !p.hasGlobalComm() || !q.p.hasGlobalComm() {
+		if (!p.hasGlobalComm() || !q.p.hasGlobalComm()) && p.spinning(now, e.timeout) {
+			// No sequence numbers to compare: only a main thread seen
+			// spinning in its own code is evidence. A silent rank that
+			// sleeps may be waiting on its peers where the probes do
+			// not see (gloo, a store, a lock): a waiter, not a culprit.
 			return nil, true
 		}
 	}
 	return nil, false
+}
+
+// spinning says whether looks saw p's main thread running in the same
+// Python frames for longer than timeout.
+func (p *proc) spinning(now, timeout int64) bool {
+	return p.still != nil && p.still.spinning && p.still.since != 0 && now-p.still.since > timeout
 }
