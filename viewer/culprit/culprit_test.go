@@ -37,6 +37,8 @@ func TestAnalyse(t *testing.T) {
 	absent := map[string][]string{
 		"a background thread alone names nobody and says the evidence is weak": {"Ranks whose stacks differ"},
 		"two against two is no majority":                                       {"Ranks whose stacks differ"},
+		"silent ranks that wait are waiters":                                   {"[host]", "evidence is thin"},
+		"a rank behind by the engine's sequence numbers":                       {"evidence is thin"},
 	}
 	for _, tc := range []struct {
 		name     string
@@ -156,7 +158,36 @@ func TestAnalyse(t *testing.T) {
 				r.Threads[2].Stack = 6
 			}
 		}), []int{2}, []string{`[native] rank 2's thread "gpu-stream1" is in flash_attn_bwd_kernel`}},
-		{"missing rank", 4, job(4, nil)[1:], []int{0}, []string{"Ranks with no dump: 0", "missing ranks 0"}},
+		{"missing rank", 4, job(4, nil)[1:], []int{0}, []string{"Ranks with no dump: 0", "missing ranks 0", "The evidence is thin"}},
+		// The host rule needs evidence: silence alone on a rank whose
+		// stack waits is a waiter's; the kernel past the timeout wins.
+		{"silent ranks that wait are waiters", 4, job(4, func(i int, r *Rank) {
+			r.Comms = nil
+			r.Hang = &timer.Hang{Kind: "host", AgeNs: 11e9, Timeout: 10e9}
+			r.Threads[2].Waits = "gloo collective"
+			if i == 1 {
+				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+				r.Threads[2].Waits = "CUDA synchronize"
+			}
+		}), []int{1}, []string{"rank 1 hangs in kernel spin (stream 0x0, not a collective), while ranks 0/2-3 have no GPU work in flight and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
+			"Waiting, not blamed: ranks 0/2-3 made no GPU call but their stacks wait in a gloo collective"}},
+		{"silence alone is thin evidence", 4, job(4, func(i int, r *Rank) {
+			if i == 3 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9}
+			}
+		}), []int{3}, []string{"[host] rank 3 made no GPU call for 12s while its peers wait (stuck on the host) [no GPU call, thin]",
+			"The evidence is thin"}},
+		{"a rank behind by the engine's sequence numbers", 4, job(4, func(i int, r *Rank) {
+			if i == 3 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Lagging: &timer.Lag{Comm: coll.Comm, Issued: 6649, Awaited: 6650, PeerRank: 0}}
+				r.Threads[2].Waits = "c10d wait" // sequence numbers outweigh the stack
+			}
+		}), []int{3}, []string{"rank 3 made no GPU call for 12s, behind on comm 3f2a0b1c…, while rank 0 waits in collective #6650 there [sequence numbers: issued #6649, awaited #6650]"}},
+		{"a spinning rank", 4, job(4, func(i int, r *Rank) {
+			if i == 0 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Stall: &timer.Stall{Spinning: true}}
+			}
+		}), []int{0}, []string{"[host] rank 0 made no GPU call for 12s and spins on the host while its peers wait [its main thread spinning in the same Python frames]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Analyse(tc.world, tc.ranks)
