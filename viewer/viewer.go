@@ -280,7 +280,7 @@ type threadEnd struct {
 	py     string      // innermost Python frame
 	wait   string      // native wait site
 	coll   bool
-	waits  string // what it waits in, when its stack is inside a collective or a wait
+	waits  string        // what it waits in, when its stack is inside a collective or a wait
 	frames []stack.Frame // innermost first, from the first frame past the tip; only the first few are kept
 }
 
