@@ -129,6 +129,8 @@ type Finding struct {
 	// Thin is set when the evidence alone does not show that the others
 	// wait on these ranks.
 	Thin bool
+
+	merged bool // seen on several ranks one by one: Text says "each of"
 }
 
 // Evidence of findings whose words do not carry numbers.
@@ -222,6 +224,9 @@ func Analyse(world int, ranks []Rank) *Report {
 		f := &r.Findings[i]
 		f.Ranks = sortDistinct(f.Ranks)
 		f.Text = ranksWord(f.Ranks) + f.What
+		if f.merged && len(f.Ranks) > 1 {
+			f.Text = "each of " + f.Text
+		}
 	}
 	r.index = nil
 	r.choose()
@@ -338,6 +343,7 @@ func (r *Report) add(kind string, ranks []int, what, evidence string, thin bool)
 	key := kind + "\x00" + what + "\x00" + evidence
 	if i, ok := r.index[key]; ok {
 		r.Findings[i].Ranks = append(r.Findings[i].Ranks, ranks...)
+		r.Findings[i].merged = true
 		return
 	}
 	if r.index == nil {
