@@ -289,7 +289,7 @@ func (r *Report) weak() {
 // stalls describes where each culprit's driving thread stands.
 func (r *Report) stalls(ranks []Rank) {
 	for _, x := range ranks {
-		if !slices.Contains(r.Culprits, x.Rank) {
+		if _, in := slices.BinarySearch(r.Culprits, x.Rank); !in {
 			continue
 		}
 		for _, t := range x.Threads {

@@ -206,7 +206,7 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 				have = append(have, m.rank)
 			}
 			for _, x := range ranks {
-				if !slices.Contains(have, x.Rank) {
+				if _, in := slices.BinarySearch(have, x.Rank); !in {
 					lack = append(lack, x.Rank)
 				}
 			}
