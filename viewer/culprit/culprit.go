@@ -594,11 +594,11 @@ func (r *Report) hosts(ranks []Rank) {
 			if l.PeerRank >= 0 {
 				peer = fmt.Sprintf("rank %d", l.PeerRank)
 			}
-			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs, behind on comm %s, while %s waits in collective #%d there",
+			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait, behind on comm %s: %s waits in collective #%d there",
 				silent, Short(l.Comm), peer, l.Awaited),
 				fmt.Sprintf("%s: issued #%d, awaited #%d", EvidenceSeq, l.Issued, l.Awaited), false)
 		case h.Stall != nil && h.Stall.Spinning:
-			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs and spins on the host while its peers wait", silent),
+			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait, and spins on the host", silent),
 				EvidenceSpinning, false)
 		case waits(x) != "":
 			if r.Waiters == nil {

@@ -182,12 +182,12 @@ func TestAnalyse(t *testing.T) {
 				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Lagging: &timer.Lag{Comm: coll.Comm, Issued: 6649, Awaited: 6650, PeerRank: 0}}
 				r.Threads[2].Waits = "c10d wait" // sequence numbers outweigh the stack
 			}
-		}), []int{3}, []string{"rank 3 made no GPU call for 12s, behind on comm 3f2a0b1c…, while rank 0 waits in collective #6650 there [sequence numbers: issued #6649, awaited #6650]"}},
+		}), []int{3}, []string{"rank 3 made no GPU call for 12s while its peers wait, behind on comm 3f2a0b1c…: rank 0 waits in collective #6650 there [sequence numbers: issued #6649, awaited #6650]"}},
 		{"a spinning rank", 4, job(4, func(i int, r *Rank) {
 			if i == 0 {
 				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Stall: &timer.Stall{Spinning: true}}
 			}
-		}), []int{0}, []string{"[host] rank 0 made no GPU call for 12s and spins on the host while its peers wait [its main thread spinning in the same Python frames]"}},
+		}), []int{0}, []string{"[host] rank 0 made no GPU call for 12s while its peers wait, and spins on the host [its main thread spinning in the same Python frames]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Analyse(tc.world, tc.ranks)
