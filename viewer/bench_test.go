@@ -82,13 +82,23 @@ func reverse(s []stack.Frame) []stack.Frame {
 
 // writeBench writes the benchmark's dumps with dumpfile.Write, on every CPU.
 func writeBench(b *testing.B, dir string) {
+	onEveryCPU(b, benchRanks, func(r int) error {
+		_, err := dumpfile.Write(dir, benchFile(r))
+		return err
+	})
+}
+
+// onEveryCPU calls fn(0..n-1) on every CPU and fails tb with the first
+// error.
+func onEveryCPU(tb testing.TB, n int, fn func(i int) error) {
+	tb.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	next := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
-			for r := range next {
-				if _, err := dumpfile.Write(dir, benchFile(r)); err != nil {
+			for i := range next {
+				if err := fn(i); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -97,14 +107,14 @@ func writeBench(b *testing.B, dir string) {
 			}
 		})
 	}
-	for r := range benchRanks {
-		next <- r
+	for i := range n {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
 	select {
 	case err := <-errs:
-		b.Fatal(err)
+		tb.Fatal(err)
 	default:
 	}
 }

@@ -8,9 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
@@ -38,46 +36,24 @@ func replicate(tb testing.TB, src, dst string, world int) {
 		}
 		base = append(base, l.file)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, 1)
-	next := make(chan int)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for r := range next {
-				// The same process on another node: pid and thread ids kept.
-				f := *base[r%len(base)]
-				f.Rank, f.WorldSize = r, world
-				f.LocalRank, f.LocalWorldSize, f.Host = r%8, 8, fmt.Sprintf("node-%05d", r/8)
-				if f.Hang != nil {
-					h := *f.Hang
-					h.Rank = r
-					f.Hang = &h
-				}
-				// Not dumpfile.Write: its two synced files a rank make
-				// the writing take a minute, not what is measured.
-				data, err := json.Marshal(&f)
-				if err == nil {
-					err = os.WriteFile(filepath.Join(dst, dumpfile.Name(r, world)), data, 0o644)
-				}
-				if err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	for r := range world {
-		next <- r
-	}
-	close(next)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		tb.Fatal(err)
-	default:
-	}
+	onEveryCPU(tb, world, func(r int) error {
+		// The same process on another node: pid and thread ids kept.
+		f := *base[r%len(base)]
+		f.Rank, f.WorldSize = r, world
+		f.LocalRank, f.LocalWorldSize, f.Host = r%8, 8, fmt.Sprintf("node-%05d", r/8)
+		if f.Hang != nil {
+			h := *f.Hang
+			h.Rank = r
+			f.Hang = &h
+		}
+		// Not dumpfile.Write: its two synced files a rank make the
+		// writing take a minute, not what is measured.
+		data, err := json.Marshal(&f)
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, dumpfile.Name(r, world)), data, 0o644)
+	})
 }
 
 // TestScale replicates the real H100 dumps to 16,384 ranks, every 4th

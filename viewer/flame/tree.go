@@ -257,35 +257,11 @@ func (t *Tree) AppendShortLeak(dst []byte, n *Node, runs int) []byte {
 // proportional to len(ranks), not world. Ranks at or above world (a file
 // whose name disagrees) are ignored.
 func appendComplement(dst []byte, ranks []int, world int) []byte {
-	first := true
-	run := func(a, b int) {
-		if a > b {
-			return
-		}
-		if !first {
-			dst = append(dst, '/')
-		}
-		first = false
-		dst = strconv.AppendInt(dst, int64(a), 10)
-		if b > a {
-			dst = append(dst, '-')
-			dst = strconv.AppendInt(dst, int64(b), 10)
-		}
-	}
-	next := 0
-	for _, r := range ranks {
-		if r >= world {
-			break
-		}
-		run(next, r-1)
-		next = r + 1
-	}
-	run(next, world-1)
-	return dst
+	return appendComplementShort(dst, ranks, world, -1)
 }
 
-// appendComplementShort is appendComplement keeping at most runs runs,
-// then "+N", N the ranks of the complement left out.
+// appendComplementShort is appendComplement keeping at most runs runs
+// (all when runs < 0), then "+N", N the ranks of the complement left out.
 func appendComplementShort(dst []byte, ranks []int, world, runs int) []byte {
 	in := 0 // distinct ranks of ranks below world
 	for i, r := range ranks {

@@ -33,28 +33,12 @@ func Fold(ranks []int) string {
 
 // AppendFold appends the folded form of ranks, which must be sorted
 // (duplicates allowed), to dst.
-func AppendFold(dst []byte, ranks []int) []byte {
-	for i := 0; i < len(ranks); {
-		j := i
-		for j+1 < len(ranks) && (ranks[j+1] == ranks[j]+1 || ranks[j+1] == ranks[j]) {
-			j++
-		}
-		if i > 0 {
-			dst = append(dst, '/')
-		}
-		dst = strconv.AppendInt(dst, int64(ranks[i]), 10)
-		if ranks[j] != ranks[i] {
-			dst = append(dst, '-')
-			dst = strconv.AppendInt(dst, int64(ranks[j]), 10)
-		}
-		i = j + 1
-	}
-	return dst
-}
+func AppendFold(dst []byte, ranks []int) []byte { return AppendShort(dst, ranks, -1) }
 
 // AppendShort appends the folded form of ranks (sorted, duplicates
-// allowed) to dst, keeping at most runs runs: when there are more, the
-// first runs are followed by "+N", N the number of distinct ranks left out.
+// allowed) to dst, keeping at most runs runs (all when runs < 0): when
+// there are more, the first runs are followed by "+N", N the number of
+// distinct ranks left out.
 func AppendShort(dst []byte, ranks []int, runs int) []byte {
 	n := 0
 	for i := 0; i < len(ranks); {
