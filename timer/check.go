@@ -102,8 +102,8 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			h := e.decision(p, "host", now)
 			h.AgeNs = now - p.lastWork
 			h.Lagging = lag
-			if lag == nil {
-				s := p.still // the evidence: it spins (see hostStalled)
+			if s := p.still; lag == nil && p.spinning(now, e.timeout) {
+				// Part of the evidence: it spins (see hostStalled).
 				h.Stall = &Stall{Since: s.since, State: string(s.last.State), Site: s.last.Site, Python: s.last.Python, Spinning: true}
 			}
 			if o := p.oldest(); o != nil {
@@ -139,8 +139,9 @@ func (e *Engine) decision(p *proc, kind string, now int64) Hang {
 // hostStalled says whether v's process has issued no GPU work for longer
 // than the timeout while a peer waits, past the timeout, on a collective
 // this process has not issued, or, when no communicator links them, while
-// a peer is stuck on anything and this process's main thread spins. The
-// Lag names the communicator when one links them.
+// a peer is stuck in a collective and this process has none in flight, or
+// is stuck on anything and this process's main thread spins. The Lag
+// names the communicator when one links them.
 //
 // A process with a thread that waits on GPU work not known complete is
 // waiting on the GPU, even when that wait began less than the timeout ago
@@ -181,15 +182,32 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 		if linked {
 			continue // linked, and this process is not behind
 		}
-		if (!p.hasGlobalComm() || !q.p.hasGlobalComm()) && p.spinning(now, e.timeout) {
-			// No sequence numbers to compare: only a main thread seen
-			// spinning in its own code is evidence. A silent rank that
-			// sleeps may be waiting on its peers where the probes do
-			// not see (gloo, a store, a lock): a waiter, not a culprit.
-			return nil, true
+		if !p.hasGlobalComm() || !q.p.hasGlobalComm() {
+			// No sequence numbers to compare. The peer stuck in a
+			// collective while this process has none in flight is
+			// evidence (it never joined it), and so is a main thread seen
+			// spinning. Silence alone is not: a rank whose peer is stuck
+			// on a kernel may wait on it where the probes do not see
+			// (gloo, a store, a lock).
+			if q.coll != nil && !p.inCollective() || p.spinning(now, e.timeout) {
+				return nil, true
+			}
 		}
 	}
 	return nil, false
+}
+
+// inCollective says whether p has a collective outstanding: issued and
+// not known complete.
+func (p *proc) inCollective() bool {
+	for _, s := range p.streams {
+		for i := 0; i < s.n; i++ {
+			if s.q[(s.head+i)%len(s.q)].op.Kind == "collective" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // spinning says whether looks saw p's main thread running in the same

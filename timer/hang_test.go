@@ -271,6 +271,26 @@ func TestHostStall(t *testing.T) {
 			t.Fatalf("hangs %+v, want the stuck peer gpu and the sleeper stalled", hs)
 		}
 	})
+	// A peer stuck in a collective (its communicator's creation unseen, so
+	// "local:") that this process has no collective in flight for: it
+	// never joined it.
+	t.Run("without communicator info a rank out of every collective is stalled", func(t *testing.T) {
+		e := newTestEngine()
+		feed(e, allReduce(0, 1, 0xa0, 3, 8), enter(1, 1, 1, KindStreamSynchronize, 3, 0),
+			allReduce(0, 2, 0xb0, 3, 8), enter(0.1, 2, 2, KindStreamSynchronize, 3, 0), exit(0.2, 2, 2, KindStreamSynchronize, 3, 0, 0))
+		hs := e.Check(at(20))
+		if len(hs) != 2 || hs[1].Kind != "host" || hs[1].PID != 2 || hs[1].Lagging != nil || hs[1].Stall != nil {
+			t.Fatalf("hangs %+v", hs)
+		}
+	})
+	t.Run("without communicator info a rank with a collective in flight is not", func(t *testing.T) {
+		e := newTestEngine()
+		feed(e, allReduce(0, 1, 0xa0, 3, 8), enter(1, 1, 1, KindStreamSynchronize, 3, 0),
+			allReduce(0, 2, 0xb0, 3, 8))
+		if hs := e.Check(at(20)); len(hs) != 1 || hs[0].PID != 1 {
+			t.Fatalf("hangs %+v", hs)
+		}
+	})
 	t.Run("without communicator info a spinning silent rank is stalled", func(t *testing.T) {
 		e := noComm()
 		for s := 1.0; s <= 20; s++ {
