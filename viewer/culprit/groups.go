@@ -108,9 +108,10 @@ func clearMajority(count map[int]int, n int) (int, bool) {
 // those few are named, with their innermost Python frame and wait site.
 func (r *Report) drivers(ranks []Rank) {
 	type drv struct {
-		rank int
-		t    Thread
-		id   int
+		rank  int
+		t     Thread
+		id    int
+		waits string // what a thread of the rank waits in
 	}
 	var ds []drv
 	count := map[int]int{}
@@ -123,7 +124,7 @@ func (r *Report) drivers(ranks []Rank) {
 			if id == 0 {
 				id = -t.Stack // no Python frames: compare the native stack
 			}
-			ds = append(ds, drv{x.Rank, t, id})
+			ds = append(ds, drv{x.Rank, t, id, waits(x)})
 			count[id]++
 			break
 		}
@@ -134,16 +135,23 @@ func (r *Report) drivers(ranks []Rank) {
 	}
 	var majority []int
 	var rep Thread
+	repWaits := ""
 	for _, d := range ds {
 		if d.id == best {
 			majority = append(majority, d.rank)
-			rep = d.t
+			rep, repWaits = d.t, d.waits
 		}
 	}
 	for _, d := range ds {
 		if d.id != best {
+			evidence := EvidenceStack
+			if repWaits != "" && d.waits == "" {
+				// The others' stacks show what they wait in; its own, that
+				// it is not there.
+				evidence += fmt.Sprintf("; no thread in the %s the others' stacks wait in", repWaits)
+			}
 			r.add(KindPython, []int{d.rank}, fmt.Sprintf("'s %s %s, while %s are in %s",
-				threadWord(d.t), stall(d.t), ranksWord(majority), strings.TrimPrefix(stall(rep), "is in ")), EvidenceStack, false)
+				threadWord(d.t), stall(d.t), ranksWord(majority), strings.TrimPrefix(stall(rep), "is in ")), evidence, false)
 		}
 	}
 }
