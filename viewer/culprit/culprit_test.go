@@ -242,3 +242,40 @@ func TestHelperProcessesAlign(t *testing.T) {
 		t.Errorf("the stuck worker of rank 1 is not named:\n%s", text)
 	}
 }
+
+// TestTextBounded fills every section of a report past its bound: the
+// text stays under 100 lines, and no line carries a whole long rank set.
+func TestTextBounded(t *testing.T) {
+	const world = 100000
+	every := func(step, from int) []int {
+		var s []int
+		for r := from; r < world; r += step {
+			s = append(s, r)
+		}
+		return s
+	}
+	r := &Report{World: world, Files: world, Missing: every(7, 3), DState: every(11, 5), Culprits: every(2, 0),
+		Stalls: map[int]string{}, Waiters: map[int]string{}, Majority: every(2, 1), Thin: true, Why: "why"}
+	for i := range 40 {
+		r.Stalls[2*i] = fmt.Sprintf("main thread is in f%d", i)
+		r.Waiters[2*i+1] = fmt.Sprintf("wait %d", i%6)
+		r.Findings = append(r.Findings, Finding{Kind: KindOdd, Ranks: every(3+i, i), Text: "each of ranks " + ranksWord(every(3+i, i)), Evidence: EvidenceStack})
+		r.Comms = append(r.Comms, &Comm{ID: fmt.Sprint(i), NRanks: world, Members: every(1, 0),
+			Issued: map[int]uint64{1: 5, 2: 6, 3: 7}, Completed: map[int]uint64{1: 4}})
+		g := Group{Ranks: every(5+i, i)}
+		for j := range 10 {
+			g.Diff = append(g.Diff, fmt.Sprintf("thread %d", j))
+		}
+		r.Groups = append(r.Groups, g)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.Text(), "\n"), "\n")
+	t.Logf("%d lines", len(lines))
+	if len(lines) >= 100 {
+		t.Errorf("%d lines, want under 100:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		if len(l) > 400 {
+			t.Errorf("a line of %d bytes: %.120s…", len(l), l)
+		}
+	}
+}

@@ -15,7 +15,7 @@ const (
 	maxWaiterLines  = 3
 	maxFindingLines = 20
 	maxComms        = 4
-	maxGroups       = 6
+	maxGroups       = 5
 	maxGroupDiff    = 4
 )
 
