@@ -473,7 +473,7 @@ func firstErr(s []Skipped) error {
 func subtitle(res *Result, w flame.Weight) string {
 	s := fmt.Sprintf("world size %d: %d stack files", res.World, res.Files)
 	if len(res.Missing) > 0 {
-		s += ", missing ranks " + rankset.Fold(res.Missing)
+		s += ", missing ranks " + rankset.Short(res.Missing, 8) // the picture's subtitle: shortened like its labels
 	} else {
 		s += ", no rank missing"
 	}
