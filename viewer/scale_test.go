@@ -90,7 +90,7 @@ func TestScale(t *testing.T) {
 	}
 	for _, want := range []string{
 		"Likely culprit: ranks 2/6/10/14/18/22/26/30+4088\n",
-		"[kernel] each of ranks 2/6/10/14/18/22/26/30+4088 hangs in kernel at::cuda::(anonymous namespace)::spin_kernel (stream 0x0, not a collective), while ranks 0-1/3-5/7-9/11-13/15-17/19-21/23-25/27-29+12265 have no GPU work in flight and wait in gloo collective (4096 ranks) [a kernel outstanding 11s, past the 10s timeout]",
+		"[kernel] each of ranks 2/6/10/14/18/22/26/30+4088 hangs in kernel at::cuda::(anonymous namespace)::spin_kernel (stream 0x0, not a collective), while ranks 0-1/3-5/7-9/11-13/15-17/19-21/23-25/27-29+12265 are not hung on GPU work and wait in gloo collective (4096 ranks) [a kernel outstanding 11s, past the 10s timeout]",
 	} {
 		if !strings.Contains(res.Summary, want) {
 			t.Errorf("report lacks %q:\n%s", want, res.Summary)

@@ -469,9 +469,9 @@ func majority(c *Comm, seq uint64) string {
 	return best
 }
 
-// kernels names ranks hung on GPU work that is not a collective (a kernel,
-// a copy) while the others are not: a kernel-hang fault. Where several
-// ranks are hung on GPU work, those whose oldest op is not the one most
+// kernels names ranks hung ("gpu") on GPU work that is not a collective (a
+// kernel, a copy) while the others are not: a kernel-hang fault. Where
+// several ranks are hung on GPU work, those whose oldest op is not the one most
 // are stuck on, and few (at most a quarter of them), are named, while the
 // others wait in a collective or behind it; where only a few ranks (at
 // most a quarter of the dumped ones, or a lone rank) are hung on GPU work
@@ -491,8 +491,8 @@ func (r *Report) kernels(ranks []Rank) {
 	hangs := map[int]*timer.Hang{}
 	n := 0
 	for _, x := range ranks {
-		if x.Hang == nil || x.Hang.Oldest == nil {
-			continue
+		if x.Hang == nil || x.Hang.Kind != "gpu" || x.Hang.Oldest == nil {
+			continue // a host decision's oldest op is not what it waits on
 		}
 		d := desc(x.Hang.Oldest)
 		by[d] = append(by[d], x.Rank)
@@ -512,15 +512,12 @@ func (r *Report) kernels(ranks []Rank) {
 			}
 			what := fmt.Sprintf(" hangs in %s (stream %#x, not a collective)", d, op.Stream)
 			if others, w := othersWait(ranks, rs); len(others) > 0 {
-				what += fmt.Sprintf(", while %s have no GPU work in flight", ranksWord(others))
+				what += fmt.Sprintf(", while %s are not hung on GPU work", ranksWord(others))
 				if w != "" {
 					what += " and wait in " + w
 				}
 			}
 			for _, rank := range rs {
-				if hangs[rank].Kind != "gpu" {
-					continue // a host decision's oldest op, not what it waits on
-				}
 				r.add(KindKernel, []int{rank}, what, evidence(rank, op), false)
 			}
 		}

@@ -169,8 +169,18 @@ func TestAnalyse(t *testing.T) {
 				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
 				r.Threads[2].Waits = "CUDA synchronize"
 			}
-		}), []int{1}, []string{"rank 1 hangs in kernel spin (stream 0x0, not a collective), while ranks 0/2-3 have no GPU work in flight and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
+		}), []int{1}, []string{"rank 1 hangs in kernel spin (stream 0x0, not a collective), while ranks 0/2-3 are not hung on GPU work and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
 			"Waiting, not blamed: ranks 0/2-3 made no GPU call but their stacks wait in a gloo collective"}},
+		// A host decision carries the rank's oldest op; it is not what the
+		// rank is stuck on.
+		{"a host decision's oldest op is no kernel hang", 4, job(4, func(i int, r *Rank) {
+			r.Comms = nil
+			r.Hang = &timer.Hang{Kind: "host", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "leftover"}}
+			r.Threads[2].Waits = "gloo collective"
+			if i == 3 {
+				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+			}
+		}), []int{3}, []string{"rank 3 hangs in kernel spin (stream 0x0, not a collective), while ranks 0-2 are not hung on GPU work and wait in gloo collective"}},
 		{"silence alone is thin evidence", 4, job(4, func(i int, r *Rank) {
 			if i == 3 {
 				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9}
