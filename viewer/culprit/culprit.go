@@ -182,8 +182,8 @@ type Report struct {
 	Majority []int
 	// Thin is set when the culprit stands on thin evidence only.
 	Thin bool
-	// Waiters are the ranks the engine decided "host" on silence alone
-	// whose stack is inside a wait, and what each waits in.
+	// Waiters are the ranks the engine decided "host" on silence alone,
+	// or "stalled", whose stack is inside a wait, and what each waits in.
 	Waiters map[int]string
 
 	index map[string]int // Findings by kind, words and evidence
@@ -573,13 +573,25 @@ func waits(x Rank) string {
 	return ""
 }
 
+// waiter lists x among the ranks that wait, with what its stack waits in.
+func (r *Report) waiter(x Rank) {
+	if r.Waiters == nil {
+		r.Waiters = map[int]string{}
+	}
+	r.Waiters[x.Rank] = waits(x)
+}
+
 // hosts names ranks the engine decided "host", each on its evidence: the
 // sequence numbers of a communicator it is behind on, a main thread
 // spinning, or, thinly, silence alone. A rank silent alone whose stack is
-// inside a collective or a wait is a waiter (Report.Waiters), not named.
+// inside a collective or a wait is a waiter (Report.Waiters), not named;
+// so is a rank decided "stalled" whose stack is.
 func (r *Report) hosts(ranks []Rank) {
 	for _, x := range ranks {
 		h := x.Hang
+		if h != nil && h.Kind == "stalled" && waits(x) != "" {
+			r.waiter(x) // no progress, and its stack shows on what
+		}
 		if h == nil || h.Kind != "host" {
 			continue
 		}
@@ -598,10 +610,7 @@ func (r *Report) hosts(ranks []Rank) {
 			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait, and spins on the host", silent),
 				EvidenceSpinning, false)
 		case waits(x) != "":
-			if r.Waiters == nil {
-				r.Waiters = map[int]string{}
-			}
-			r.Waiters[x.Rank] = waits(x)
+			r.waiter(x)
 		default:
 			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait (stuck on the host)", silent),
 				EvidenceNoGPUCall, true)

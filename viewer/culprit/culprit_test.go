@@ -170,7 +170,18 @@ func TestAnalyse(t *testing.T) {
 				r.Threads[2].Waits = "CUDA synchronize"
 			}
 		}), []int{1}, []string{"rank 1 hangs in kernel spin (stream 0x0, not a collective), while ranks 0/2-3 are not hung on GPU work and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
-			"Waiting, not blamed: ranks 0/2-3 made no GPU call but their stacks wait in a gloo collective"}},
+			"Waiting, not blamed: ranks 0/2-3, their stacks inside a gloo collective"}},
+		// The engine today: the silent ranks are "stalled" (no sequence
+		// numbers, no spinning); their stacks still say they wait.
+		{"stalled ranks that wait are waiters", 4, job(4, func(i int, r *Rank) {
+			r.Comms = nil
+			r.Hang = &timer.Hang{Kind: "stalled", AgeNs: 11e9, Timeout: 10e9}
+			r.Threads[2].Waits = "gloo collective"
+			if i == 2 {
+				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+				r.Threads[2].Waits = "CUDA synchronize"
+			}
+		}), []int{2}, []string{"rank 2 hangs in kernel spin", "Waiting, not blamed: ranks 0-1/3, their stacks inside a gloo collective"}},
 		// A host decision carries the rank's oldest op; it is not what the
 		// rank is stuck on.
 		{"a host decision's oldest op is no kernel hang", 4, job(4, func(i int, r *Rank) {

@@ -50,7 +50,7 @@ func (r *Report) Text() string {
 				fmt.Fprintf(&b, "  ... and %d more kinds of waits\n", len(by)-i)
 				break
 			}
-			fmt.Fprintf(&b, "Waiting, not blamed: %s made no GPU call but their stacks wait in a %s\n", ranksWord(sortDistinct(by[w])), w)
+			fmt.Fprintf(&b, "Waiting, not blamed: %s, their stacks inside a %s\n", ranksWord(sortDistinct(by[w])), w)
 		}
 	}
 
