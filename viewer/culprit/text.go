@@ -32,7 +32,7 @@ func (r *Report) Text() string {
 	case len(r.Culprits) > 0:
 		fmt.Fprintf(&b, "Likely culprit: %s\n  %s\n", ranksWord(r.Culprits), r.Why)
 		if r.Thin {
-			b.WriteString("  The evidence is thin: nothing shows the others wait on these ranks; read the stacks below before acting on it\n")
+			b.WriteString("  The evidence is thin: it alone does not show that the others wait on these ranks; read the stacks below before acting on it\n")
 		}
 		r.stallLines(&b)
 	case r.Weak != "":
