@@ -138,6 +138,7 @@ const (
 	EvidenceSeq       = "sequence numbers"
 	EvidenceNoGPUCall = "no GPU call"
 	EvidenceSpinning  = "its main thread spinning in the same Python frames"
+	EvidenceOutOfColl = "no GPU work in flight while peers are stuck in a collective"
 	EvidenceDState    = "scheduler state D"
 	EvidenceNoDump    = "no dump"
 	EvidenceStack     = "a stack unlike the majority's"
@@ -583,10 +584,18 @@ func (r *Report) waiter(x Rank) {
 
 // hosts names ranks the engine decided "host", each on its evidence: the
 // sequence numbers of a communicator it is behind on, a main thread
-// spinning, or, thinly, silence alone. A rank silent alone whose stack is
+// spinning, no GPU work in flight while peers are stuck in a collective,
+// or, thinly, silence alone. A rank silent alone whose stack is
 // inside a collective or a wait is a waiter (Report.Waiters), not named;
 // so is a rank decided "stalled" whose stack is.
 func (r *Report) hosts(ranks []Rank) {
+	inColl := false // a rank is stuck on the GPU in a collective
+	for _, x := range ranks {
+		if h := x.Hang; h != nil && h.Kind == "gpu" && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == "collective") {
+			inColl = true
+			break
+		}
+	}
 	for _, x := range ranks {
 		h := x.Hang
 		if h != nil && h.Kind == "stalled" && waits(x) != "" {
@@ -611,6 +620,12 @@ func (r *Report) hosts(ranks []Rank) {
 				EvidenceSpinning, false)
 		case waits(x) != "":
 			r.waiter(x)
+		case inColl && h.Pending == 0:
+			// Not a member of the stuck collective as far as sequence
+			// numbers tell (its communicator's creation unseen), but out
+			// of every collective: it never joined the one they wait in.
+			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait (stuck on the host)", silent),
+				EvidenceOutOfColl, false)
 		default:
 			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait (stuck on the host)", silent),
 				EvidenceNoGPUCall, true)

@@ -192,7 +192,16 @@ func TestAnalyse(t *testing.T) {
 				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
 			}
 		}), []int{3}, []string{"rank 3 hangs in kernel spin (stream 0x0, not a collective), while ranks 0-2 are not hung on GPU work and wait in gloo collective"}},
+		// Communicators whose creation the probes missed: no sequence
+		// numbers, but the peers are stuck in a collective and the rank
+		// has nothing in flight.
+		{"out of every collective while the peers are stuck in one", 4, job(4, func(i int, r *Rank) {
+			if i == 1 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Pending: 0}
+			}
+		}), []int{1}, []string{"[host] rank 1 made no GPU call for 12s while its peers wait (stuck on the host) [no GPU work in flight while peers are stuck in a collective]"}},
 		{"silence alone is thin evidence", 4, job(4, func(i int, r *Rank) {
+			r.Hang = gpuHang(&timer.Op{Kind: "kernel", Kernel: "k"}) // the peers are stuck, not in a collective
 			if i == 3 {
 				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9}
 			}
