@@ -32,6 +32,21 @@ func job(world int, edit func(i int, r *Rank)) []Rank {
 	return out
 }
 
+// glooKernel is the H100 hang: world ranks over gloo, no communicator;
+// rank hung in a kernel, its gloo thread in a CUDA synchronize; the
+// others decided kind, their gloo threads waiting in the collective.
+func glooKernel(world, rank int, kind string) []Rank {
+	return job(world, func(i int, r *Rank) {
+		r.Comms = nil
+		r.Hang = &timer.Hang{Kind: kind, AgeNs: 11e9, Timeout: 10e9}
+		r.Threads[2].Waits = "gloo collective"
+		if i == rank {
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+			r.Threads[2].Waits = "CUDA synchronize"
+		}
+	})
+}
+
 func TestAnalyse(t *testing.T) {
 	// What a report must not say.
 	absent := map[string][]string{
@@ -161,27 +176,13 @@ func TestAnalyse(t *testing.T) {
 		{"missing rank", 4, job(4, nil)[1:], []int{0}, []string{"Ranks with no dump: 0", "missing ranks 0", "The evidence is thin"}},
 		// The host rule needs evidence: silence alone on a rank whose
 		// stack waits is a waiter's; the kernel past the timeout wins.
-		{"silent ranks that wait are waiters", 4, job(4, func(i int, r *Rank) {
-			r.Comms = nil
-			r.Hang = &timer.Hang{Kind: "host", AgeNs: 11e9, Timeout: 10e9}
-			r.Threads[2].Waits = "gloo collective"
-			if i == 1 {
-				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
-				r.Threads[2].Waits = "CUDA synchronize"
-			}
-		}), []int{1}, []string{"rank 1 hangs in kernel spin (stream 0x0, not a collective), while ranks 0/2-3 are not hung on GPU work and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
+		{"silent ranks that wait are waiters", 4, glooKernel(4, 1, "host"), []int{1}, []string{
+			"rank 1 hangs in kernel spin (stream 0x0, not a collective), while ranks 0/2-3 are not hung on GPU work and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
 			"Waiting, not blamed: ranks 0/2-3, their stacks inside a gloo collective"}},
 		// The engine today: the silent ranks are "stalled" (no sequence
 		// numbers, no spinning); their stacks still say they wait.
-		{"stalled ranks that wait are waiters", 4, job(4, func(i int, r *Rank) {
-			r.Comms = nil
-			r.Hang = &timer.Hang{Kind: "stalled", AgeNs: 11e9, Timeout: 10e9}
-			r.Threads[2].Waits = "gloo collective"
-			if i == 2 {
-				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
-				r.Threads[2].Waits = "CUDA synchronize"
-			}
-		}), []int{2}, []string{"rank 2 hangs in kernel spin", "Waiting, not blamed: ranks 0-1/3, their stacks inside a gloo collective"}},
+		{"stalled ranks that wait are waiters", 4, glooKernel(4, 2, "stalled"), []int{2}, []string{
+			"rank 2 hangs in kernel spin", "Waiting, not blamed: ranks 0-1/3, their stacks inside a gloo collective"}},
 		// A host decision carries the rank's oldest op; it is not what the
 		// rank is stuck on.
 		{"a host decision's oldest op is no kernel hang", 4, job(4, func(i int, r *Rank) {
