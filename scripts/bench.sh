@@ -71,6 +71,11 @@ ProbeOverhead	ours-empty-bpf-ns	floors-bpf-ns	-	our launch program over the thre
 ProbeOverhead	steps/s-traced	steps/s-plain	-	training steps/s, traced vs not
 Viewer	seconds	=5	1	viewer on 4,096 ranks vs 5 s
 Viewer	peak-RSS-MiB	=2048	1	viewer peak RSS vs 2 GiB
+ViewerScale	seconds-100k	seconds-16k	-	viewer on the real dumps x 100,000 ranks vs x 16,384
+ViewerScale	seconds-100k	=120	1	viewer on the real dumps x 100,000 ranks vs 2 minutes
+ViewerScale	cpu-seconds-100k	cpu-seconds-16k	-	viewer CPU (user+system), 100,000 ranks vs 16,384
+ViewerScale	peak-RSS-MiB-100k	peak-RSS-MiB-16k	-	viewer peak RSS, 100,000 ranks vs 16,384
+ViewerScale	peak-RSS-MiB-100k	=4096	1	viewer peak RSS, 100,000 ranks vs 4 GiB
 MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job
 MonitorFootprint	watch-on-cpu-%	watch-off-cpu-%	-	launcher CPU, stall watch on vs off
 MonitorFootprint	watch-on-rss-MB	rank-rss-MB	-	launcher RSS following 8 ranks vs one rank

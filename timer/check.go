@@ -102,6 +102,10 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			h := e.decision(p, "host", now)
 			h.AgeNs = now - p.lastWork
 			h.Lagging = lag
+			if s := p.still; lag == nil && p.spinning(now, e.timeout) {
+				// Part of the evidence: it spins (see hostStalled).
+				h.Stall = &Stall{Since: s.since, State: string(s.last.State), Site: s.last.Site, Python: s.last.Python, Spinning: true}
+			}
 			if o := p.oldest(); o != nil {
 				op := o.op
 				h.Oldest = &op
@@ -134,8 +138,10 @@ func (e *Engine) decision(p *proc, kind string, now int64) Hang {
 
 // hostStalled says whether v's process has issued no GPU work for longer
 // than the timeout while a peer waits, past the timeout, on a collective
-// this process has not issued (or, when no communicator links them, on
-// anything). The Lag names the communicator when one links them.
+// this process has not issued, or, when no communicator links them, while
+// a peer is stuck in a collective and this process has none in flight, or
+// is stuck on anything and this process's main thread spins. The Lag
+// names the communicator when one links them.
 //
 // A process with a thread that waits on GPU work not known complete is
 // waiting on the GPU, even when that wait began less than the timeout ago
@@ -177,8 +183,35 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 			continue // linked, and this process is not behind
 		}
 		if !p.hasGlobalComm() || !q.p.hasGlobalComm() {
-			return nil, true
+			// No sequence numbers to compare. The peer stuck in a
+			// collective while this process has none in flight is
+			// evidence (it never joined it), and so is a main thread seen
+			// spinning. Silence alone is not: a rank whose peer is stuck
+			// on a kernel may wait on it where the probes do not see
+			// (gloo, a store, a lock).
+			if q.coll != nil && !p.inCollective() || p.spinning(now, e.timeout) {
+				return nil, true
+			}
 		}
 	}
 	return nil, false
+}
+
+// inCollective says whether p has a collective outstanding: issued and
+// not known complete.
+func (p *proc) inCollective() bool {
+	for _, s := range p.streams {
+		for i := 0; i < s.n; i++ {
+			if s.q[(s.head+i)%len(s.q)].op.Kind == "collective" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// spinning says whether looks saw p's main thread running in the same
+// Python frames for longer than timeout.
+func (p *proc) spinning(now, timeout int64) bool {
+	return p.still != nil && p.still.spinning && p.still.since != 0 && now-p.still.since > timeout
 }

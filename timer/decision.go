@@ -26,7 +26,8 @@ type Hang struct {
 	Lagging *Lag `json:"lagging,omitempty"`
 
 	// Stall is set for decisions made on looks at the main thread
-	// ("stalled", and "host" when it spins): where and since when.
+	// ("stalled", and "host" when it spins, the only evidence of a "host"
+	// decision without Lagging): where and since when.
 	Stall *Stall `json:"stall,omitempty"`
 }
 

@@ -71,11 +71,23 @@
 // Hang.Lagging names the communicator, this process's last sequence
 // number and the highest one the peer awaits. Polling and synchronising
 // are not new work, so a rank whose watchdog keeps querying completed
-// events every 100 ms is still stalled. When no communicator links the two
-// (the peer awaits no collective on a communicator this process knows,
-// and one of them knows no communicator by its unique id), any stuck peer
-// counts; a peer stuck only on communicators this process has already
-// reached does not. A process that never issued GPU work nor created a
+// events every 100 ms is still stalled. A peer stuck only on
+// communicators this process has already reached does not count. When no
+// communicator links the two (the peer awaits no collective on a
+// communicator this process knows, and one of them knows no communicator
+// by its unique id), there are no sequence numbers to compare, and the
+// silence alone is no evidence: the process may wait on its peer where
+// the probes do not see (a gloo collective, a store key, a lock). It is
+// then stalled on the host only on other evidence: the peer is stuck in a
+// collective while this process has no collective in flight (it never
+// joined one), or looks (see "Silent ranks") saw its main thread spinning
+// in the same Python frames for longer than the timeout (Hang.Stall,
+// Spinning). A silent process whose peer is stuck on a kernel or a copy
+// and that sleeps is left to the "stalled" rule, and the peer's "gpu"
+// decision names the work it is stuck on. The engine sees no store keys
+// and no gloo or socket traffic: a barrier or key a rank never reached,
+// or a recv a peer waits in, counts only through the stacks (the viewer's
+// report). A process that never issued GPU work nor created a
 // communicator (a launcher, a data loader worker) is never stalled.
 //
 // # Silent ranks

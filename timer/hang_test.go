@@ -251,12 +251,54 @@ func TestHostStall(t *testing.T) {
 			t.Fatalf("hangs %+v", hs)
 		}
 	})
-	t.Run("without communicator info any stuck peer counts", func(t *testing.T) {
+	// Without communicator info nothing says what the peer waits for: a
+	// silent rank may wait on it where the probes do not see (gloo, a
+	// store). Only a main thread seen spinning in its own code is evidence.
+	noComm := func() *Engine {
 		e := newTestEngine()
 		feed(e, launch(0, 1, 1, 3, "k"), enter(1, 1, 1, KindStreamSynchronize, 3, 0), launch(0, 2, 2, 3, "k"),
 			enter(0.1, 2, 2, KindStreamSynchronize, 3, 0), exit(0.2, 2, 2, KindStreamSynchronize, 3, 0, 0))
+		return e
+	}
+	t.Run("without communicator info a sleeping silent rank is a waiter", func(t *testing.T) {
+		e := noComm()
+		for s := 1.0; s <= 20; s++ {
+			e.Observe(Look{PID: 2, Time: at(s), State: 'S', Runs: 5, Site: "futex", LastRan: at(0.2)})
+		}
+		// It is "stalled" (no progress while a peer is stuck), never "host".
 		hs := e.Check(at(20))
-		if len(hs) != 2 || hs[1].Kind != "host" || hs[1].PID != 2 || hs[1].Lagging != nil {
+		if len(hs) != 2 || hs[0].Kind != "gpu" || hs[0].PID != 1 || hs[1].Kind != "stalled" {
+			t.Fatalf("hangs %+v, want the stuck peer gpu and the sleeper stalled", hs)
+		}
+	})
+	// A peer stuck in a collective (its communicator's creation unseen, so
+	// "local:") that this process has no collective in flight for: it
+	// never joined it.
+	t.Run("without communicator info a rank out of every collective is stalled", func(t *testing.T) {
+		e := newTestEngine()
+		feed(e, allReduce(0, 1, 0xa0, 3, 8), enter(1, 1, 1, KindStreamSynchronize, 3, 0),
+			allReduce(0, 2, 0xb0, 3, 8), enter(0.1, 2, 2, KindStreamSynchronize, 3, 0), exit(0.2, 2, 2, KindStreamSynchronize, 3, 0, 0))
+		hs := e.Check(at(20))
+		if len(hs) != 2 || hs[1].Kind != "host" || hs[1].PID != 2 || hs[1].Lagging != nil || hs[1].Stall != nil {
+			t.Fatalf("hangs %+v", hs)
+		}
+	})
+	t.Run("without communicator info a rank with a collective in flight is not", func(t *testing.T) {
+		e := newTestEngine()
+		feed(e, allReduce(0, 1, 0xa0, 3, 8), enter(1, 1, 1, KindStreamSynchronize, 3, 0),
+			allReduce(0, 2, 0xb0, 3, 8))
+		if hs := e.Check(at(20)); len(hs) != 1 || hs[0].PID != 1 {
+			t.Fatalf("hangs %+v", hs)
+		}
+	})
+	t.Run("without communicator info a spinning silent rank is stalled", func(t *testing.T) {
+		e := noComm()
+		for s := 1.0; s <= 20; s++ {
+			e.Observe(Look{PID: 2, Time: at(s), State: 'R', Runs: 5 + uint64(s), CPU: at(s), Python: "spin@job.py"})
+		}
+		hs := e.Check(at(20))
+		if len(hs) != 2 || hs[1].Kind != "host" || hs[1].PID != 2 || hs[1].Lagging != nil ||
+			hs[1].Stall == nil || !hs[1].Stall.Spinning || hs[1].Stall.Python != "spin@job.py" {
 			t.Fatalf("hangs %+v", hs)
 		}
 	})

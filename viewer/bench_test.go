@@ -82,13 +82,23 @@ func reverse(s []stack.Frame) []stack.Frame {
 
 // writeBench writes the benchmark's dumps with dumpfile.Write, on every CPU.
 func writeBench(b *testing.B, dir string) {
+	onEveryCPU(b, benchRanks, func(r int) error {
+		_, err := dumpfile.Write(dir, benchFile(r))
+		return err
+	})
+}
+
+// onEveryCPU calls fn(0..n-1) on every CPU and fails tb with the first
+// error.
+func onEveryCPU(tb testing.TB, n int, fn func(i int) error) {
+	tb.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 1)
 	next := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
-			for r := range next {
-				if _, err := dumpfile.Write(dir, benchFile(r)); err != nil {
+			for i := range next {
+				if err := fn(i); err != nil {
 					select {
 					case errs <- err:
 					default:
@@ -97,14 +107,14 @@ func writeBench(b *testing.B, dir string) {
 			}
 		})
 	}
-	for r := range benchRanks {
-		next <- r
+	for i := range n {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
 	select {
 	case err := <-errs:
-		b.Fatal(err)
+		tb.Fatal(err)
 	default:
 	}
 }
@@ -123,6 +133,79 @@ func TestBenchChild(t *testing.T) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	fmt.Printf("bench-child files=%d heap-sys=%d\n", res.Files, ms.HeapSys)
+}
+
+// runChild runs the viewer on dir in a process of its own (TestBenchChild)
+// and returns its wall seconds and peak RSS in bytes.
+func runChild(b *testing.B, dir string) (float64, int64) {
+	secs, _, rss := runChildCPU(b, dir)
+	return secs, rss
+}
+
+// runChildCPU is runChild that also returns the child's CPU seconds (user
+// and system): on a shared machine, what load does not inflate.
+func runChildCPU(b *testing.B, dir string) (float64, float64, int64) {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$", "-test.v", "-test.timeout=30m")
+	cmd.Env = append(os.Environ(), "XPU_TIMER_BENCH_DIR="+dir)
+	t0 := time.Now()
+	out, err := cmd.CombinedOutput()
+	secs := time.Since(t0).Seconds()
+	if err != nil {
+		b.Fatalf("viewer run: %v\n%s", err, out)
+	}
+	cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	return secs, cpu, cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+}
+
+// BenchmarkViewerScale merges the real H100 dumps (testdata/gpu, 4 ranks,
+// one hung in a kernel) replicated to 16,384 and to 100,000 ranks, each in
+// a child process, and reports the 100,000-rank run's seconds and peak RSS
+// beside the 16,384-rank run's and beside the targets (2 minutes, 4 GiB).
+// The dumps are written first (about 12 KB a rank, 1.2 GB at 100,000),
+// in a temporary directory, or in XPU_TIMER_BENCH_SCALE_DATA, kept.
+func BenchmarkViewerScale(b *testing.B) {
+	root := os.Getenv("XPU_TIMER_BENCH_SCALE_DATA")
+	if root == "" {
+		root = b.TempDir()
+	}
+	sizes := []int{16384, 100000}
+	dirs := make([]string, len(sizes))
+	for i, world := range sizes {
+		dirs[i] = filepath.Join(root, fmt.Sprint(world))
+		if _, err := os.Stat(filepath.Join(dirs[i], dumpfile.Name(world-1, world))); err == nil {
+			continue
+		}
+		if err := os.MkdirAll(dirs[i], 0o755); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		replicate(b, realGloo, dirs[i], world)
+		b.Logf("replicated %s to %d ranks in %s", realGloo, world, time.Since(t0).Round(time.Millisecond))
+	}
+	b.ResetTimer()
+	secs := make([]float64, len(sizes))
+	cpu := make([]float64, len(sizes))
+	rss := make([]int64, len(sizes))
+	for range b.N {
+		for i := range sizes {
+			secs[i], cpu[i], rss[i] = runChildCPU(b, dirs[i])
+		}
+	}
+	b.StopTimer()
+	if secs[0] == 0 || secs[1] == 0 || rss[0] == 0 || rss[1] == 0 {
+		b.Fatal("a viewer run measured nothing")
+	}
+	b.ReportMetric(secs[0], "seconds-16k")
+	b.ReportMetric(secs[1], "seconds-100k")
+	b.ReportMetric(cpu[0], "cpu-seconds-16k")
+	b.ReportMetric(cpu[1], "cpu-seconds-100k")
+	b.ReportMetric(float64(rss[0])/(1<<20), "peak-RSS-MiB-16k")
+	b.ReportMetric(float64(rss[1])/(1<<20), "peak-RSS-MiB-100k")
+	benchtable.Row(b, "viewer, real dumps x 100,000 ranks", fmt.Sprintf("%.1f s", secs[1]), fmt.Sprintf("%.1f s (16,384 ranks)", secs[0]), secs[1]/secs[0])
+	benchtable.Row(b, "viewer, real dumps x 100,000 ranks", fmt.Sprintf("%.1f s", secs[1]), "120 s (target)", secs[1]/120)
+	benchtable.Row(b, "viewer CPU, real dumps x 100,000 ranks", fmt.Sprintf("%.1f s", cpu[1]), fmt.Sprintf("%.1f s (16,384 ranks)", cpu[0]), cpu[1]/cpu[0])
+	benchtable.Row(b, "viewer peak RSS, 100,000 ranks", fmt.Sprintf("%d MiB", rss[1]>>20), fmt.Sprintf("%d MiB (16,384 ranks)", rss[0]>>20), float64(rss[1])/float64(rss[0]))
+	benchtable.Row(b, "viewer peak RSS, 100,000 ranks", fmt.Sprintf("%d MiB", rss[1]>>20), "4096 MiB (target)", float64(rss[1]>>20)/4096)
 }
 
 // BenchmarkViewer times a whole viewer run (read, merge, every output) on
@@ -159,15 +242,7 @@ func BenchmarkViewer(b *testing.B) {
 	var secs float64
 	var rss int64
 	for range b.N {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestBenchChild$", "-test.v")
-		cmd.Env = append(os.Environ(), "XPU_TIMER_BENCH_DIR="+dir)
-		t0 := time.Now()
-		out, err := cmd.CombinedOutput()
-		secs = time.Since(t0).Seconds()
-		if err != nil {
-			b.Fatalf("viewer run: %v\n%s", err, out)
-		}
-		rss = cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss << 10
+		secs, rss = runChild(b, dir)
 	}
 	b.StopTimer()
 	b.ReportMetric(secs, "seconds")

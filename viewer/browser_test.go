@@ -288,3 +288,52 @@ func TestBrowserRankSets(t *testing.T) {
 		})
 	}
 }
+
+// TestBrowserShortSets opens the picture of the real H100 hang replicated
+// to 64 ranks, where every 4th rank's frames carry rank sets of 16 runs:
+// the page draws them shortened (2/6/…/30+8) exactly as svg.Fit does, and
+// a zoom keeps the shortened sets.
+func TestBrowserShortSets(t *testing.T) {
+	bin := chromium(t)
+	dir := t.TempDir()
+	replicate(t, realGloo, dir, 64)
+	out := filepath.Join(dir, "out")
+	if _, err := Run(Options{Dir: dir, Out: out, Weight: flame.Ranks}); err != nil {
+		t.Fatal(err)
+	}
+	b := startBrowser(t, bin)
+	s, err := b.open("file://"+filepath.Join(out, MixedSVG), 1700, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Short    []string
+		Mismatch []string
+		Zoomed   string
+	}
+	page := `(function(){
+		var frames = Array.from(document.querySelectorAll("#frames g.f"));
+		var res = {Short: [], Mismatch: []};
+		frames.forEach(function(g){
+			var w = +g.querySelector("rect").getAttribute("width");
+			var drawn = g.querySelector("text").textContent;
+			if (drawn !== fit(label(g), w)) res.Mismatch.push(label(g) + " => " + drawn + " / " + fit(label(g), w));
+			if (/@2\/6\/10\/14\/18\/22\/26\/30\+8\|/.test(label(g))) res.Short.push(label(g));
+		});
+		var g = frames.find(function(g){ return /^cuStreamSynchronize@/.test(label(g)); });
+		if (g) { zoom(g); res.Zoomed = g.querySelector("text").textContent; }
+		return res;
+	})()`
+	if err := b.eval(s, page, &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Short) == 0 {
+		t.Error("no frame label carries the shortened set of every 4th rank from 2")
+	}
+	if len(got.Mismatch) > 0 {
+		t.Errorf("the page's labels differ from svg.Fit's: %q", got.Mismatch)
+	}
+	if !strings.HasSuffix(got.Zoomed, "@2/6/10/14/18/22/26/30+8|0-1/3-5/7-9/11-13/15-17/19-21/23-25/27-29+25") {
+		t.Errorf("after a zoom the kernel rank's frame reads %q", got.Zoomed)
+	}
+}

@@ -200,6 +200,76 @@ func driverOf(threads []stack.Thread, pid int) int {
 	return gil
 }
 
+// Waits: a thread whose stack is inside one of these is waiting on its
+// peers or on the GPU. A rank with no GPU work in flight and such a thread
+// is a waiter, never the culprit (see package culprit).
+var (
+	// waitFuncs are native functions, by prefix, and what they wait in.
+	waitFuncs = []struct{ prefix, what string }{
+		{"cudaStreamSynchronize", "CUDA synchronize"},
+		{"cudaDeviceSynchronize", "CUDA synchronize"},
+		{"cudaEventSynchronize", "CUDA synchronize"},
+		{"cuStreamSynchronize", "CUDA synchronize"},
+		{"cuCtxSynchronize", "CUDA synchronize"},
+		{"cuEventSynchronize", "CUDA synchronize"},
+		{"c10d::Reducer::finalize_backward", "c10d wait"}, // DDP's backward waits for its all-reduce
+		{"c10d::TCPStore::get", "c10d store wait"},
+		{"c10d::TCPStore::wait", "c10d store wait"},
+		{"c10d::TCPStore::doWait", "c10d store wait"},
+		{"c10d::TCPStore::doGet", "c10d store wait"},
+	}
+	// waitPy are Python source files whose frames are a collective or a
+	// wait of torch.distributed.
+	waitPy = []struct{ suffix, what string }{
+		{"torch/distributed/distributed_c10d.py", "torch.distributed collective"},
+	}
+)
+
+// waitOf says what a thread waits in when its stack (frames, innermost
+// first) is inside a collective or a wait: a gloo collective's wait
+// (gloo's transport loop, idle in epoll, is not one), a c10d work's or
+// store's wait, an NCCL call of the application's (not of NCCL's own
+// helper threads), a CUDA synchronize, a torch.distributed call; "" when
+// none.
+func waitOf(t *stack.Thread, frames []stack.Frame, role culprit.Role) string {
+	for i := range frames {
+		fn := frames[i].Func
+		switch {
+		case strings.HasPrefix(fn, "gloo::") && strings.Contains(fn, "::wait"):
+			return "gloo collective"
+		case strings.HasPrefix(fn, "c10d::") && (strings.HasSuffix(fn, "::wait") || strings.Contains(fn, "::wait(")):
+			return "c10d wait"
+		case role != culprit.Background && isCollAPI(fn) && isCollLib(frameObject(&frames[i])):
+			return "collective call (" + fn + ")"
+		}
+		for _, w := range waitFuncs {
+			if strings.HasPrefix(fn, w.prefix) {
+				return w.what
+			}
+		}
+	}
+	for i := range t.Python {
+		for _, w := range waitPy {
+			if strings.HasSuffix(t.Python[i].File, w.suffix) {
+				return w.what
+			}
+		}
+	}
+	return ""
+}
+
+// isCollAPI says whether fn is an entry point of NCCL's API (ncclAllReduce,
+// ncclGroupEnd, ncclCommInitRank; RCCL's and MCCL's alike), not a device
+// kernel or an internal function.
+func isCollAPI(fn string) bool {
+	for _, p := range []string{"nccl", "mccl", "rccl"} {
+		if rest, ok := strings.CutPrefix(fn, p); ok && rest != "" && rest[0] >= 'A' && rest[0] <= 'Z' {
+			return !strings.HasPrefix(rest, "Dev") && !strings.HasPrefix(rest, "Kernel") && !strings.HasPrefix(rest, "Proxy")
+		}
+	}
+	return false
+}
+
 // roleOf is a thread's culprit.Role and, for a helper, what it helps.
 func roleOf(t *stack.Thread, frames []stack.Frame, driver bool) (culprit.Role, string) {
 	if driver {

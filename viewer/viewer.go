@@ -280,6 +280,7 @@ type threadEnd struct {
 	py     string      // innermost Python frame
 	wait   string      // native wait site
 	coll   bool
+	waits  string        // what it waits in, when its stack is inside a collective or a wait
 	frames []stack.Frame // innermost first, from the first frame past the tip; only the first few are kept
 }
 
@@ -341,7 +342,7 @@ func (m *merger) add(l loaded) {
 		role, helper := roleOf(t, frames, i == driver)
 		info.threads = append(info.threads, threadEnd{tid: t.TID, name: t.Name, state: t.State, role: role, helper: helper, proc: proc,
 			main: t.TID == f.PID, end: end, pyEnd: pyEnd, tip: tip, py: pyFrame(t), wait: waitSite(frames),
-			coll: throughColl(frames), frames: slices.Clone(frames[tip:min(len(frames), tip+3)])})
+			coll: throughColl(frames), waits: waitOf(t, frames, role), frames: slices.Clone(frames[tip:min(len(frames), tip+3)])})
 	}
 	m.ranks[rank] = info
 }
@@ -375,7 +376,7 @@ func (m *merger) finish(w flame.Weight) (*Views, []culprit.Rank) {
 			}
 			info.rank.Threads = append(info.rank.Threads, culprit.Thread{
 				TID: t.tid, Name: t.name, State: t.state, Role: t.role, Helper: t.helper, Process: t.proc, Main: t.main,
-				Stack: id, PyStack: pyID, Where: where(t.frames), Py: t.py, Wait: t.wait, Coll: t.coll,
+				Stack: id, PyStack: pyID, Where: where(t.frames), Py: t.py, Wait: t.wait, Coll: t.coll, Waits: t.waits,
 				Frames: func() []string { return path(sig) }})
 		}
 		ranks = append(ranks, info.rank)
@@ -427,12 +428,17 @@ func isSystem(module string) bool {
 // throughColl says whether a stack runs through a collective library.
 func throughColl(frames []stack.Frame) bool {
 	for i := range frames {
-		base := filepath.Base(frameObject(&frames[i]))
-		if strings.HasPrefix(base, "libnccl") || strings.HasPrefix(base, "libmccl") || strings.HasPrefix(base, "librccl") {
+		if isCollLib(frameObject(&frames[i])) {
 			return true
 		}
 	}
 	return false
+}
+
+// isCollLib says whether a module is a collective library (NCCL, RCCL, MCCL).
+func isCollLib(module string) bool {
+	base := filepath.Base(module)
+	return strings.HasPrefix(base, "libnccl") || strings.HasPrefix(base, "libmccl") || strings.HasPrefix(base, "librccl")
 }
 
 // path lists the frames from the root to n, outermost first.
@@ -467,7 +473,7 @@ func firstErr(s []Skipped) error {
 func subtitle(res *Result, w flame.Weight) string {
 	s := fmt.Sprintf("world size %d: %d stack files", res.World, res.Files)
 	if len(res.Missing) > 0 {
-		s += ", missing ranks " + rankset.Fold(res.Missing)
+		s += ", missing ranks " + rankset.Short(res.Missing, 8) // the picture's subtitle: shortened like its labels
 	} else {
 		s += ", no rank missing"
 	}

@@ -2,8 +2,23 @@
 // the rest, in the words of NCCL's RAS service: per communicator the
 // collective sequence numbers each rank issued and completed, the ranks that
 // never issued what the others wait in, ranks hung in a kernel while the
-// others wait in a collective, ranks silent on the host, ranks in state D,
-// ranks with no dump, and ranks whose stacks differ from the majority.
+// others wait, ranks silent on the host, ranks in state D, ranks with no
+// dump, and ranks whose stacks differ from the majority.
+//
+// Every finding says what it stands on (Finding.Evidence). The culprit is
+// taken from the findings whose evidence shows the others wait on the
+// rank (sequence numbers, GPU work past the timeout, a main thread
+// spinning, state D, a driving or collective thread unlike a clear
+// majority) before those whose evidence is thin (no GPU call alone, no
+// dump, another thread unlike the majority), and the report says when it
+// had to use thin evidence. A rank the engine decided "host" on silence
+// alone whose stack is inside a wait (a gloo or NCCL collective, a c10d
+// wait, a CUDA synchronize) is a waiter, never a culprit: the probes do
+// not see what it waits for, its stack does.
+//
+// Findings alike on many ranks are one finding with one rank set, and
+// the report stays under 100 lines at any scale: long rank sets are
+// shortened to their first runs and a count (rankset.AppendShort).
 package culprit
 
 import (
@@ -66,6 +81,10 @@ type Thread struct {
 	Py      string // the innermost Python frame: "func (file.py:line)"; "" without one
 	Wait    string // the native frame it waits (or runs) in, past the C library and the interpreter
 	Coll    bool   // the stack runs through the collective library (NCCL, MCCL)
+	// Waits says what the thread waits in when its stack is inside a
+	// collective or a wait ("gloo collective", "c10d wait", "CUDA
+	// synchronize", ...); "" otherwise.
+	Waits string
 	// Frames returns the stack, outermost first, without the C library
 	// frames at its tip; the report calls it only for the threads it names.
 	Frames func() []string
@@ -94,12 +113,37 @@ const (
 // it: caught at different points of their loops, they are noise.
 var kindOrder = []string{KindBehind, KindKernel, KindHost, KindDState, KindPython, KindStack, KindOdd, KindNative, KindMissing}
 
-// Finding is one observation that points at ranks.
+// Finding is one observation that points at ranks. Observations alike on
+// several ranks (same kind, same words, same evidence) are one finding.
 type Finding struct {
 	Kind  string
 	Ranks []int
-	Text  string
+	// Text is the observation, beginning with the ranks it names: "rank 2
+	// hangs in ...", "ranks 0-1/3's main thread is in ...".
+	Text string
+	// What is Text without the ranks it names.
+	What string
+	// Evidence says what the finding stands on: "sequence numbers", "a
+	// kernel outstanding 11s, past the 10s timeout", "no GPU call", ...
+	Evidence string
+	// Thin is set when the evidence alone does not show that the others
+	// wait on these ranks.
+	Thin bool
+
+	merged bool // seen on several ranks one by one: Text says "each of"
 }
+
+// Evidence of findings whose words do not carry numbers.
+const (
+	EvidenceSeq       = "sequence numbers"
+	EvidenceNoGPUCall = "no GPU call"
+	EvidenceSpinning  = "its main thread spinning in the same Python frames"
+	EvidenceOutOfColl = "no GPU work in flight while peers are stuck in a collective"
+	EvidenceDState    = "scheduler state D"
+	EvidenceNoDump    = "no dump"
+	EvidenceStack     = "a stack unlike the majority's"
+	EvidenceHelper    = "a helper thread's stack unlike the majority's"
+)
 
 // Comm is what the dumps say of one communicator.
 type Comm struct {
@@ -137,6 +181,13 @@ type Report struct {
 	// Majority is the largest group of identical stacks when it holds more
 	// than half the dumped ranks; nil when there is no such majority.
 	Majority []int
+	// Thin is set when the culprit stands on thin evidence only.
+	Thin bool
+	// Waiters are the ranks the engine decided "host" on silence alone,
+	// or "stalled", whose stack is inside a wait, and what each waits in.
+	Waiters map[int]string
+
+	index map[string]int // Findings by kind, words and evidence
 }
 
 // Analyse builds the report of a job of world ranks from the ranks that
@@ -161,35 +212,62 @@ func Analyse(world int, ranks []Rank) *Report {
 	r.kernels(ranks)
 	r.hosts(ranks)
 	if len(r.DState) > 0 {
-		r.add(KindDState, r.DState, fmt.Sprintf("%s in state D (uninterruptible sleep: stuck in the kernel or on I/O; not attached, only the state recorded)", ranksWord(r.DState)))
+		r.add(KindDState, r.DState, " in state D (uninterruptible sleep: stuck in the kernel or on I/O; not attached, only the state recorded)", EvidenceDState, false)
 	}
 	if len(r.Missing) > 0 {
-		r.add(KindMissing, r.Missing, fmt.Sprintf("%s left no dump (a rank stuck on the CPU never detects a hang; or its node is gone)", ranksWord(r.Missing)))
+		r.add(KindMissing, r.Missing, " left no dump (a rank stuck on the CPU never detects a hang; or its node is gone)", EvidenceNoDump, true)
 	}
 	r.groups(ranks)
 	r.drivers(ranks)
 	r.outliers(ranks, App)
 	r.outliers(ranks, Background)
-	for _, k := range kindOrder {
-		var set []int
-		var why []string
-		for _, f := range r.Findings {
-			if f.Kind == k {
-				set = append(set, f.Ranks...)
-				why = append(why, f.Text)
-			}
-		}
-		if len(set) > 0 {
-			r.Culprits = sortDistinct(set)
-			r.Why = strings.Join(why, "; ")
-			break
+	for i := range r.Findings {
+		f := &r.Findings[i]
+		f.Ranks = sortDistinct(f.Ranks)
+		f.Text = ranksWord(f.Ranks) + f.What
+		if f.merged && len(f.Ranks) > 1 {
+			f.Text = "each of " + f.Text
 		}
 	}
+	r.index = nil
+	r.choose()
 	if len(r.Culprits) == 0 {
 		r.weak()
 	}
 	r.stalls(ranks)
 	return r
+}
+
+// maxWhy bounds the findings the culprit line quotes.
+const maxWhy = 3
+
+// choose takes the culprits from the first kind in kindOrder with a
+// finding of strong evidence, else from the first with a thin one.
+func (r *Report) choose() {
+	for _, thin := range []bool{false, true} {
+		for _, k := range kindOrder {
+			var set []int
+			var why []string
+			n := 0
+			for _, f := range r.Findings {
+				if f.Kind != k || f.Thin != thin {
+					continue
+				}
+				set = append(set, f.Ranks...)
+				if n++; n <= maxWhy {
+					why = append(why, f.Text+" ["+f.Evidence+"]")
+				}
+			}
+			if len(set) == 0 {
+				continue
+			}
+			if n > maxWhy {
+				why = append(why, fmt.Sprintf("and %d more findings of this kind", n-maxWhy))
+			}
+			r.Culprits, r.Why, r.Thin = sortDistinct(set), strings.Join(why, "; "), thin
+			return
+		}
+	}
 }
 
 // weak says why no rank is named when stacks differ all the same.
@@ -212,7 +290,7 @@ func (r *Report) weak() {
 // stalls describes where each culprit's driving thread stands.
 func (r *Report) stalls(ranks []Rank) {
 	for _, x := range ranks {
-		if !slices.Contains(r.Culprits, x.Rank) {
+		if _, in := slices.BinarySearch(r.Culprits, x.Rank); !in {
 			continue
 		}
 		for _, t := range x.Threads {
@@ -220,7 +298,7 @@ func (r *Report) stalls(ranks []Rank) {
 				if r.Stalls == nil {
 					r.Stalls = map[int]string{}
 				}
-				r.Stalls[x.Rank] = fmt.Sprintf("rank %d's %s %s", x.Rank, threadWord(t), stall(t))
+				r.Stalls[x.Rank] = fmt.Sprintf("%s %s", threadWord(t), stall(t))
 			}
 		}
 	}
@@ -258,13 +336,22 @@ func threadWord(t Thread) string {
 	return fmt.Sprintf("thread %q", t.Name)
 }
 
-func (r *Report) add(kind string, ranks []int, text string) {
-	for _, f := range r.Findings {
-		if f.Kind == kind && f.Text == text {
-			return // two threads alike
-		}
+// add records that ranks (a rank set phrased in front of what) are seen as
+// what says, on evidence; the same words on the same evidence join one
+// finding. thin marks evidence that alone does not show the others wait
+// on these ranks.
+func (r *Report) add(kind string, ranks []int, what, evidence string, thin bool) {
+	key := kind + "\x00" + what + "\x00" + evidence
+	if i, ok := r.index[key]; ok {
+		r.Findings[i].Ranks = append(r.Findings[i].Ranks, ranks...)
+		r.Findings[i].merged = true
+		return
 	}
-	r.Findings = append(r.Findings, Finding{Kind: kind, Ranks: slices.Clone(ranks), Text: text})
+	if r.index == nil {
+		r.index = map[string]int{}
+	}
+	r.index[key] = len(r.Findings)
+	r.Findings = append(r.Findings, Finding{Kind: kind, Ranks: slices.Clone(ranks), What: what, Evidence: evidence, Thin: thin})
 }
 
 // comms gathers the communicators and names the ranks behind on each.
@@ -317,7 +404,7 @@ func (r *Report) comms(ranks []Rank) {
 			if op == "collective" {
 				op = majority(c, top)
 			}
-			text := fmt.Sprintf("%s never issued %s #%d on comm %s", ranksWord(levels[v]), op, next, Short(c.ID))
+			text := fmt.Sprintf(" never issued %s #%d on comm %s", op, next, Short(c.ID))
 			switch len(waiting) {
 			case 0:
 			case 1:
@@ -325,7 +412,7 @@ func (r *Report) comms(ranks []Rank) {
 			default:
 				text += fmt.Sprintf(", %s wait in it", ranksWord(waiting))
 			}
-			r.add(KindBehind, levels[v], text)
+			r.add(KindBehind, levels[v], text, fmt.Sprintf("%s: issued #%d, the others #%d", EvidenceSeq, v, top), false)
 		}
 	}
 }
@@ -383,9 +470,13 @@ func majority(c *Comm, seq uint64) string {
 	return best
 }
 
-// kernels names ranks whose oldest outstanding op is a kernel (or copy)
-// that a clear majority of the hung ranks is not stuck on: a kernel-hang
-// fault, while the others wait in a collective or behind it.
+// kernels names ranks hung ("gpu") on GPU work that is not a collective (a
+// kernel, a copy) while the others are not: a kernel-hang fault. Where
+// several ranks are hung on GPU work, those whose oldest op is not the one most
+// are stuck on, and few (at most a quarter of them), are named, while the
+// others wait in a collective or behind it; where only a few ranks (at
+// most a quarter of the dumped ones, or a lone rank) are hung on GPU work
+// at all, they are named, while the others have none in flight.
 func (r *Report) kernels(ranks []Rank) {
 	desc := func(op *timer.Op) string {
 		if op.Kind == "collective" {
@@ -398,15 +489,40 @@ func (r *Report) kernels(ranks []Rank) {
 	}
 	by := map[string][]int{}
 	ops := map[string]*timer.Op{}
+	hangs := map[int]*timer.Hang{}
 	n := 0
 	for _, x := range ranks {
-		if x.Hang == nil || x.Hang.Oldest == nil {
-			continue
+		if x.Hang == nil || x.Hang.Kind != "gpu" || x.Hang.Oldest == nil {
+			continue // a host decision's oldest op is not what it waits on
 		}
 		d := desc(x.Hang.Oldest)
 		by[d] = append(by[d], x.Rank)
 		ops[d] = x.Hang.Oldest
+		hangs[x.Rank] = x.Hang
 		n++
+	}
+	evidence := func(rank int, op *timer.Op) string {
+		h := hangs[rank]
+		return fmt.Sprintf("a %s outstanding %.0fs, past the %.0fs timeout", op.Kind, float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9)
+	}
+	if len(by) == 1 {
+		for d, rs := range by {
+			op := ops[d]
+			if op.Kind == "collective" || len(rs) > max(1, len(ranks)/4) {
+				return
+			}
+			what := fmt.Sprintf(" hangs in %s (stream %#x, not a collective)", d, op.Stream)
+			if others, w := othersWait(ranks, rs); len(others) > 0 {
+				what += fmt.Sprintf(", while %s are not hung on GPU work", ranksWord(others))
+				if w != "" {
+					what += " and wait in " + w
+				}
+			}
+			for _, rank := range rs {
+				r.add(KindKernel, []int{rank}, what, evidence(rank, op), false)
+			}
+		}
+		return
 	}
 	if len(by) < 2 {
 		return
@@ -423,18 +539,96 @@ func (r *Report) kernels(ranks []Rank) {
 			continue
 		}
 		for _, rank := range rs {
-			r.add(KindKernel, []int{rank}, fmt.Sprintf("rank %d hangs in %s (stream %#x, not a collective), while %s wait in %s",
-				rank, d, op.Stream, ranksWord(by[top]), top))
+			r.add(KindKernel, []int{rank}, fmt.Sprintf(" hangs in %s (stream %#x, not a collective), while %s wait in %s",
+				d, op.Stream, ranksWord(by[top]), top), evidence(rank, op), false)
 		}
 	}
 }
 
-// hosts names ranks the engine found silent on the host.
-func (r *Report) hosts(ranks []Rank) {
+// othersWait lists the ranks not in some (sorted), and phrases what their
+// threads wait in: "gloo collective", "gloo collective or c10d wait"; ""
+// when none waits.
+func othersWait(ranks []Rank, some []int) ([]int, string) {
+	var others []int
+	var kinds []string
 	for _, x := range ranks {
-		if x.Hang != nil && x.Hang.Kind == "host" {
-			r.add(KindHost, []int{x.Rank}, fmt.Sprintf("rank %d made no GPU call for %.0fs while its peers wait (stuck on the host)",
-				x.Rank, float64(x.Hang.AgeNs)/1e9))
+		if _, in := slices.BinarySearch(some, x.Rank); in {
+			continue
+		}
+		others = append(others, x.Rank)
+		if w := waits(x); w != "" && !slices.Contains(kinds, w) {
+			kinds = append(kinds, w)
+		}
+	}
+	return others, strings.Join(kinds, " or ")
+}
+
+// waits is what a rank's first thread inside a collective or a wait
+// waits in; "" when none is.
+func waits(x Rank) string {
+	for _, t := range x.Threads {
+		if t.Waits != "" {
+			return t.Waits
+		}
+	}
+	return ""
+}
+
+// waiter lists x among the ranks that wait, with what its stack waits in.
+func (r *Report) waiter(x Rank) {
+	if r.Waiters == nil {
+		r.Waiters = map[int]string{}
+	}
+	r.Waiters[x.Rank] = waits(x)
+}
+
+// hosts names ranks the engine decided "host", each on its evidence: the
+// sequence numbers of a communicator it is behind on, a main thread
+// spinning, no GPU work in flight while peers are stuck in a collective,
+// or, thinly, silence alone. A rank silent alone whose stack is
+// inside a collective or a wait is a waiter (Report.Waiters), not named;
+// so is a rank decided "stalled" whose stack is.
+func (r *Report) hosts(ranks []Rank) {
+	inColl := false // a rank is stuck on the GPU in a collective
+	for _, x := range ranks {
+		if h := x.Hang; h != nil && h.Kind == "gpu" && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == "collective") {
+			inColl = true
+			break
+		}
+	}
+	for _, x := range ranks {
+		h := x.Hang
+		if h != nil && h.Kind == "stalled" && waits(x) != "" {
+			r.waiter(x) // no progress, and its stack shows on what
+		}
+		if h == nil || h.Kind != "host" {
+			continue
+		}
+		silent := float64(h.AgeNs) / 1e9
+		switch {
+		case h.Lagging != nil:
+			l := h.Lagging
+			peer := "a peer"
+			if l.PeerRank >= 0 {
+				peer = fmt.Sprintf("rank %d", l.PeerRank)
+			}
+			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait, behind on comm %s: %s waits in collective #%d there",
+				silent, Short(l.Comm), peer, l.Awaited),
+				fmt.Sprintf("%s: issued #%d, awaited #%d", EvidenceSeq, l.Issued, l.Awaited), false)
+		case h.Stall != nil && h.Stall.Spinning:
+			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait, and spins on the host", silent),
+				EvidenceSpinning, false)
+		case waits(x) != "":
+			r.waiter(x)
+		case inColl && h.Pending == 0:
+			// Not a member of the stuck collective as far as sequence
+			// numbers tell (its communicator's creation unseen), but out
+			// of every collective: it never joined the one they wait in.
+			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait (stuck on the host)", silent),
+				EvidenceOutOfColl, false)
+		default:
+			r.add(KindHost, []int{x.Rank}, fmt.Sprintf(" made no GPU call for %.0fs while its peers wait (stuck on the host)", silent),
+				EvidenceNoGPUCall, true)
 		}
 	}
 }
@@ -447,12 +641,16 @@ func Short(id string) string {
 	return id
 }
 
-// ranksWord phrases a set: "rank 5", "ranks 0-4/6-7".
+// shortRuns is how many runs of a rank set the report shows.
+const shortRuns = 8
+
+// ranksWord phrases a set: "rank 5", "ranks 0-4/6-7"; a set of more than
+// shortRuns runs is shortened, "ranks 0/4/8/12/16/20/24/28+4088".
 func ranksWord(ranks []int) string {
 	if len(ranks) == 1 {
 		return fmt.Sprintf("rank %d", ranks[0])
 	}
-	return "ranks " + rankset.Fold(ranks)
+	return "ranks " + rankset.Short(ranks, shortRuns)
 }
 
 func sortDistinct(s []int) []int {

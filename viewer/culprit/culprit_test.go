@@ -32,11 +32,28 @@ func job(world int, edit func(i int, r *Rank)) []Rank {
 	return out
 }
 
+// glooKernel is the H100 hang: world ranks over gloo, no communicator;
+// rank hung in a kernel, its gloo thread in a CUDA synchronize; the
+// others decided kind, their gloo threads waiting in the collective.
+func glooKernel(world, rank int, kind string) []Rank {
+	return job(world, func(i int, r *Rank) {
+		r.Comms = nil
+		r.Hang = &timer.Hang{Kind: kind, AgeNs: 11e9, Timeout: 10e9}
+		r.Threads[2].Waits = "gloo collective"
+		if i == rank {
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+			r.Threads[2].Waits = "CUDA synchronize"
+		}
+	})
+}
+
 func TestAnalyse(t *testing.T) {
 	// What a report must not say.
 	absent := map[string][]string{
 		"a background thread alone names nobody and says the evidence is weak": {"Ranks whose stacks differ"},
 		"two against two is no majority":                                       {"Ranks whose stacks differ"},
+		"silent ranks that wait are waiters":                                   {"[host]", "evidence is thin"},
+		"a rank behind by the engine's sequence numbers":                       {"evidence is thin"},
 	}
 	for _, tc := range []struct {
 		name     string
@@ -156,7 +173,52 @@ func TestAnalyse(t *testing.T) {
 				r.Threads[2].Stack = 6
 			}
 		}), []int{2}, []string{`[native] rank 2's thread "gpu-stream1" is in flash_attn_bwd_kernel`}},
-		{"missing rank", 4, job(4, nil)[1:], []int{0}, []string{"Ranks with no dump: 0", "missing ranks 0"}},
+		{"missing rank", 4, job(4, nil)[1:], []int{0}, []string{"Ranks with no dump: 0", "missing ranks 0", "The evidence is thin"}},
+		// The host rule needs evidence: silence alone on a rank whose
+		// stack waits is a waiter's; the kernel past the timeout wins.
+		{"silent ranks that wait are waiters", 4, glooKernel(4, 1, "host"), []int{1}, []string{
+			"rank 1 hangs in kernel spin (stream 0x0, not a collective), while ranks 0/2-3 are not hung on GPU work and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
+			"Waiting, not blamed: ranks 0/2-3, their stacks inside a gloo collective"}},
+		// The engine today: the silent ranks are "stalled" (no sequence
+		// numbers, no spinning); their stacks still say they wait.
+		{"stalled ranks that wait are waiters", 4, glooKernel(4, 2, "stalled"), []int{2}, []string{
+			"rank 2 hangs in kernel spin", "Waiting, not blamed: ranks 0-1/3, their stacks inside a gloo collective"}},
+		// A host decision carries the rank's oldest op; it is not what the
+		// rank is stuck on.
+		{"a host decision's oldest op is no kernel hang", 4, job(4, func(i int, r *Rank) {
+			r.Comms = nil
+			r.Hang = &timer.Hang{Kind: "host", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "leftover"}}
+			r.Threads[2].Waits = "gloo collective"
+			if i == 3 {
+				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+			}
+		}), []int{3}, []string{"rank 3 hangs in kernel spin (stream 0x0, not a collective), while ranks 0-2 are not hung on GPU work and wait in gloo collective"}},
+		// Communicators whose creation the probes missed: no sequence
+		// numbers, but the peers are stuck in a collective and the rank
+		// has nothing in flight.
+		{"out of every collective while the peers are stuck in one", 4, job(4, func(i int, r *Rank) {
+			if i == 1 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Pending: 0}
+			}
+		}), []int{1}, []string{"[host] rank 1 made no GPU call for 12s while its peers wait (stuck on the host) [no GPU work in flight while peers are stuck in a collective]"}},
+		{"silence alone is thin evidence", 4, job(4, func(i int, r *Rank) {
+			r.Hang = gpuHang(&timer.Op{Kind: "kernel", Kernel: "k"}) // the peers are stuck, not in a collective
+			if i == 3 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9}
+			}
+		}), []int{3}, []string{"[host] rank 3 made no GPU call for 12s while its peers wait (stuck on the host) [no GPU call, thin]",
+			"The evidence is thin"}},
+		{"a rank behind by the engine's sequence numbers", 4, job(4, func(i int, r *Rank) {
+			if i == 3 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Lagging: &timer.Lag{Comm: coll.Comm, Issued: 6649, Awaited: 6650, PeerRank: 0}}
+				r.Threads[2].Waits = "c10d wait" // sequence numbers outweigh the stack
+			}
+		}), []int{3}, []string{"rank 3 made no GPU call for 12s while its peers wait, behind on comm 3f2a0b1c…: rank 0 waits in collective #6650 there [sequence numbers: issued #6649, awaited #6650]"}},
+		{"a spinning rank", 4, job(4, func(i int, r *Rank) {
+			if i == 0 {
+				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Stall: &timer.Stall{Spinning: true}}
+			}
+		}), []int{0}, []string{"[host] rank 0 made no GPU call for 12s while its peers wait, and spins on the host [its main thread spinning in the same Python frames]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := Analyse(tc.world, tc.ranks)
@@ -209,5 +271,42 @@ func TestHelperProcessesAlign(t *testing.T) {
 	}
 	if !strings.Contains(text, `rank 1's thread "helper 1011: pt_data_worker" is in read (run.py:470), while ranks 0/2-3 are in line (run.py:505)`) {
 		t.Errorf("the stuck worker of rank 1 is not named:\n%s", text)
+	}
+}
+
+// TestTextBounded fills every section of a report past its bound: the
+// text stays under 100 lines, and no line carries a whole long rank set.
+func TestTextBounded(t *testing.T) {
+	const world = 100000
+	every := func(step, from int) []int {
+		var s []int
+		for r := from; r < world; r += step {
+			s = append(s, r)
+		}
+		return s
+	}
+	r := &Report{World: world, Files: world, Missing: every(7, 3), DState: every(11, 5), Culprits: every(2, 0),
+		Stalls: map[int]string{}, Waiters: map[int]string{}, Majority: every(2, 1), Thin: true, Why: "why"}
+	for i := range 40 {
+		r.Stalls[2*i] = fmt.Sprintf("main thread is in f%d", i)
+		r.Waiters[2*i+1] = fmt.Sprintf("wait %d", i%6)
+		r.Findings = append(r.Findings, Finding{Kind: KindOdd, Ranks: every(3+i, i), Text: "each of ranks " + ranksWord(every(3+i, i)), Evidence: EvidenceStack})
+		r.Comms = append(r.Comms, &Comm{ID: fmt.Sprint(i), NRanks: world, Members: every(1, 0),
+			Issued: map[int]uint64{1: 5, 2: 6, 3: 7}, Completed: map[int]uint64{1: 4}})
+		g := Group{Ranks: every(5+i, i)}
+		for j := range 10 {
+			g.Diff = append(g.Diff, fmt.Sprintf("thread %d", j))
+		}
+		r.Groups = append(r.Groups, g)
+	}
+	lines := strings.Split(strings.TrimSuffix(r.Text(), "\n"), "\n")
+	t.Logf("%d lines", len(lines))
+	if len(lines) >= 100 {
+		t.Errorf("%d lines, want under 100:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		if len(l) > 400 {
+			t.Errorf("a line of %d bytes: %.120s…", len(l), l)
+		}
 	}
 }

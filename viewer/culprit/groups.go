@@ -108,9 +108,10 @@ func clearMajority(count map[int]int, n int) (int, bool) {
 // those few are named, with their innermost Python frame and wait site.
 func (r *Report) drivers(ranks []Rank) {
 	type drv struct {
-		rank int
-		t    Thread
-		id   int
+		rank  int
+		t     Thread
+		id    int
+		waits string // what a thread of the rank waits in
 	}
 	var ds []drv
 	count := map[int]int{}
@@ -123,7 +124,7 @@ func (r *Report) drivers(ranks []Rank) {
 			if id == 0 {
 				id = -t.Stack // no Python frames: compare the native stack
 			}
-			ds = append(ds, drv{x.Rank, t, id})
+			ds = append(ds, drv{x.Rank, t, id, waits(x)})
 			count[id]++
 			break
 		}
@@ -134,16 +135,23 @@ func (r *Report) drivers(ranks []Rank) {
 	}
 	var majority []int
 	var rep Thread
+	repWaits := ""
 	for _, d := range ds {
 		if d.id == best {
 			majority = append(majority, d.rank)
-			rep = d.t
+			rep, repWaits = d.t, d.waits
 		}
 	}
 	for _, d := range ds {
 		if d.id != best {
-			r.add(KindPython, []int{d.rank}, fmt.Sprintf("rank %d's %s %s, while %s are in %s",
-				d.rank, threadWord(d.t), stall(d.t), ranksWord(majority), strings.TrimPrefix(stall(rep), "is in ")))
+			evidence := EvidenceStack
+			if repWaits != "" && d.waits == "" {
+				// The others' stacks show what they wait in; its own, that
+				// it is not there.
+				evidence += fmt.Sprintf("; no thread in the %s the others' stacks wait in", repWaits)
+			}
+			r.add(KindPython, []int{d.rank}, fmt.Sprintf("'s %s %s, while %s are in %s",
+				threadWord(d.t), stall(d.t), ranksWord(majority), strings.TrimPrefix(stall(rep), "is in ")), evidence, false)
 		}
 	}
 }
@@ -206,7 +214,7 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 				have = append(have, m.rank)
 			}
 			for _, x := range ranks {
-				if !slices.Contains(have, x.Rank) {
+				if _, in := slices.BinarySearch(have, x.Rank); !in {
 					lack = append(lack, x.Rank)
 				}
 			}
@@ -215,8 +223,9 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 				if m.t.Py != "" {
 					where = m.t.Py
 				}
-				r.add(kind(m.t), []int{m.rank}, fmt.Sprintf("rank %d has a thread %q in %s that %s lack",
-					m.rank, m.t.Name, where, ranksWord(lack)))
+				k := kind(m.t)
+				r.add(k, []int{m.rank}, fmt.Sprintf(" has a thread %q in %s that %s lack",
+					m.t.Name, where, ranksWord(lack)), evidenceOf(k), thinKind(k))
 			}
 			continue
 		}
@@ -247,12 +256,26 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 					what = fmt.Sprintf("%s thread %q", rep.Helper, m.t.Name)
 				}
 				odd, usual := contrast(m.t.Frames, rep.Frames, m.t.Where, rep.Where)
-				r.add(k, []int{m.rank}, fmt.Sprintf("rank %d's %s is in %s, while %s are in %s",
-					m.rank, what, odd, ranksWord(majority), usual))
+				r.add(k, []int{m.rank}, fmt.Sprintf("'s %s is in %s, while %s are in %s",
+					what, odd, ranksWord(majority), usual), evidenceOf(k), thinKind(k))
 			}
 		}
 	}
 }
+
+// evidenceOf is what a finding of a stack kind stands on.
+func evidenceOf(kind string) string {
+	if kind == KindBackground {
+		return EvidenceHelper
+	}
+	return EvidenceStack
+}
+
+// thinKind says whether a stack finding's evidence is thin: another
+// application thread or a helper unlike the majority's says little of
+// what the others wait on; the driving thread (KindPython, not here) and
+// a thread in the collective library (KindStack) say more.
+func thinKind(kind string) bool { return kind != KindStack }
 
 // contrast describes two stacks by where they differ: the innermost frames
 // of each, and the first frame that differs when it lies further out.

@@ -234,3 +234,30 @@ func FuzzParseLabel(f *testing.F) {
 		}
 	})
 }
+
+// A frame reached by every 4th rank of 16,384 has a whole label of 40 KB
+// for the folded file; its short label keeps the first runs and counts
+// the rest, on both sides of the bar.
+func TestShortLabel(t *testing.T) {
+	tr := New(16384)
+	var n *Node
+	for r := range 16384 {
+		k := []Key{{Func: "main", File: "job.py"}, {Func: "b", File: "job.py"}}
+		if r%4 == 2 {
+			k[1].Func = "spin"
+		}
+		if m := tr.Add(r, k); r == 2 {
+			n = m
+		}
+	}
+	tr.Finish(Ranks)
+	if got, want := string(tr.AppendShortLabel(nil, n, 3)), "spin@job.py@2/6/10+4093|0-1/3-5/7-9+12280"; got != want {
+		t.Errorf("short label %q, want %q", got, want)
+	}
+	l, ok := ParseLabel(tr.Label(n))
+	stuck, err1 := rankset.Parse(l.Stuck)
+	leak, err2 := rankset.Parse(l.Leak)
+	if !ok || err1 != nil || err2 != nil || len(stuck) != 4096 || len(leak) != 12288 {
+		t.Errorf("whole label: parsed %v, %d and %d ranks (%v, %v), want 4096 and 12288", ok, len(stuck), len(leak), err1, err2)
+	}
+}

@@ -132,7 +132,7 @@ func ParseLabel(s string) (Label, bool) {
 
 func isRanks(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if c := s[i]; (c < '0' || c > '9') && c != '-' && c != '/' {
+		if c := s[i]; (c < '0' || c > '9') && c != '-' && c != '/' && c != '+' {
 			return false
 		}
 	}

@@ -218,6 +218,14 @@ func (t *Tree) Label(n *Node) string { return string(t.AppendLabel(nil, n)) }
 
 // AppendLabel appends n's label to dst.
 func (t *Tree) AppendLabel(dst []byte, n *Node) []byte {
+	dst = t.appendFrame(dst, n)
+	dst = rankset.AppendFold(dst, n.Ranks)
+	dst = append(dst, '|')
+	return appendComplement(dst, n.Ranks, t.World)
+}
+
+// appendFrame appends "func@file:line@".
+func (t *Tree) appendFrame(dst []byte, n *Node) []byte {
 	dst = append(dst, n.Key.Func...)
 	dst = append(dst, '@')
 	dst = append(dst, n.Key.File...)
@@ -225,38 +233,76 @@ func (t *Tree) AppendLabel(dst []byte, n *Node) []byte {
 		dst = append(dst, ':')
 		dst = strconv.AppendInt(dst, int64(n.Key.Line), 10)
 	}
-	dst = append(dst, '@')
-	dst = rankset.AppendFold(dst, n.Ranks)
+	return append(dst, '@')
+}
+
+// AppendShortLabel appends n's label with each rank set shortened to its
+// first runs runs and the count of the ranks left out
+// (rankset.AppendShort): func@file@0/4/8+4093|1-3/5-7+8189. Pictures use
+// it; the folded file and pprof keep the sets whole.
+func (t *Tree) AppendShortLabel(dst []byte, n *Node, runs int) []byte {
+	dst = t.appendFrame(dst, n)
+	dst = rankset.AppendShort(dst, n.Ranks, runs)
 	dst = append(dst, '|')
-	return appendComplement(dst, n.Ranks, t.World)
+	return t.AppendShortLeak(dst, n, runs)
+}
+
+// AppendShortLeak appends Leak(n) shortened to its first runs runs and
+// the count of the ranks left out.
+func (t *Tree) AppendShortLeak(dst []byte, n *Node, runs int) []byte {
+	return appendComplementShort(dst, n.Ranks, t.World, runs)
 }
 
 // appendComplement folds 0..world-1 minus ranks (sorted, distinct) in time
 // proportional to len(ranks), not world. Ranks at or above world (a file
 // whose name disagrees) are ignored.
 func appendComplement(dst []byte, ranks []int, world int) []byte {
-	first := true
-	run := func(a, b int) {
-		if a > b {
-			return
+	return appendComplementShort(dst, ranks, world, -1)
+}
+
+// appendComplementShort is appendComplement keeping at most runs runs
+// (all when runs < 0), then "+N", N the ranks of the complement left out.
+func appendComplementShort(dst []byte, ranks []int, world, runs int) []byte {
+	in := 0 // distinct ranks of ranks below world
+	for i, r := range ranks {
+		if r >= world {
+			break
 		}
-		if !first {
+		if i == 0 || r != ranks[i-1] {
+			in++
+		}
+	}
+	left := world - in // ranks of the complement not yet written
+	n := 0
+	run := func(a, b int) bool {
+		if a > b {
+			return true
+		}
+		if n == runs {
+			dst = strconv.AppendInt(append(dst, '+'), int64(left), 10)
+			return false
+		}
+		if n > 0 {
 			dst = append(dst, '/')
 		}
-		first = false
+		n++
+		left -= b - a + 1
 		dst = strconv.AppendInt(dst, int64(a), 10)
 		if b > a {
 			dst = append(dst, '-')
 			dst = strconv.AppendInt(dst, int64(b), 10)
 		}
+		return true
 	}
 	next := 0
 	for _, r := range ranks {
 		if r >= world {
 			break
 		}
-		run(next, r-1)
-		next = r + 1
+		if !run(next, r-1) {
+			return dst
+		}
+		next = max(next, r+1)
 	}
 	run(next, world-1)
 	return dst

@@ -1,6 +1,12 @@
 // Package rankset folds sets of ranks into xpu_timer's compact text form
 // and back: sorted, consecutive runs collapsed to "a-b", runs joined with
 // "/", so [0,1,2,5,6,7] is "0-2/5-7" and the empty set is "".
+//
+// A set of many runs (every 4th rank of 16,384 folds to 40 KB) is shortened
+// for reading by AppendShort: its first runs and "+N", the count of ranks
+// left out, so "0/4/8+4093" is every 4th rank of 16,384. Only pictures and
+// the report shorten; the folded file and the pprof profile keep sets
+// whole.
 package rankset
 
 import (
@@ -27,13 +33,23 @@ func Fold(ranks []int) string {
 
 // AppendFold appends the folded form of ranks, which must be sorted
 // (duplicates allowed), to dst.
-func AppendFold(dst []byte, ranks []int) []byte {
+func AppendFold(dst []byte, ranks []int) []byte { return AppendShort(dst, ranks, -1) }
+
+// AppendShort appends the folded form of ranks (sorted, duplicates
+// allowed) to dst, keeping at most runs runs (all when runs < 0): when
+// there are more, the first runs are followed by "+N", N the number of
+// distinct ranks left out.
+func AppendShort(dst []byte, ranks []int, runs int) []byte {
+	n := 0
 	for i := 0; i < len(ranks); {
 		j := i
 		for j+1 < len(ranks) && (ranks[j+1] == ranks[j]+1 || ranks[j+1] == ranks[j]) {
 			j++
 		}
-		if i > 0 {
+		if n == runs {
+			return strconv.AppendInt(append(dst, '+'), int64(distinct(ranks[i:])), 10)
+		}
+		if n > 0 {
 			dst = append(dst, '/')
 		}
 		dst = strconv.AppendInt(dst, int64(ranks[i]), 10)
@@ -41,9 +57,28 @@ func AppendFold(dst []byte, ranks []int) []byte {
 			dst = append(dst, '-')
 			dst = strconv.AppendInt(dst, int64(ranks[j]), 10)
 		}
+		n++
 		i = j + 1
 	}
 	return dst
+}
+
+// Short is AppendShort of ranks in any order.
+func Short(ranks []int, runs int) string {
+	if !slices.IsSorted(ranks) {
+		ranks = slices.Sorted(slices.Values(ranks))
+	}
+	return string(AppendShort(nil, ranks, runs))
+}
+
+func distinct(sorted []int) int {
+	n := 0
+	for i := range sorted {
+		if i == 0 || sorted[i] != sorted[i-1] {
+			n++
+		}
+	}
+	return n
 }
 
 // maxRank bounds what Parse accepts, so a hostile "0-999999999" cannot

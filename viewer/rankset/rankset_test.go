@@ -85,3 +85,26 @@ func FuzzFold(f *testing.F) {
 		}
 	})
 }
+
+func TestShort(t *testing.T) {
+	every4 := make([]int, 0, 4096)
+	for r := 0; r < 16384; r += 4 {
+		every4 = append(every4, r)
+	}
+	for _, tc := range []struct {
+		in   []int
+		runs int
+		want string
+	}{
+		{nil, 3, ""},
+		{[]int{0, 1, 2, 5, 6, 7}, 3, "0-2/5-7"},
+		{[]int{0, 1, 2, 5, 6, 7}, 2, "0-2/5-7"},
+		{[]int{0, 1, 2, 5, 6, 7}, 1, "0-2+3"},
+		{[]int{9, 0, 2, 4, 4, 6}, 2, "0/2+3"},
+		{every4, 3, "0/4/8+4093"},
+	} {
+		if got := Short(tc.in, tc.runs); got != tc.want {
+			t.Errorf("Short(%v, %d) = %q, want %q", tc.in, tc.runs, got, tc.want)
+		}
+	}
+}

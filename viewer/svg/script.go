@@ -41,7 +41,7 @@ function parse(s) {
 	var at = s.lastIndexOf("@");
 	if (at < 0) return null;
 	var sets = s.slice(at + 1);
-	if (!/^[0-9\/-]*\|[0-9\/-]*$/.test(sets)) return null;
+	if (!/^[0-9\/+-]*\|[0-9\/+-]*$/.test(sets)) return null;
 	var frame = s.slice(0, at), at2 = frame.lastIndexOf("@");
 	if (at2 < 0) return null;
 	var bar = sets.indexOf("|");

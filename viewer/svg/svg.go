@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
+	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
 
 // Options tune a picture.
@@ -48,6 +49,11 @@ func Fitted(total int) int {
 	}
 	return max(DefaultWidth, w)
 }
+
+// shortRuns is how many runs of a rank set a frame's label shows; the
+// rest is counted, "0/4/8+4093" (see rankset.AppendShort). The folded
+// file and the pprof profile keep the sets whole.
+const shortRuns = 8
 
 const (
 	frameHeight = 16
@@ -125,7 +131,7 @@ func (r *renderer) node(n *flame.Node, start int) {
 	if n.Depth == 0 {
 		label = "all"
 	} else {
-		r.buf = r.t.AppendLabel(r.buf[:0], n)
+		r.buf = r.t.AppendShortLabel(r.buf[:0], n, shortRuns)
 		label = flame.Clean(clip(string(r.buf), r.o.MaxLabel))
 	}
 	x := float64(xpad) + float64(start)*r.scale
@@ -140,7 +146,8 @@ func (r *renderer) node(n *flame.Node, start int) {
 	xml.EscapeText(w, []byte(label))
 	fmt.Fprintf(w, "\n%d %s, %d %s, %.2f%%", n.Value, plural(n.Value, r.unit), len(n.Ranks), plural(len(n.Ranks), "ranks"), share)
 	if n.Depth > 0 {
-		fmt.Fprintf(w, "\nranks here: %s; elsewhere: %s", orNone(r.t.Stuck(n)), orNone(r.t.Leak(n)))
+		r.buf = rankset.AppendShort(r.buf[:0], n.Ranks, shortRuns)
+		fmt.Fprintf(w, "\nranks here: %s; elsewhere: %s", orNone(string(r.buf)), orNone(string(r.t.AppendShortLeak(r.buf[:0], n, shortRuns))))
 	}
 	w.WriteString("</title>")
 	fmt.Fprintf(w, `<rect x="%.2f" y="%d" width="%.2f" height="%d" fill="%s" rx="2" ry="2"/>`,

@@ -196,6 +196,9 @@ func TestFit(t *testing.T) {
 		{label, chars(10), "stall…@2|…"},
 		{label, chars(6), "stal.."},
 		{"State@S (sleeping)@0-1/3|2", chars(20), "State@…@0-1/3|2"},
+		// Shortened sets (rankset.AppendShort) are rank sets too.
+		{"spin_kernel@/lib/libk.so@2/6/10+4093|0-1/3-5/7-9+12265", chars(44), "spin_kernel@…@2/6/10+4093|0-1/3-5/7-9+12265"},
+		{"spin_kernel@/lib/libk.so@2/6/10+4093|0-1/3-5/7-9+12265", chars(30), "spin_kernel@…@2/6/10+4093|…"},
 		{"pthread_cond_wait@@GLIBC_2.3.2@/usr/lib/x86_64-linux-gnu/libc.so.6@0-7|", chars(40), "pthread_cond_wait@@GLIBC_2.3.2@…@0-7|"},
 	} {
 		if got := Fit(tc.s, tc.w); got != tc.want {
