@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,10 +90,12 @@ func BenchmarkProbeOverhead(b *testing.B) {
 			empty, emptyRun = append(empty, perLaunch), append(emptyRun, run)
 
 			o := tracedLaunchLoop(b, loop, libs, false)
+			b.Logf("per program (run time per run x runs per launch): ours: %s", o.byProg)
 			ours, oursRun, oursHits = append(ours, o.perLaunch), append(oursRun, o.bpfRun), append(oursHits, o.hits)
 			rate = append(rate, 1e9/o.perLaunch)
 
 			d := tracedLaunchLoop(b, loop, libs, true)
+			b.Logf("per program (run time per run x runs per launch): today's: %s", d.byProg)
 			today, todayRun, todayHits = append(today, d.perLaunch), append(todayRun, d.bpfRun), append(todayHits, d.hits)
 
 			for i, f := range floors {
@@ -411,7 +414,10 @@ func countingTracer(b *testing.B, libs []string, kind timer.Kind) (tr *Tracer, n
 
 // launchRun is what one traced launchloop run measured: ns per launch,
 // and per launch the run time (ns) and runs of all our programs.
-type launchRun struct{ perLaunch, bpfRun, hits float64 }
+type launchRun struct {
+	perLaunch, bpfRun, hits float64
+	byProg                  string // per program that ran on launches: run time and runs per launch
+}
 
 // tracedLaunchLoop runs launchloop followed by a Tracer that has probed
 // libs ahead, and checks that every launch was delivered or counted lost;
@@ -439,8 +445,11 @@ func tracedLaunchLoop(b *testing.B, loop string, libs []string, twoTraps bool) l
 	}
 	progs := programs(&tr.objs.probesPrograms)
 	var before runStats
-	for _, p := range progs {
-		before = before.add(progStats(b, p))
+	each := map[string]runStats{}
+	for name, p := range progs {
+		st := progStats(b, p)
+		each[name] = st
+		before = before.add(st)
 	}
 	perLaunch := launchLoop(b, loop, func(pid int) {
 		if err := tr.Follow(pid); err != nil {
@@ -457,14 +466,21 @@ func tracedLaunchLoop(b *testing.B, loop string, libs []string, twoTraps bool) l
 					n, want, st.Lost)
 			}
 			var after runStats
-			for _, p := range progs {
-				after = after.add(progStats(b, p))
+			var byProg []string
+			for name, p := range progs {
+				st := progStats(b, p)
+				after = after.add(st)
+				if n := st.runs - each[name].runs; n > 0 {
+					byProg = append(byProg, fmt.Sprintf("%s %.0f ns x %.3f", name,
+						float64(st.runtime-each[name].runtime)/float64(n), float64(n)/benchLaunches))
+				}
 			}
+			slices.Sort(byProg)
 			d := runStats{after.runtime - before.runtime, after.runs - before.runs}
 			if d.runs < benchLaunches {
 				b.Fatalf("our programs ran %d times for %d launches: it measured nothing", d.runs, benchLaunches)
 			}
-			return launchRun{perLaunch, float64(d.runtime) / benchLaunches, float64(d.runs) / benchLaunches}
+			return launchRun{perLaunch, float64(d.runtime) / benchLaunches, float64(d.runs) / benchLaunches, strings.Join(byProg, ", ")}
 		}
 		if time.Now().After(deadline) {
 			b.Fatalf("%d of %d launch records delivered, %+v", launches.Load(), want, st)
