@@ -534,6 +534,17 @@ struct launch_config {
 	__u64 stream;
 };
 
+/* set_dims stores a launch's grid and block (a config's u32[3] each). */
+static __always_inline void set_dims(struct call *e, const __u32 *grid, const __u32 *block)
+{
+	e->word[0] = grid[0];
+	e->word[1] = grid[1];
+	e->word[2] = grid[2];
+	e->word[3] = block[0];
+	e->word[4] = block[1];
+	e->word[5] = block[2];
+}
+
 SEC("uprobe")
 int launch_kernel_exc(struct pt_regs *ctx)
 {
@@ -541,12 +552,7 @@ int launch_kernel_exc(struct pt_regs *ctx)
 	struct launch_config cfg = {};
 	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx));
 	e->handle = ARG2(ctx);
-	e->word[0] = cfg.grid[0];
-	e->word[1] = cfg.grid[1];
-	e->word[2] = cfg.grid[2];
-	e->word[3] = cfg.block[0];
-	e->word[4] = cfg.block[1];
-	e->word[5] = cfg.block[2];
+	set_dims(e, cfg.grid, cfg.block);
 	e->size = cfg.shmem;
 	e->stream = cfg.stream;
 	publish(e, pos);
@@ -589,12 +595,7 @@ int cu_launch_kernel_ex(struct pt_regs *ctx)
 	if (bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx)))
 		__builtin_memset(&cfg, 0, sizeof(cfg));
 	e->handle = ARG2(ctx);
-	e->word[0] = cfg.grid[0];
-	e->word[1] = cfg.grid[1];
-	e->word[2] = cfg.grid[2];
-	e->word[3] = cfg.block[0];
-	e->word[4] = cfg.block[1];
-	e->word[5] = cfg.block[2];
+	set_dims(e, cfg.grid, cfg.block);
 	e->size = cfg.shmem;
 	e->stream = cfg.stream;
 	publish(e, pos);
