@@ -74,14 +74,16 @@
  *   - The other calls (copies, events, synchronizations, queries) are
  *     probed in both, as the runtime and any direct driver caller make them,
  *     and recorded once: the runtime's entry marks the thread (task storage
- *     `forwards`: kind and first argument), and the driver's entry that
- *     finds that mark takes it as the runtime's forward and records nothing
+ *     `forwards`: the call's kind), and the driver's entry of that kind that
+ *     finds the mark takes it as the runtime's forward and records nothing
  *     (its return probe, which must still restore the return address for
  *     unwinders, records nothing either). They are not per-launch calls;
  *     the runtime's record keeps the name the application called.
+ *     The kind alone is matched, not the handles: the runtime may hand the
+ *     driver another one (the legacy default stream 0 as CU_STREAM_LEGACY).
  *     A runtime that returned without calling the driver leaves its mark:
- *     the next driver call of the same kind and handle on that thread
- *     would be taken for its forward. NVIDIA's runtime always forwards.
+ *     the next driver call of the same kind on that thread would be taken
+ *     for its forward. NVIDIA's runtime always forwards.
  *
  * Where arguments sit (x86-64 System V, at function entry; [sp+8] is the
  * first stack argument, [sp] the return address):
@@ -314,9 +316,7 @@ struct {
  * "One trap per call"): task storage, so no lookup is shared across
  * threads or CPUs, and a thread's mark dies with it. */
 struct forward {
-	__u64 arg;
 	__u32 kind;
-	__u32 pad;
 };
 
 struct {
@@ -474,26 +474,24 @@ static __always_inline void save_return(struct pt_regs *ctx, struct stash *s)
 }
 
 /*
- * forwarded marks, at the runtime's entry of a call of kind with first
- * argument arg, that the thread is in it; at the driver's entry (cookie
- * COOKIE_DRIVER) it reports whether this is the runtime's forward of its
- * call, consuming the mark. Only CUDA's runtime has a probed driver.
+ * forwarded marks, at the runtime's entry of a call of kind, that the
+ * thread is in it; at the driver's entry (cookie COOKIE_DRIVER) it reports
+ * whether this is the runtime's forward of its call, consuming the mark.
+ * Only CUDA's runtime has a probed driver.
  */
-static __always_inline int forwarded(__u64 cookie, __u8 kind, __u64 arg)
+static __always_inline int forwarded(__u64 cookie, __u8 kind)
 {
 	if (!(cookie & COOKIE_DRIVER)) {
 		if ((cookie & 0xff) != VENDOR_CUDA)
 			return 0;
 		struct forward *f = bpf_task_storage_get(&forwards, bpf_get_current_task_btf(), 0,
 							 BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (f) {
+		if (f)
 			f->kind = kind;
-			f->arg = arg;
-		}
 		return 0;
 	}
 	struct forward *f = bpf_task_storage_get(&forwards, bpf_get_current_task_btf(), 0, 0);
-	if (!f || f->kind != kind || f->arg != arg)
+	if (!f || f->kind != kind)
 		return 0;
 	f->kind = 0;
 	return 1;
@@ -719,7 +717,7 @@ SEC("uprobe")
 int memcpy_async(struct pt_regs *ctx)
 {
 	FOLLOWED();
-	if (forwarded(cookie, K_MEMCPY_ASYNC, ARG1(ctx)))
+	if (forwarded(cookie, K_MEMCPY_ASYNC))
 		return 0;
 	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
 	e->size = ARG3(ctx);
@@ -734,7 +732,7 @@ SEC("uprobe")
 int cu_memcpy_async(struct pt_regs *ctx)
 {
 	FOLLOWED();
-	if (forwarded(cookie, K_MEMCPY_ASYNC, ARG1(ctx)))
+	if (forwarded(cookie, K_MEMCPY_ASYNC))
 		return 0;
 	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
 	e->size = ARG3(ctx);
@@ -754,7 +752,7 @@ int memcpy_enter(struct pt_regs *ctx)
 	save_return(ctx, &s);
 	s.a0 = ARG3(ctx);
 	s.a1 = cookie & COOKIE_DRIVER ? COPY_KIND(cookie) : ARG4(ctx);
-	s.skip = forwarded(cookie, K_MEMCPY, ARG1(ctx));
+	s.skip = forwarded(cookie, K_MEMCPY);
 	__u64 key = call_key(pid_tgid, K_MEMCPY, cookie);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
 	if (s.skip)
@@ -772,7 +770,7 @@ SEC("uprobe")
 int event_record(struct pt_regs *ctx)
 {
 	FOLLOWED();
-	if (forwarded(cookie, K_EVENT_RECORD, ARG1(ctx)))
+	if (forwarded(cookie, K_EVENT_RECORD))
 		return 0;
 	RECORD(K_EVENT_RECORD, PHASE_ENTER);
 	e->handle = ARG1(ctx);
@@ -785,7 +783,7 @@ SEC("uprobe")
 int stream_wait_event(struct pt_regs *ctx)
 {
 	FOLLOWED();
-	if (forwarded(cookie, K_STREAM_WAIT_EVENT, ARG1(ctx)))
+	if (forwarded(cookie, K_STREAM_WAIT_EVENT))
 		return 0;
 	RECORD(K_STREAM_WAIT_EVENT, PHASE_ENTER);
 	e->stream = ARG1(ctx);
@@ -803,7 +801,7 @@ static __always_inline int stash_args(struct pt_regs *ctx, __u8 kind)
 	s.a0 = ARG1(ctx);
 	s.a1 = ARG2(ctx);
 	s.a2 = ARG3(ctx);
-	s.skip = forwarded(cookie, kind, s.a0);
+	s.skip = forwarded(cookie, kind);
 	__u64 key = call_key(pid_tgid, kind, cookie);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
 	return 0;
@@ -824,9 +822,8 @@ static __always_inline int blocking_enter(struct pt_regs *ctx, __u8 kind)
 	FOLLOWED();
 	struct stash s = {};
 	save_return(ctx, &s);
-	/* cudaDeviceSynchronize has no argument, cuCtxSynchronize_v2 a context */
-	s.a0 = kind == K_DEVICE_SYNC ? 0 : ARG1(ctx);
-	s.skip = forwarded(cookie, kind, s.a0);
+	s.a0 = ARG1(ctx); /* none for cudaDeviceSynchronize: not read */
+	s.skip = forwarded(cookie, kind);
 	__u64 key = call_key(pid_tgid, kind, cookie);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
 	if (s.skip)

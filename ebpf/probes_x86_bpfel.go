@@ -33,9 +33,7 @@ type probesCall struct {
 
 type probesForward struct {
 	_    structs.HostLayout
-	Arg  uint64
 	Kind uint32
-	Pad  uint32
 }
 
 type probesFuncKey struct {

@@ -23,7 +23,9 @@ import (
 func TestReturnAddress(t *testing.T) {
 	bed := testbed.Build(t)
 	loop := bed.Bin("launchloop")
-	tr := newTracer(t, Options{Libraries: []string{bed.Lib("libcudart.so.12")}})
+	// Both probed ahead: the driver's probes are then there before the
+	// runtime's first call, not attached when ld.so reports the load.
+	tr := newTracer(t, Options{Libraries: []string{bed.Lib("libcudart.so.12"), bed.Lib("libcuda.so.1")}})
 	rec := record(t, tr)
 	p := start(t, "/bin/sh", "-c", `read x; exec "$0" 1 --call hang`, loop)
 	if err := tr.Follow(p.pid()); err != nil {
