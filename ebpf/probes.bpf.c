@@ -141,7 +141,8 @@
  *
  * x86-64 only: the call rings rely on its total store order (see barrier).
  * Minimum kernel: 5.15 (ring buffer 5.8, tp_btf 5.5, BPF_F_MMAPABLE 5.5,
- * atomic fetch-and-add 5.12, so -mcpu=v3; uprobe attach cookie 5.15), with
+ * atomic fetch-and-add 5.12, so -mcpu=v3; task storage in tracing
+ * programs and bpf_get_current_task_btf 5.11; uprobe attach cookie 5.15), with
  * BTF (CONFIG_DEBUG_INFO_BTF): the process hooks are tp_btf programs and a
  * uprobe on ld.so, so no tracefs mount is needed.
  */
