@@ -90,13 +90,14 @@
  *   LaunchKernel(func di, grid si=x|y<<32 dx=z, block cx=x|y<<32 r8=z,
  *                args r9, shmem [sp+8], stream [sp+16])
  *   LaunchKernelExC(cfg di -> {grid u32[3], block u32[3], shmem u64, stream u64},
- *                func si, args dx)
+ *                func si, args dx); cuLaunchKernelEx alike (see launch_config)
  *   cuLaunchKernel, cuLaunchCooperativeKernel(f di, gx si, gy dx, gz cx,
  *                bx r8, by r9, bz [sp+8], shmem [sp+16], stream [sp+24],
  *                params [sp+32])
  *   cuLaunchKernelEx(const CUlaunchConfig *cfg di -> {gridDimX,Y,Z,
  *                blockDimX,Y,Z, sharedMemBytes: u32 each, pad, hStream u64 at
  *                byte 32, attrs, numAttrs}, f si, params dx, extra cx)
+ *                (the program of LaunchKernelExC)
  *   LaunchHostFunc(stream di, fn si, data dx)              a launch of fn, grid 0
  *   cuModuleGetFunction(CUfunction *f di, module si, name dx),
  *   cuLibraryGetKernel(CUkernel *k di, library si, name dx)  at exit: no event;
@@ -526,32 +527,35 @@ int launch_kernel(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * A launch config: cudaLaunchConfig_t (runtime) and CUlaunchConfig
+ * (driver) begin alike, grid and block u32[3] each, then the dynamic
+ * shared memory (a size_t in the runtime's, a u32 and padding in the
+ * driver's: its low half is read) and the stream at byte 32; the function
+ * is the second argument of both cudaLaunchKernelExC and cuLaunchKernelEx.
+ */
 struct launch_config {
 	__u32 grid[3];
 	__u32 block[3];
-	__u64 shmem;
+	__u32 shmem;
+	__u32 pad;
 	__u64 stream;
 };
-
-/* set_dims stores a launch's grid and block (a config's u32[3] each). */
-static __always_inline void set_dims(struct call *e, const __u32 *grid, const __u32 *block)
-{
-	e->word[0] = grid[0];
-	e->word[1] = grid[1];
-	e->word[2] = grid[2];
-	e->word[3] = block[0];
-	e->word[4] = block[1];
-	e->word[5] = block[2];
-}
 
 SEC("uprobe")
 int launch_kernel_exc(struct pt_regs *ctx)
 {
 	BEGIN(K_LAUNCH, PHASE_ENTER);
-	struct launch_config cfg = {};
-	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx));
+	struct launch_config cfg;
+	if (bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx)))
+		__builtin_memset(&cfg, 0, sizeof(cfg));
 	e->handle = ARG2(ctx);
-	set_dims(e, cfg.grid, cfg.block);
+	e->word[0] = cfg.grid[0];
+	e->word[1] = cfg.grid[1];
+	e->word[2] = cfg.grid[2];
+	e->word[3] = cfg.block[0];
+	e->word[4] = cfg.block[1];
+	e->word[5] = cfg.block[2];
 	e->size = cfg.shmem;
 	e->stream = cfg.stream;
 	publish(e, pos);
@@ -573,30 +577,6 @@ int cu_launch_kernel(struct pt_regs *ctx)
 	e->word[5] = st[0];
 	e->size = (__u32)st[1];
 	e->stream = st[2];
-	publish(e, pos);
-	return 0;
-}
-
-/* The driver's CUlaunchConfig (cuda.h). */
-struct cu_launch_config {
-	__u32 grid[3];
-	__u32 block[3];
-	__u32 shmem;
-	__u32 pad;
-	__u64 stream;
-};
-
-SEC("uprobe")
-int cu_launch_kernel_ex(struct pt_regs *ctx)
-{
-	BEGIN(K_LAUNCH, PHASE_ENTER);
-	struct cu_launch_config cfg;
-	if (bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx)))
-		__builtin_memset(&cfg, 0, sizeof(cfg));
-	e->handle = ARG2(ctx);
-	set_dims(e, cfg.grid, cfg.block);
-	e->size = cfg.shmem;
-	e->stream = cfg.stream;
 	publish(e, pos);
 	return 0;
 }
