@@ -505,6 +505,18 @@ static __always_inline __u64 call_key(__u64 pid_tgid, __u8 kind, __u64 cookie)
 	return stash_key(pid_tgid, cookie & COOKIE_DRIVER ? STASH_DRIVER + kind : kind);
 }
 
+/* take_stash moves the stash of key into *a (a return program's
+ * arguments); 0 when there is none. */
+static __always_inline int take_stash(__u64 key, struct stash *a)
+{
+	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
+	if (!s)
+		return 0;
+	*a = *s;
+	bpf_map_delete_elem(&stashes, &key);
+	return 1;
+}
+
 /* ---- kernel launches ------------------------------------------------ */
 
 SEC("uprobe")
@@ -617,11 +629,9 @@ int get_function_exit(struct pt_regs *ctx)
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
 	__u64 key = stash_key(pid_tgid, STASH_GET_FUNCTION);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	if (ctx->ax != 0) /* CUDA_SUCCESS */
 		return 0;
 	struct func_key fk = {.pid = pid_tgid >> 32};
@@ -660,11 +670,9 @@ int kernel_get_function_exit(struct pt_regs *ctx)
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
 	__u64 key = stash_key(pid_tgid, STASH_KERNEL_FUNCTION);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	if (ctx->ax != 0) /* CUDA_SUCCESS */
 		return 0;
 	struct func_key kk = {.pid = pid_tgid >> 32, .handle = a.a1};
@@ -840,11 +848,9 @@ int call_exit(struct pt_regs *ctx)
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = cookie >> 8;
 	__u64 key = call_key(pid_tgid, kind, cookie);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	if (a.skip) /* the runtime's call reports it */
 		return 0;
 
@@ -914,11 +920,9 @@ int comm_init_exit(struct pt_regs *ctx)
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
 	__u64 key = stash_key(pid_tgid, K_COMM_INIT);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pos;
 	struct call *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie, &pos);
@@ -959,11 +963,9 @@ int comm_split_exit(struct pt_regs *ctx)
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
 	__u64 key = stash_key(pid_tgid, STASH_SPLIT);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pos;
 	struct call *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie, &pos);
