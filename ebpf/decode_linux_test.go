@@ -59,7 +59,15 @@ var callKinds = map[string]struct {
 	atExit   bool // one event, at return
 }{
 	"LaunchKernel": {kind: timer.KindLaunch}, "LaunchKernelExC": {kind: timer.KindLaunch}, "cuLaunchKernel": {kind: timer.KindLaunch},
-	"GraphLaunch": {kind: timer.KindGraphLaunch}, "MemcpyAsync": {kind: timer.KindMemcpyAsync},
+	"cuLaunchKernelEx": {kind: timer.KindLaunch}, "cuLaunchCooperativeKernel": {kind: timer.KindLaunch},
+	"cuLaunchHostFunc": {kind: timer.KindLaunch}, "cuGraphLaunch": {kind: timer.KindGraphLaunch},
+	"cuMemcpyHtoDAsync_v2": {kind: timer.KindMemcpyAsync}, "cuMemcpyDtoH_v2": {kind: timer.KindMemcpy, blocking: true},
+	"cuEventRecordWithFlags": {kind: timer.KindEventRecord}, "cuEventQuery": {kind: timer.KindEventQuery, atExit: true},
+	"cuStreamWaitEvent": {kind: timer.KindStreamWaitEvent}, "cuEventSynchronize": {kind: timer.KindEventSynchronize, blocking: true},
+	"cuStreamSynchronize": {kind: timer.KindStreamSynchronize, blocking: true},
+	"cuStreamQuery":       {kind: timer.KindStreamQuery, atExit: true},
+	"cuCtxSynchronize_v2": {kind: timer.KindDeviceSynchronize, blocking: true},
+	"GraphLaunch":         {kind: timer.KindGraphLaunch}, "MemcpyAsync": {kind: timer.KindMemcpyAsync},
 	"Memcpy": {kind: timer.KindMemcpy, blocking: true}, "EventRecord": {kind: timer.KindEventRecord},
 	"EventQuery": {kind: timer.KindEventQuery, atExit: true}, "StreamWaitEvent": {kind: timer.KindStreamWaitEvent},
 	"EventSynchronize":  {kind: timer.KindEventSynchronize, blocking: true},
@@ -123,6 +131,38 @@ func matchCalls(t *testing.T, calls []callLine, evs []timer.Event, vendor timer.
 		byName[c.Name] = ev
 	}
 	return byName
+}
+
+// checkOnce checks that each call of the runtime and the driver made one
+// record, however it was made: the runtime's forwards to the driver (the
+// testbed's runtime, as NVIDIA's, makes every call through the driver) are
+// neither lost nor recorded twice. Every such call calls.c makes is printed.
+func checkOnce(t *testing.T, calls []callLine, evs []timer.Event) {
+	t.Helper()
+	type key struct {
+		kind  timer.Kind
+		phase timer.Phase
+	}
+	want, got := map[key]int{}, map[key]int{}
+	for _, c := range calls {
+		k, ok := callKinds[c.Name]
+		if !ok || k.kind >= timer.KindCommInit {
+			continue
+		}
+		ph := timer.PhaseEnter
+		if k.atExit {
+			ph = timer.PhaseExit
+		}
+		want[key{k.kind, ph}]++
+	}
+	for _, e := range evs {
+		got[key{e.Kind, e.Phase}]++
+	}
+	for k, n := range want {
+		if got[k] != n {
+			t.Errorf("%s (phase %d): %d records of %d calls", k.kind, k.phase, got[k], n)
+		}
+	}
 }
 
 func checkFields(t *testing.T, c callLine, ev timer.Event, vendor timer.Vendor, exit bool) {
@@ -261,6 +301,7 @@ func runCalls(t *testing.T, vendor string, runtime, nccl, driver, kernels string
 	}
 	ev0 := matchCalls(t, parseCalls(t, out0), rec.of(p0.pid()), want)
 	ev1 := matchCalls(t, parseCalls(t, out1), rec.of(p1.pid()), want)
+	checkOnce(t, parseCalls(t, out0), rec.of(p0.pid()))
 
 	// The last driver launch is of an opaque CUkernel, named only by the
 	// cuLibraryGetKernel that returned it.

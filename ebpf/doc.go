@@ -17,8 +17,12 @@
 // wakes the reader at once (probes.bpf.c states the contract, calls_linux.go
 // and Tracer.Run the reading side).
 //
-// A launch is named by the ELF symbol at its function pointer (a runtime
-// launch's host stub) or, for the driver's opaque CUfunction and CUkernel
-// handles, by the name the process looked the handle up with
-// (cuModuleGetFunction, cuLibraryGetKernel).
+// CUDA launches are probed in the driver only (NVIDIA's runtime makes each
+// through it: one trap per launch by any path); the other calls where they
+// are made, a runtime call's forward to the driver recorded once
+// (probes.bpf.c, "One trap per call"). A launch is named, for the driver's
+// opaque CUfunction and CUkernel handles, by the name the process looked
+// the handle up with (cuModuleGetFunction, cuLibraryGetKernel, and
+// cuKernelGetFunction from a named CUkernel), else by the ELF symbol at its
+// function pointer (a MACA runtime launch's host stub, a host function).
 package ebpf

@@ -13,7 +13,7 @@ import (
 )
 
 func craftedProbeLib(flags elf.SectionFlag, dynsym func([]byte) []byte) []byte {
-	symtab, strtab := testutil.Symbols(testutil.Symbol{Name: "cudaLaunchKernel", Type: elf.STT_FUNC, Value: 0x1000, Size: 16})
+	symtab, strtab := testutil.Symbols(testutil.Symbol{Name: "cuLaunchKernel", Type: elf.STT_FUNC, Value: 0x1000, Size: 16})
 	return testutil.ELF(
 		testutil.Section{Name: ".dynsym", Type: elf.SHT_DYNSYM, Flags: flags, Link: 2, Entsize: elf.Sym64Size, Data: dynsym(symtab)},
 		testutil.Section{Name: ".dynstr", Type: elf.SHT_STRTAB, Flags: elf.SHF_ALLOC, Data: strtab},
@@ -31,8 +31,8 @@ func TestExportedProbeSymbolsCrafted(t *testing.T) {
 	}
 	good := write("good.so", craftedProbeLib(elf.SHF_ALLOC, func(b []byte) []byte { return b }))
 	syms, err := exportedProbeSymbols(good)
-	if _, ok := syms["cudaLaunchKernel"]; err != nil || !ok {
-		t.Fatalf("exportedProbeSymbols(good) = %v, %v; want cudaLaunchKernel", syms, err)
+	if _, ok := syms["cuLaunchKernel"]; err != nil || !ok {
+		t.Fatalf("exportedProbeSymbols(good) = %v, %v; want cuLaunchKernel", syms, err)
 	}
 	// .dynsym compressed, claiming 2^40 bytes.
 	bomb := write("bomb.so", craftedProbeLib(elf.SHF_COMPRESSED, func(b []byte) []byte { return testutil.Compressed(1<<40, b) }))

@@ -49,26 +49,70 @@
  *
  * Each program serves the CUDA and the MACA name of a call; the attach
  * cookie says which: bits 0-7 vendor (0 CUDA, 1 MACA), bits 8-15 the
- * collective op (timer.CollOp) or the timer.Kind of a generic exit probe.
+ * collective op (timer.CollOp) or the timer.Kind of a generic exit probe,
+ * bits 16-23 the copy kind of a driver copy (its name says it: cuMemcpyHtoD
+ * is 1, cudaMemcpyHostToDevice), bit 24 (COOKIE_DRIVER) set on the driver's
+ * calls (table.go, probe.Cookie).
+ *
+ * One trap per call
+ * -----------------
+ * NVIDIA's runtime (libcudart 12 and 13, static or shared) dlopens
+ * libcuda.so.1 and makes every call through the driver's exported entry
+ * points: cudaLaunchKernel calls cuLaunchKernel(_ptsz), cudaLaunchKernelExC
+ * cuLaunchKernelEx, cudaDeviceSynchronize cuCtxSynchronize(_v2), and so on.
+ * Triton, XLA, cuBLASLt and NCCL 2.22+ launch through the driver directly
+ * (cuLaunchKernelEx). So:
+ *   - Launches (kernels, cooperative kernels, graphs, host functions), the
+ *     hot path, are probed in the CUDA driver only (table.go leaves the
+ *     runtime's launch calls out for CUDA): every launch, by any path, is
+ *     one trap and one record, with the stream and grid the driver gets.
+ *     The runtime's launch calls are probed only where no driver is
+ *     probed (MACA). A runtime launch's kernel is then a driver handle: the
+ *     name comes from the lookup the runtime made for it (cuModuleGetFunction,
+ *     cuLibraryGetKernel, cuKernelGetFunction: func_names); a handle whose
+ *     lookup came before we attached keeps the handle as its identity.
+ *   - The other calls (copies, events, synchronizations, queries) are
+ *     probed in both, as the runtime and any direct driver caller make them,
+ *     and recorded once: the runtime's entry marks the thread (task storage
+ *     `forwards`: the call's kind), and the driver's entry of that kind that
+ *     finds the mark takes it as the runtime's forward and records nothing
+ *     (its return probe, which must still restore the return address for
+ *     unwinders, records nothing either). They are not per-launch calls;
+ *     the runtime's record keeps the name the application called.
+ *     The kind alone is matched, not the handles: the runtime may hand the
+ *     driver another one (the legacy default stream 0 as CU_STREAM_LEGACY).
+ *     A runtime that returned without calling the driver leaves its mark:
+ *     the next driver call of the same kind on that thread would be taken
+ *     for its forward. NVIDIA's runtime always forwards.
  *
  * Where arguments sit (x86-64 System V, at function entry; [sp+8] is the
  * first stack argument, [sp] the return address):
  *   LaunchKernel(func di, grid si=x|y<<32 dx=z, block cx=x|y<<32 r8=z,
  *                args r9, shmem [sp+8], stream [sp+16])
  *   LaunchKernelExC(cfg di -> {grid u32[3], block u32[3], shmem u64, stream u64},
- *                func si, args dx)
- *   cuLaunchKernel(f di, gx si, gy dx, gz cx, bx r8, by r9, bz [sp+8],
- *                shmem [sp+16], stream [sp+24], params [sp+32])
+ *                func si, args dx); cuLaunchKernelEx alike (see launch_config)
+ *   cuLaunchKernel, cuLaunchCooperativeKernel(f di, gx si, gy dx, gz cx,
+ *                bx r8, by r9, bz [sp+8], shmem [sp+16], stream [sp+24],
+ *                params [sp+32])
+ *   cuLaunchKernelEx(const CUlaunchConfig *cfg di -> {gridDimX,Y,Z,
+ *                blockDimX,Y,Z, sharedMemBytes: u32 each, pad, hStream u64 at
+ *                byte 32, attrs, numAttrs}, f si, params dx, extra cx)
+ *                (the program of LaunchKernelExC)
+ *   LaunchHostFunc(stream di, fn si, data dx)              a launch of fn, grid 0
  *   cuModuleGetFunction(CUfunction *f di, module si, name dx),
  *   cuLibraryGetKernel(CUkernel *k di, library si, name dx)  at exit: no event;
  *                *f and the name go into the map func_names
+ *   cuKernelGetFunction(CUfunction *f di, CUkernel k si)   at exit: no event;
+ *                *f gets the name k has in func_names
  *   GraphLaunch(exec di, stream si)
  *   MemcpyAsync(dst di, src si, n dx, kind cx, stream r8)
+ *   cuMemcpy*Async(dst di, src si, n dx, stream cx)         copy kind: cookie
  *   Memcpy(dst di, src si, n dx, kind cx)                   enter + exit
- *   EventRecord(event di, stream si)
+ *   cuMemcpy, cuMemcpyHtoD_v2...(dst di, src si, n dx)      enter + exit, kind: cookie
+ *   EventRecord(event di, stream si), cuEventRecordWithFlags(same, flags dx)
  *   EventQuery(event di) / StreamQuery(stream di)           one event at exit, ret = ax
  *   EventSynchronize(event di), StreamSynchronize(stream di),
- *   DeviceSynchronize()                                     enter + exit
+ *   DeviceSynchronize(), cuCtxSynchronize(_v2)              enter + exit
  *   StreamWaitEvent(stream di, event si, flags dx)
  *   EventElapsedTime(float *ms di, start si, end dx)        at exit: *ms read back
  *   ncclCommInitRank(comm* di, nranks si, id 128 bytes at [sp+8], rank dx)
@@ -98,7 +142,8 @@
  *
  * x86-64 only: the call rings rely on its total store order (see barrier).
  * Minimum kernel: 5.15 (ring buffer 5.8, tp_btf 5.5, BPF_F_MMAPABLE 5.5,
- * atomic fetch-and-add 5.12, so -mcpu=v3; uprobe attach cookie 5.15), with
+ * atomic fetch-and-add 5.12, so -mcpu=v3; task storage in tracing
+ * programs and bpf_get_current_task_btf 5.11; uprobe attach cookie 5.15), with
  * BTF (CONFIG_DEBUG_INFO_BTF): the process hooks are tp_btf programs and a
  * uprobe on ld.so, so no tracefs mount is needed.
  */
@@ -146,11 +191,18 @@ enum kind {
 
 enum { PHASE_ENTER = 0, PHASE_EXIT = 1 };
 
-/* Stash keys of calls that are no timer.Kind (beyond every kind). */
+/* Stash keys of calls that are no timer.Kind (beyond every kind), and of
+ * the driver's calls (STASH_DRIVER + kind): a driver call the runtime made
+ * runs inside the runtime's, on the same thread. */
 enum {
 	STASH_GET_FUNCTION = 64,
 	STASH_SPLIT = 64 + K_COMM_INIT,
+	STASH_KERNEL_FUNCTION = 64 + K_LAUNCH,
+	STASH_DRIVER = 128,
 };
+
+#define COOKIE_DRIVER (1ULL << 24)
+#define VENDOR_CUDA 0
 
 /*
  * One call or process record (Go: probesCall). The header is the same for
@@ -180,6 +232,7 @@ struct stash {
 	__u64 id[2];
 	__s32 nranks, rank;
 	__u64 ret_slot, ret_addr; /* see save_return */
+	__u64 skip;               /* a forward of the runtime's call: no exit record */
 };
 
 /* Process records (fork, exec, exit, loader): few, and each wakes Go. */
@@ -260,6 +313,20 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } lost SEC(".maps");
+
+/* The runtime call a thread is in, for its driver forward to find (see
+ * "One trap per call"): task storage, so no lookup is shared across
+ * threads or CPUs, and a thread's mark dies with it. */
+struct forward {
+	__u32 kind;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct forward);
+} forwards SEC(".maps");
 
 
 /* Keep struct call and the kind enums in the BTF, for bpf2go -type: Go
@@ -347,16 +414,25 @@ static __always_inline void publish(struct call *e, __u64 pos)
 	*(volatile __u64 *)&e->seq = pos + 1;
 }
 
-/* begin filters by followed thread group and reserves an event. */
-#define BEGIN(kind, phase)                                              \
+/* FOLLOWED filters by followed thread group; a program that may record
+ * nothing (a forward, see forwarded) calls it alone. */
+#define FOLLOWED()                                                      \
 	__u64 pid_tgid = bpf_get_current_pid_tgid();                    \
 	if (!is_followed(pid_tgid >> 32))                               \
 		return 0;                                               \
-	__u64 cookie = bpf_get_attach_cookie(ctx);                      \
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+
+/* RECORD reserves the record of a call FOLLOWED let through. */
+#define RECORD(kind, phase)                                             \
 	__u64 pos;                                                      \
 	struct call *e = reserve(pid_tgid, kind, phase, cookie, &pos);  \
 	if (!e)                                                         \
 		return 0;
+
+/* BEGIN filters and reserves a record. */
+#define BEGIN(kind, phase)                                              \
+	FOLLOWED();                                                     \
+	RECORD(kind, phase);
 
 static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
 {
@@ -399,6 +475,48 @@ static __always_inline void save_return(struct pt_regs *ctx, struct stash *s)
 		s->ret_slot = ctx->sp;
 }
 
+/*
+ * forwarded marks, at the runtime's entry of a call of kind, that the
+ * thread is in it; at the driver's entry (cookie COOKIE_DRIVER) it reports
+ * whether this is the runtime's forward of its call, consuming the mark.
+ * Only CUDA's runtime has a probed driver.
+ */
+static __always_inline int forwarded(__u64 cookie, __u8 kind)
+{
+	if (!(cookie & COOKIE_DRIVER)) {
+		if ((cookie & 0xff) != VENDOR_CUDA)
+			return 0;
+		struct forward *f = bpf_task_storage_get(&forwards, bpf_get_current_task_btf(), 0,
+							 BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (f)
+			f->kind = kind;
+		return 0;
+	}
+	struct forward *f = bpf_task_storage_get(&forwards, bpf_get_current_task_btf(), 0, 0);
+	if (!f || f->kind != kind)
+		return 0;
+	f->kind = 0;
+	return 1;
+}
+
+/* The stash key of a call of kind: the driver's own (see STASH_DRIVER). */
+static __always_inline __u64 call_key(__u64 pid_tgid, __u8 kind, __u64 cookie)
+{
+	return stash_key(pid_tgid, cookie & COOKIE_DRIVER ? STASH_DRIVER + kind : kind);
+}
+
+/* take_stash moves the stash of key into *a (a return program's
+ * arguments); 0 when there is none. */
+static __always_inline int take_stash(__u64 key, struct stash *a)
+{
+	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
+	if (!s)
+		return 0;
+	*a = *s;
+	bpf_map_delete_elem(&stashes, &key);
+	return 1;
+}
+
 /* ---- kernel launches ------------------------------------------------ */
 
 SEC("uprobe")
@@ -421,10 +539,18 @@ int launch_kernel(struct pt_regs *ctx)
 	return 0;
 }
 
+/*
+ * A launch config: cudaLaunchConfig_t (runtime) and CUlaunchConfig
+ * (driver) begin alike, grid and block u32[3] each, then the dynamic
+ * shared memory (a size_t in the runtime's, a u32 and padding in the
+ * driver's: its low half is read) and the stream at byte 32; the function
+ * is the second argument of both cudaLaunchKernelExC and cuLaunchKernelEx.
+ */
 struct launch_config {
 	__u32 grid[3];
 	__u32 block[3];
-	__u64 shmem;
+	__u32 shmem;
+	__u32 pad;
 	__u64 stream;
 };
 
@@ -432,8 +558,9 @@ SEC("uprobe")
 int launch_kernel_exc(struct pt_regs *ctx)
 {
 	BEGIN(K_LAUNCH, PHASE_ENTER);
-	struct launch_config cfg = {};
-	bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx));
+	struct launch_config cfg;
+	if (bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx)))
+		__builtin_memset(&cfg, 0, sizeof(cfg));
 	e->handle = ARG2(ctx);
 	e->word[0] = cfg.grid[0];
 	e->word[1] = cfg.grid[1];
@@ -466,6 +593,18 @@ int cu_launch_kernel(struct pt_regs *ctx)
 	return 0;
 }
 
+/* cudaLaunchHostFunc, cuLaunchHostFunc: fn runs on the host once the work
+ * before it on the stream is done, as a kernel would: a launch of fn. */
+SEC("uprobe")
+int launch_host_func(struct pt_regs *ctx)
+{
+	BEGIN(K_LAUNCH, PHASE_ENTER);
+	e->stream = ARG1(ctx);
+	e->handle = ARG2(ctx);
+	publish(e, pos);
+	return 0;
+}
+
 /* cuModuleGetFunction and cuLibraryGetKernel: remember which name the
  * returned handle stands for. */
 SEC("uprobe")
@@ -490,11 +629,9 @@ int get_function_exit(struct pt_regs *ctx)
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
 	__u64 key = stash_key(pid_tgid, STASH_GET_FUNCTION);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	if (ctx->ax != 0) /* CUDA_SUCCESS */
 		return 0;
 	struct func_key fk = {.pid = pid_tgid >> 32};
@@ -505,6 +642,48 @@ int get_function_exit(struct pt_regs *ctx)
 	if (bpf_probe_read_user_str(fn.name, sizeof(fn.name), (void *)a.a1) <= 1)
 		return 0;
 	bpf_map_update_elem(&func_names, &fk, &fn, BPF_ANY);
+	return 0;
+}
+
+/* cuKernelGetFunction: the CUfunction of a CUkernel in the current
+ * context (how CUDA 12+ runtimes and libraries turn a library's kernel
+ * into a launchable function) gets the kernel's name. */
+SEC("uprobe")
+int kernel_get_function_enter(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	struct stash s = {};
+	save_return(ctx, &s);
+	s.a0 = ARG1(ctx); /* CUfunction * */
+	s.a1 = ARG2(ctx); /* CUkernel */
+	__u64 key = stash_key(pid_tgid, STASH_KERNEL_FUNCTION);
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	return 0;
+}
+
+SEC("uretprobe")
+int kernel_get_function_exit(struct pt_regs *ctx)
+{
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if (!is_followed(pid_tgid >> 32))
+		return 0;
+	__u64 key = stash_key(pid_tgid, STASH_KERNEL_FUNCTION);
+	struct stash a;
+	if (!take_stash(key, &a))
+		return 0;
+	if (ctx->ax != 0) /* CUDA_SUCCESS */
+		return 0;
+	struct func_key kk = {.pid = pid_tgid >> 32, .handle = a.a1};
+	struct func_name *fn = bpf_map_lookup_elem(&func_names, &kk);
+	if (!fn)
+		return 0;
+	struct func_key fk = {.pid = kk.pid};
+	bpf_probe_read_user(&fk.handle, sizeof(fk.handle), (void *)a.a0);
+	if (!fk.handle || fk.handle == kk.handle)
+		return 0;
+	bpf_map_update_elem(&func_names, &fk, fn, BPF_ANY);
 	return 0;
 }
 
@@ -520,10 +699,16 @@ int graph_launch(struct pt_regs *ctx)
 
 /* ---- copies --------------------------------------------------------- */
 
+/* The copy kind of a driver copy: its name's (cookie), cudaMemcpyKind's values. */
+#define COPY_KIND(cookie) (((cookie) >> 16) & 0xff)
+
 SEC("uprobe")
 int memcpy_async(struct pt_regs *ctx)
 {
-	BEGIN(K_MEMCPY_ASYNC, PHASE_ENTER);
+	FOLLOWED();
+	if (forwarded(cookie, K_MEMCPY_ASYNC))
+		return 0;
+	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
 	e->size = ARG3(ctx);
 	e->word[0] = ARG4(ctx);
 	e->stream = ARG5(ctx);
@@ -531,16 +716,37 @@ int memcpy_async(struct pt_regs *ctx)
 	return 0;
 }
 
+/* cuMemcpyAsync, cuMemcpyHtoDAsync_v2...: (dst, src, n, stream). */
+SEC("uprobe")
+int cu_memcpy_async(struct pt_regs *ctx)
+{
+	FOLLOWED();
+	if (forwarded(cookie, K_MEMCPY_ASYNC))
+		return 0;
+	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
+	e->size = ARG3(ctx);
+	e->word[0] = COPY_KIND(cookie);
+	e->stream = ARG4(ctx);
+	publish(e, pos);
+	return 0;
+}
+
+/* Memcpy (runtime: the kind is an argument) and cuMemcpy, cuMemcpyHtoD_v2...
+ * (driver: the cookie has it). */
 SEC("uprobe")
 int memcpy_enter(struct pt_regs *ctx)
 {
-	BEGIN(K_MEMCPY, PHASE_ENTER);
+	FOLLOWED();
 	struct stash s = {};
 	save_return(ctx, &s);
 	s.a0 = ARG3(ctx);
-	s.a1 = ARG4(ctx);
-	__u64 key = stash_key(pid_tgid, K_MEMCPY);
+	s.a1 = cookie & COOKIE_DRIVER ? COPY_KIND(cookie) : ARG4(ctx);
+	s.skip = forwarded(cookie, K_MEMCPY);
+	__u64 key = call_key(pid_tgid, K_MEMCPY, cookie);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	if (s.skip)
+		return 0;
+	RECORD(K_MEMCPY, PHASE_ENTER);
 	e->size = s.a0;
 	e->word[0] = s.a1;
 	publish(e, pos);
@@ -552,7 +758,10 @@ int memcpy_enter(struct pt_regs *ctx)
 SEC("uprobe")
 int event_record(struct pt_regs *ctx)
 {
-	BEGIN(K_EVENT_RECORD, PHASE_ENTER);
+	FOLLOWED();
+	if (forwarded(cookie, K_EVENT_RECORD))
+		return 0;
+	RECORD(K_EVENT_RECORD, PHASE_ENTER);
 	e->handle = ARG1(ctx);
 	e->stream = ARG2(ctx);
 	publish(e, pos);
@@ -562,7 +771,10 @@ int event_record(struct pt_regs *ctx)
 SEC("uprobe")
 int stream_wait_event(struct pt_regs *ctx)
 {
-	BEGIN(K_STREAM_WAIT_EVENT, PHASE_ENTER);
+	FOLLOWED();
+	if (forwarded(cookie, K_STREAM_WAIT_EVENT))
+		return 0;
+	RECORD(K_STREAM_WAIT_EVENT, PHASE_ENTER);
 	e->stream = ARG1(ctx);
 	e->handle = ARG2(ctx);
 	publish(e, pos);
@@ -572,15 +784,14 @@ int stream_wait_event(struct pt_regs *ctx)
 /* Entry of a call reported only at its return: stash the arguments. */
 static __always_inline int stash_args(struct pt_regs *ctx, __u8 kind)
 {
-	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if (!is_followed(pid_tgid >> 32))
-		return 0;
+	FOLLOWED();
 	struct stash s = {};
 	save_return(ctx, &s);
 	s.a0 = ARG1(ctx);
 	s.a1 = ARG2(ctx);
 	s.a2 = ARG3(ctx);
-	__u64 key = stash_key(pid_tgid, kind);
+	s.skip = forwarded(cookie, kind);
+	__u64 key = call_key(pid_tgid, kind, cookie);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -597,12 +808,16 @@ int elapsed_enter(struct pt_regs *ctx) { return stash_args(ctx, K_EVENT_ELAPSED)
 /* Entry of a blocking call: an enter event, and the arguments for its exit. */
 static __always_inline int blocking_enter(struct pt_regs *ctx, __u8 kind)
 {
-	BEGIN(kind, PHASE_ENTER);
+	FOLLOWED();
 	struct stash s = {};
 	save_return(ctx, &s);
-	s.a0 = ARG1(ctx);
-	__u64 key = stash_key(pid_tgid, kind);
+	s.a0 = ARG1(ctx); /* none for cudaDeviceSynchronize: not read */
+	s.skip = forwarded(cookie, kind);
+	__u64 key = call_key(pid_tgid, kind, cookie);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	if (s.skip)
+		return 0;
+	RECORD(kind, PHASE_ENTER);
 	if (kind == K_STREAM_SYNC)
 		e->stream = s.a0;
 	else if (kind == K_EVENT_SYNC)
@@ -632,12 +847,12 @@ int call_exit(struct pt_regs *ctx)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = cookie >> 8;
-	__u64 key = stash_key(pid_tgid, kind);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	__u64 key = call_key(pid_tgid, kind, cookie);
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
+	if (a.skip) /* the runtime's call reports it */
+		return 0;
 
 	__u64 pos;
 	struct call *e = reserve(pid_tgid, kind, PHASE_EXIT, cookie, &pos);
@@ -705,11 +920,9 @@ int comm_init_exit(struct pt_regs *ctx)
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
 	__u64 key = stash_key(pid_tgid, K_COMM_INIT);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pos;
 	struct call *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie, &pos);
@@ -750,11 +963,9 @@ int comm_split_exit(struct pt_regs *ctx)
 	if (!is_followed(pid_tgid >> 32))
 		return 0;
 	__u64 key = stash_key(pid_tgid, STASH_SPLIT);
-	struct stash *s = bpf_map_lookup_elem(&stashes, &key);
-	if (!s)
+	struct stash a;
+	if (!take_stash(key, &a))
 		return 0;
-	struct stash a = *s;
-	bpf_map_delete_elem(&stashes, &key);
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u64 pos;
 	struct call *e = reserve(pid_tgid, K_COMM_INIT, PHASE_EXIT, cookie, &pos);

@@ -31,6 +31,11 @@ type probesCall struct {
 	Word    [6]uint32
 }
 
+type probesForward struct {
+	_    structs.HostLayout
+	Kind uint32
+}
+
 type probesFuncKey struct {
 	_      structs.HostLayout
 	Pid    uint32
@@ -84,60 +89,66 @@ type probesStash struct {
 	Rank    int32
 	RetSlot uint64
 	RetAddr uint64
+	Skip    uint64
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	probesMapCalls             = "calls"
-	probesMapFollowed          = "followed"
-	probesMapFuncNames         = "func_names"
-	probesMapLost              = "lost"
-	probesMapProcs             = "procs"
-	probesMapStashes           = "stashes"
-	probesProgCallExit         = "call_exit"
-	probesProgCollAllGather    = "coll_all_gather"
-	probesProgCollBroadcast    = "coll_broadcast"
-	probesProgCollP2p          = "coll_p2p"
-	probesProgCollReduce       = "coll_reduce"
-	probesProgCollReduceOp     = "coll_reduce_op"
-	probesProgCommDestroy      = "comm_destroy"
-	probesProgCommInitEnter    = "comm_init_enter"
-	probesProgCommInitExit     = "comm_init_exit"
-	probesProgCommSplitEnter   = "comm_split_enter"
-	probesProgCommSplitExit    = "comm_split_exit"
-	probesProgCuLaunchKernel   = "cu_launch_kernel"
-	probesProgDeviceSyncEnter  = "device_sync_enter"
-	probesProgDlState          = "dl_state"
-	probesProgElapsedEnter     = "elapsed_enter"
-	probesProgEmpty            = "empty"
-	probesProgEventQueryEnter  = "event_query_enter"
-	probesProgEventRecord      = "event_record"
-	probesProgEventSyncEnter   = "event_sync_enter"
-	probesProgFloorClock       = "floor_clock"
-	probesProgFloorFollowed    = "floor_followed"
-	probesProgFloorStack       = "floor_stack"
-	probesProgGetFunctionEnter = "get_function_enter"
-	probesProgGetFunctionExit  = "get_function_exit"
-	probesProgGraphLaunch      = "graph_launch"
-	probesProgGroupEnd         = "group_end"
-	probesProgGroupStart       = "group_start"
-	probesProgLaunchKernel     = "launch_kernel"
-	probesProgLaunchKernelExc  = "launch_kernel_exc"
-	probesProgMemcpyAsync      = "memcpy_async"
-	probesProgMemcpyEnter      = "memcpy_enter"
-	probesProgOnExec           = "on_exec"
-	probesProgOnExit           = "on_exit"
-	probesProgOnFork           = "on_fork"
-	probesProgStreamQueryEnter = "stream_query_enter"
-	probesProgStreamSyncEnter  = "stream_sync_enter"
-	probesProgStreamWaitEvent  = "stream_wait_event"
-	probesVarRingMask          = "ring_mask"
-	probesVarSlotMask          = "slot_mask"
-	probesVarUnusedCall        = "unused_call"
-	probesVarUnusedKind        = "unused_kind"
-	probesVarUnusedProcKind    = "unused_proc_kind"
+	probesMapCalls                   = "calls"
+	probesMapFollowed                = "followed"
+	probesMapForwards                = "forwards"
+	probesMapFuncNames               = "func_names"
+	probesMapLost                    = "lost"
+	probesMapProcs                   = "procs"
+	probesMapStashes                 = "stashes"
+	probesProgCallExit               = "call_exit"
+	probesProgCollAllGather          = "coll_all_gather"
+	probesProgCollBroadcast          = "coll_broadcast"
+	probesProgCollP2p                = "coll_p2p"
+	probesProgCollReduce             = "coll_reduce"
+	probesProgCollReduceOp           = "coll_reduce_op"
+	probesProgCommDestroy            = "comm_destroy"
+	probesProgCommInitEnter          = "comm_init_enter"
+	probesProgCommInitExit           = "comm_init_exit"
+	probesProgCommSplitEnter         = "comm_split_enter"
+	probesProgCommSplitExit          = "comm_split_exit"
+	probesProgCuLaunchKernel         = "cu_launch_kernel"
+	probesProgCuMemcpyAsync          = "cu_memcpy_async"
+	probesProgDeviceSyncEnter        = "device_sync_enter"
+	probesProgDlState                = "dl_state"
+	probesProgElapsedEnter           = "elapsed_enter"
+	probesProgEmpty                  = "empty"
+	probesProgEventQueryEnter        = "event_query_enter"
+	probesProgEventRecord            = "event_record"
+	probesProgEventSyncEnter         = "event_sync_enter"
+	probesProgFloorClock             = "floor_clock"
+	probesProgFloorFollowed          = "floor_followed"
+	probesProgFloorStack             = "floor_stack"
+	probesProgGetFunctionEnter       = "get_function_enter"
+	probesProgGetFunctionExit        = "get_function_exit"
+	probesProgGraphLaunch            = "graph_launch"
+	probesProgGroupEnd               = "group_end"
+	probesProgGroupStart             = "group_start"
+	probesProgKernelGetFunctionEnter = "kernel_get_function_enter"
+	probesProgKernelGetFunctionExit  = "kernel_get_function_exit"
+	probesProgLaunchHostFunc         = "launch_host_func"
+	probesProgLaunchKernel           = "launch_kernel"
+	probesProgLaunchKernelExc        = "launch_kernel_exc"
+	probesProgMemcpyAsync            = "memcpy_async"
+	probesProgMemcpyEnter            = "memcpy_enter"
+	probesProgOnExec                 = "on_exec"
+	probesProgOnExit                 = "on_exit"
+	probesProgOnFork                 = "on_fork"
+	probesProgStreamQueryEnter       = "stream_query_enter"
+	probesProgStreamSyncEnter        = "stream_sync_enter"
+	probesProgStreamWaitEvent        = "stream_wait_event"
+	probesVarRingMask                = "ring_mask"
+	probesVarSlotMask                = "slot_mask"
+	probesVarUnusedCall              = "unused_call"
+	probesVarUnusedKind              = "unused_kind"
+	probesVarUnusedProcKind          = "unused_proc_kind"
 )
 
 // loadProbes returns the embedded CollectionSpec for probes.
@@ -182,43 +193,47 @@ type probesSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesProgramSpecs struct {
-	CallExit         *ebpf.ProgramSpec `ebpf:"call_exit"`
-	CollAllGather    *ebpf.ProgramSpec `ebpf:"coll_all_gather"`
-	CollBroadcast    *ebpf.ProgramSpec `ebpf:"coll_broadcast"`
-	CollP2p          *ebpf.ProgramSpec `ebpf:"coll_p2p"`
-	CollReduce       *ebpf.ProgramSpec `ebpf:"coll_reduce"`
-	CollReduceOp     *ebpf.ProgramSpec `ebpf:"coll_reduce_op"`
-	CommDestroy      *ebpf.ProgramSpec `ebpf:"comm_destroy"`
-	CommInitEnter    *ebpf.ProgramSpec `ebpf:"comm_init_enter"`
-	CommInitExit     *ebpf.ProgramSpec `ebpf:"comm_init_exit"`
-	CommSplitEnter   *ebpf.ProgramSpec `ebpf:"comm_split_enter"`
-	CommSplitExit    *ebpf.ProgramSpec `ebpf:"comm_split_exit"`
-	CuLaunchKernel   *ebpf.ProgramSpec `ebpf:"cu_launch_kernel"`
-	DeviceSyncEnter  *ebpf.ProgramSpec `ebpf:"device_sync_enter"`
-	DlState          *ebpf.ProgramSpec `ebpf:"dl_state"`
-	ElapsedEnter     *ebpf.ProgramSpec `ebpf:"elapsed_enter"`
-	Empty            *ebpf.ProgramSpec `ebpf:"empty"`
-	EventQueryEnter  *ebpf.ProgramSpec `ebpf:"event_query_enter"`
-	EventRecord      *ebpf.ProgramSpec `ebpf:"event_record"`
-	EventSyncEnter   *ebpf.ProgramSpec `ebpf:"event_sync_enter"`
-	FloorClock       *ebpf.ProgramSpec `ebpf:"floor_clock"`
-	FloorFollowed    *ebpf.ProgramSpec `ebpf:"floor_followed"`
-	FloorStack       *ebpf.ProgramSpec `ebpf:"floor_stack"`
-	GetFunctionEnter *ebpf.ProgramSpec `ebpf:"get_function_enter"`
-	GetFunctionExit  *ebpf.ProgramSpec `ebpf:"get_function_exit"`
-	GraphLaunch      *ebpf.ProgramSpec `ebpf:"graph_launch"`
-	GroupEnd         *ebpf.ProgramSpec `ebpf:"group_end"`
-	GroupStart       *ebpf.ProgramSpec `ebpf:"group_start"`
-	LaunchKernel     *ebpf.ProgramSpec `ebpf:"launch_kernel"`
-	LaunchKernelExc  *ebpf.ProgramSpec `ebpf:"launch_kernel_exc"`
-	MemcpyAsync      *ebpf.ProgramSpec `ebpf:"memcpy_async"`
-	MemcpyEnter      *ebpf.ProgramSpec `ebpf:"memcpy_enter"`
-	OnExec           *ebpf.ProgramSpec `ebpf:"on_exec"`
-	OnExit           *ebpf.ProgramSpec `ebpf:"on_exit"`
-	OnFork           *ebpf.ProgramSpec `ebpf:"on_fork"`
-	StreamQueryEnter *ebpf.ProgramSpec `ebpf:"stream_query_enter"`
-	StreamSyncEnter  *ebpf.ProgramSpec `ebpf:"stream_sync_enter"`
-	StreamWaitEvent  *ebpf.ProgramSpec `ebpf:"stream_wait_event"`
+	CallExit               *ebpf.ProgramSpec `ebpf:"call_exit"`
+	CollAllGather          *ebpf.ProgramSpec `ebpf:"coll_all_gather"`
+	CollBroadcast          *ebpf.ProgramSpec `ebpf:"coll_broadcast"`
+	CollP2p                *ebpf.ProgramSpec `ebpf:"coll_p2p"`
+	CollReduce             *ebpf.ProgramSpec `ebpf:"coll_reduce"`
+	CollReduceOp           *ebpf.ProgramSpec `ebpf:"coll_reduce_op"`
+	CommDestroy            *ebpf.ProgramSpec `ebpf:"comm_destroy"`
+	CommInitEnter          *ebpf.ProgramSpec `ebpf:"comm_init_enter"`
+	CommInitExit           *ebpf.ProgramSpec `ebpf:"comm_init_exit"`
+	CommSplitEnter         *ebpf.ProgramSpec `ebpf:"comm_split_enter"`
+	CommSplitExit          *ebpf.ProgramSpec `ebpf:"comm_split_exit"`
+	CuLaunchKernel         *ebpf.ProgramSpec `ebpf:"cu_launch_kernel"`
+	CuMemcpyAsync          *ebpf.ProgramSpec `ebpf:"cu_memcpy_async"`
+	DeviceSyncEnter        *ebpf.ProgramSpec `ebpf:"device_sync_enter"`
+	DlState                *ebpf.ProgramSpec `ebpf:"dl_state"`
+	ElapsedEnter           *ebpf.ProgramSpec `ebpf:"elapsed_enter"`
+	Empty                  *ebpf.ProgramSpec `ebpf:"empty"`
+	EventQueryEnter        *ebpf.ProgramSpec `ebpf:"event_query_enter"`
+	EventRecord            *ebpf.ProgramSpec `ebpf:"event_record"`
+	EventSyncEnter         *ebpf.ProgramSpec `ebpf:"event_sync_enter"`
+	FloorClock             *ebpf.ProgramSpec `ebpf:"floor_clock"`
+	FloorFollowed          *ebpf.ProgramSpec `ebpf:"floor_followed"`
+	FloorStack             *ebpf.ProgramSpec `ebpf:"floor_stack"`
+	GetFunctionEnter       *ebpf.ProgramSpec `ebpf:"get_function_enter"`
+	GetFunctionExit        *ebpf.ProgramSpec `ebpf:"get_function_exit"`
+	GraphLaunch            *ebpf.ProgramSpec `ebpf:"graph_launch"`
+	GroupEnd               *ebpf.ProgramSpec `ebpf:"group_end"`
+	GroupStart             *ebpf.ProgramSpec `ebpf:"group_start"`
+	KernelGetFunctionEnter *ebpf.ProgramSpec `ebpf:"kernel_get_function_enter"`
+	KernelGetFunctionExit  *ebpf.ProgramSpec `ebpf:"kernel_get_function_exit"`
+	LaunchHostFunc         *ebpf.ProgramSpec `ebpf:"launch_host_func"`
+	LaunchKernel           *ebpf.ProgramSpec `ebpf:"launch_kernel"`
+	LaunchKernelExc        *ebpf.ProgramSpec `ebpf:"launch_kernel_exc"`
+	MemcpyAsync            *ebpf.ProgramSpec `ebpf:"memcpy_async"`
+	MemcpyEnter            *ebpf.ProgramSpec `ebpf:"memcpy_enter"`
+	OnExec                 *ebpf.ProgramSpec `ebpf:"on_exec"`
+	OnExit                 *ebpf.ProgramSpec `ebpf:"on_exit"`
+	OnFork                 *ebpf.ProgramSpec `ebpf:"on_fork"`
+	StreamQueryEnter       *ebpf.ProgramSpec `ebpf:"stream_query_enter"`
+	StreamSyncEnter        *ebpf.ProgramSpec `ebpf:"stream_sync_enter"`
+	StreamWaitEvent        *ebpf.ProgramSpec `ebpf:"stream_wait_event"`
 }
 
 // probesMapSpecs contains maps before they are loaded into the kernel.
@@ -227,6 +242,7 @@ type probesProgramSpecs struct {
 type probesMapSpecs struct {
 	Calls     *ebpf.MapSpec `ebpf:"calls"`
 	Followed  *ebpf.MapSpec `ebpf:"followed"`
+	Forwards  *ebpf.MapSpec `ebpf:"forwards"`
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
 	Procs     *ebpf.MapSpec `ebpf:"procs"`
@@ -266,6 +282,7 @@ func (o *probesObjects) Close() error {
 type probesMaps struct {
 	Calls     *ebpf.Map `ebpf:"calls"`
 	Followed  *ebpf.Map `ebpf:"followed"`
+	Forwards  *ebpf.Map `ebpf:"forwards"`
 	FuncNames *ebpf.Map `ebpf:"func_names"`
 	Lost      *ebpf.Map `ebpf:"lost"`
 	Procs     *ebpf.Map `ebpf:"procs"`
@@ -276,6 +293,7 @@ func (m *probesMaps) Close() error {
 	return _ProbesClose(
 		m.Calls,
 		m.Followed,
+		m.Forwards,
 		m.FuncNames,
 		m.Lost,
 		m.Procs,
@@ -298,43 +316,47 @@ type probesVariables struct {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesPrograms struct {
-	CallExit         *ebpf.Program `ebpf:"call_exit"`
-	CollAllGather    *ebpf.Program `ebpf:"coll_all_gather"`
-	CollBroadcast    *ebpf.Program `ebpf:"coll_broadcast"`
-	CollP2p          *ebpf.Program `ebpf:"coll_p2p"`
-	CollReduce       *ebpf.Program `ebpf:"coll_reduce"`
-	CollReduceOp     *ebpf.Program `ebpf:"coll_reduce_op"`
-	CommDestroy      *ebpf.Program `ebpf:"comm_destroy"`
-	CommInitEnter    *ebpf.Program `ebpf:"comm_init_enter"`
-	CommInitExit     *ebpf.Program `ebpf:"comm_init_exit"`
-	CommSplitEnter   *ebpf.Program `ebpf:"comm_split_enter"`
-	CommSplitExit    *ebpf.Program `ebpf:"comm_split_exit"`
-	CuLaunchKernel   *ebpf.Program `ebpf:"cu_launch_kernel"`
-	DeviceSyncEnter  *ebpf.Program `ebpf:"device_sync_enter"`
-	DlState          *ebpf.Program `ebpf:"dl_state"`
-	ElapsedEnter     *ebpf.Program `ebpf:"elapsed_enter"`
-	Empty            *ebpf.Program `ebpf:"empty"`
-	EventQueryEnter  *ebpf.Program `ebpf:"event_query_enter"`
-	EventRecord      *ebpf.Program `ebpf:"event_record"`
-	EventSyncEnter   *ebpf.Program `ebpf:"event_sync_enter"`
-	FloorClock       *ebpf.Program `ebpf:"floor_clock"`
-	FloorFollowed    *ebpf.Program `ebpf:"floor_followed"`
-	FloorStack       *ebpf.Program `ebpf:"floor_stack"`
-	GetFunctionEnter *ebpf.Program `ebpf:"get_function_enter"`
-	GetFunctionExit  *ebpf.Program `ebpf:"get_function_exit"`
-	GraphLaunch      *ebpf.Program `ebpf:"graph_launch"`
-	GroupEnd         *ebpf.Program `ebpf:"group_end"`
-	GroupStart       *ebpf.Program `ebpf:"group_start"`
-	LaunchKernel     *ebpf.Program `ebpf:"launch_kernel"`
-	LaunchKernelExc  *ebpf.Program `ebpf:"launch_kernel_exc"`
-	MemcpyAsync      *ebpf.Program `ebpf:"memcpy_async"`
-	MemcpyEnter      *ebpf.Program `ebpf:"memcpy_enter"`
-	OnExec           *ebpf.Program `ebpf:"on_exec"`
-	OnExit           *ebpf.Program `ebpf:"on_exit"`
-	OnFork           *ebpf.Program `ebpf:"on_fork"`
-	StreamQueryEnter *ebpf.Program `ebpf:"stream_query_enter"`
-	StreamSyncEnter  *ebpf.Program `ebpf:"stream_sync_enter"`
-	StreamWaitEvent  *ebpf.Program `ebpf:"stream_wait_event"`
+	CallExit               *ebpf.Program `ebpf:"call_exit"`
+	CollAllGather          *ebpf.Program `ebpf:"coll_all_gather"`
+	CollBroadcast          *ebpf.Program `ebpf:"coll_broadcast"`
+	CollP2p                *ebpf.Program `ebpf:"coll_p2p"`
+	CollReduce             *ebpf.Program `ebpf:"coll_reduce"`
+	CollReduceOp           *ebpf.Program `ebpf:"coll_reduce_op"`
+	CommDestroy            *ebpf.Program `ebpf:"comm_destroy"`
+	CommInitEnter          *ebpf.Program `ebpf:"comm_init_enter"`
+	CommInitExit           *ebpf.Program `ebpf:"comm_init_exit"`
+	CommSplitEnter         *ebpf.Program `ebpf:"comm_split_enter"`
+	CommSplitExit          *ebpf.Program `ebpf:"comm_split_exit"`
+	CuLaunchKernel         *ebpf.Program `ebpf:"cu_launch_kernel"`
+	CuMemcpyAsync          *ebpf.Program `ebpf:"cu_memcpy_async"`
+	DeviceSyncEnter        *ebpf.Program `ebpf:"device_sync_enter"`
+	DlState                *ebpf.Program `ebpf:"dl_state"`
+	ElapsedEnter           *ebpf.Program `ebpf:"elapsed_enter"`
+	Empty                  *ebpf.Program `ebpf:"empty"`
+	EventQueryEnter        *ebpf.Program `ebpf:"event_query_enter"`
+	EventRecord            *ebpf.Program `ebpf:"event_record"`
+	EventSyncEnter         *ebpf.Program `ebpf:"event_sync_enter"`
+	FloorClock             *ebpf.Program `ebpf:"floor_clock"`
+	FloorFollowed          *ebpf.Program `ebpf:"floor_followed"`
+	FloorStack             *ebpf.Program `ebpf:"floor_stack"`
+	GetFunctionEnter       *ebpf.Program `ebpf:"get_function_enter"`
+	GetFunctionExit        *ebpf.Program `ebpf:"get_function_exit"`
+	GraphLaunch            *ebpf.Program `ebpf:"graph_launch"`
+	GroupEnd               *ebpf.Program `ebpf:"group_end"`
+	GroupStart             *ebpf.Program `ebpf:"group_start"`
+	KernelGetFunctionEnter *ebpf.Program `ebpf:"kernel_get_function_enter"`
+	KernelGetFunctionExit  *ebpf.Program `ebpf:"kernel_get_function_exit"`
+	LaunchHostFunc         *ebpf.Program `ebpf:"launch_host_func"`
+	LaunchKernel           *ebpf.Program `ebpf:"launch_kernel"`
+	LaunchKernelExc        *ebpf.Program `ebpf:"launch_kernel_exc"`
+	MemcpyAsync            *ebpf.Program `ebpf:"memcpy_async"`
+	MemcpyEnter            *ebpf.Program `ebpf:"memcpy_enter"`
+	OnExec                 *ebpf.Program `ebpf:"on_exec"`
+	OnExit                 *ebpf.Program `ebpf:"on_exit"`
+	OnFork                 *ebpf.Program `ebpf:"on_fork"`
+	StreamQueryEnter       *ebpf.Program `ebpf:"stream_query_enter"`
+	StreamSyncEnter        *ebpf.Program `ebpf:"stream_sync_enter"`
+	StreamWaitEvent        *ebpf.Program `ebpf:"stream_wait_event"`
 }
 
 func (p *probesPrograms) Close() error {
@@ -351,6 +373,7 @@ func (p *probesPrograms) Close() error {
 		p.CommSplitEnter,
 		p.CommSplitExit,
 		p.CuLaunchKernel,
+		p.CuMemcpyAsync,
 		p.DeviceSyncEnter,
 		p.DlState,
 		p.ElapsedEnter,
@@ -366,6 +389,9 @@ func (p *probesPrograms) Close() error {
 		p.GraphLaunch,
 		p.GroupEnd,
 		p.GroupStart,
+		p.KernelGetFunctionEnter,
+		p.KernelGetFunctionExit,
+		p.LaunchHostFunc,
 		p.LaunchKernel,
 		p.LaunchKernelExc,
 		p.MemcpyAsync,

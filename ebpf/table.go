@@ -15,25 +15,51 @@ type probe struct {
 	Exit     string
 	Vendor   timer.Vendor
 	Arg      uint8 // cookie bits 8-15: collective op, or the kind of a call_exit
+	Copy     uint8 // cookie bits 16-23: the copy kind a driver copy's name says
+	Driver   bool  // cookie bit 24: a driver call, which may be the runtime's forward
 	Twin     bool  // a per-thread-stream twin (_ptsz, _ptds): absent in many builds, never reported missing
 	Optional bool  // a call of newer releases only (cuLibraryGetKernel, CUDA 12): never reported missing
 }
 
-// Cookie is the attach cookie the programs read with bpf_get_attach_cookie.
-func (p probe) Cookie() uint64 { return uint64(p.Vendor) | uint64(p.Arg)<<8 }
+// Cookie is the attach cookie the programs read with bpf_get_attach_cookie
+// (probes.bpf.c's header comment).
+func (p probe) Cookie() uint64 {
+	c := uint64(p.Vendor) | uint64(p.Arg)<<8 | uint64(p.Copy)<<16
+	if p.Driver {
+		c |= 1 << 24
+	}
+	return c
+}
 
 type call struct {
 	name        string // without the vendor prefix
 	entry, exit string
 	arg         uint8
+	copy        uint8    // a driver copy's kind (cudaMemcpyKind: 1 HtoD, 2 DtoH, 3 DtoD, 4 default)
 	twins       []string // suffixes of per-thread-default-stream variants
 	optional    bool     // absent from older releases: never reported missing
+	launch      bool     // a runtime launch: the CUDA runtime makes it through the driver's
 }
 
+// Copy kinds of the driver's copies, by name (cudaMemcpyKind's values).
+const (
+	copyHtoD    = 1
+	copyDtoH    = 2
+	copyDtoD    = 3
+	copyDefault = 4
+)
+
+// runtimeCalls are the runtime's calls. The launches among them (launch:
+// true) are probed only for a runtime whose driver we do not probe (MACA):
+// NVIDIA's runtime makes each launch through the driver's entry points,
+// probed there (driverCalls), and one launch must be one trap
+// (probes.bpf.c, "One trap per call").
 var runtimeCalls = []call{
-	{name: "LaunchKernel", entry: "launch_kernel", twins: []string{"_ptsz"}},
-	{name: "LaunchKernelExC", entry: "launch_kernel_exc", twins: []string{"_ptsz"}},
-	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
+	{name: "LaunchKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, launch: true},
+	{name: "LaunchKernelExC", entry: "launch_kernel_exc", twins: []string{"_ptsz"}, launch: true},
+	{name: "LaunchCooperativeKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, launch: true, optional: true},
+	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}, launch: true, optional: true},
+	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}, launch: true},
 	{name: "MemcpyAsync", entry: "memcpy_async", twins: []string{"_ptsz"}},
 	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), twins: []string{"_ptds"}},
 	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
@@ -46,11 +72,38 @@ var runtimeCalls = []call{
 	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed)},
 }
 
+// driverCalls are the CUDA driver's calls: every launch of a CUDA process
+// (the runtime's, Triton's, XLA's, NCCL's), and the waits, copies and
+// events that libraries make without the runtime. Optional: the calls
+// older drivers lack (cuLaunchKernelEx 11.8, the library API 12.0,
+// cuCtxSynchronize_v2 13.0).
 var driverCalls = []call{
 	{name: "LaunchKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
+	{name: "LaunchKernelEx", entry: "launch_kernel_exc", twins: []string{"_ptsz"}, optional: true},
+	{name: "LaunchCooperativeKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
+	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}},
+	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
+	{name: "MemcpyAsync", entry: "cu_memcpy_async", copy: copyDefault, twins: []string{"_ptsz"}},
+	{name: "MemcpyHtoDAsync_v2", entry: "cu_memcpy_async", copy: copyHtoD, twins: []string{"_ptsz"}},
+	{name: "MemcpyDtoHAsync_v2", entry: "cu_memcpy_async", copy: copyDtoH, twins: []string{"_ptsz"}},
+	{name: "MemcpyDtoDAsync_v2", entry: "cu_memcpy_async", copy: copyDtoD, twins: []string{"_ptsz"}},
+	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDefault, twins: []string{"_ptds"}},
+	{name: "MemcpyHtoD_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyHtoD, twins: []string{"_ptds"}},
+	{name: "MemcpyDtoH_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDtoH, twins: []string{"_ptds"}},
+	{name: "MemcpyDtoD_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDtoD, twins: []string{"_ptds"}},
+	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
+	{name: "EventRecordWithFlags", entry: "event_record", twins: []string{"_ptsz"}, optional: true},
+	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery)},
+	{name: "EventSynchronize", entry: "event_sync_enter", exit: "call_exit", arg: uint8(timer.KindEventSynchronize)},
+	{name: "StreamSynchronize", entry: "stream_sync_enter", exit: "call_exit", arg: uint8(timer.KindStreamSynchronize), twins: []string{"_ptsz"}},
+	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}},
+	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}},
+	{name: "CtxSynchronize", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize)},
+	{name: "CtxSynchronize_v2", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize), optional: true},
 	// Not launches: they tell which name an opaque function handle stands for.
 	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit"},
 	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true},
+	{name: "KernelGetFunction", entry: "kernel_get_function_enter", exit: "kernel_get_function_exit", optional: true},
 }
 
 var collectiveCalls = []call{
@@ -86,7 +139,11 @@ func buildProbes() []probe {
 	var out []probe
 	add := func(prefix, group string, v timer.Vendor, calls []call) {
 		for _, c := range calls {
-			p := probe{Symbol: prefix + c.name, Group: group, Entry: c.entry, Exit: c.exit, Vendor: v, Arg: c.arg, Optional: c.optional}
+			if c.launch && v == timer.VendorCUDA {
+				continue // probed in the driver
+			}
+			p := probe{Symbol: prefix + c.name, Group: group, Entry: c.entry, Exit: c.exit, Vendor: v, Arg: c.arg,
+				Copy: c.copy, Driver: group == "driver", Optional: c.optional}
 			out = append(out, p)
 			for _, s := range c.twins {
 				t := p

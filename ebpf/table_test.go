@@ -8,14 +8,15 @@ import (
 )
 
 func TestPlanReportsMissingPerGroup(t *testing.T) {
-	exported := map[string]uint64{"cudaLaunchKernel": 0x100, "cudaEventQuery": 0x200, "ncclAllReduce": 0x300}
+	exported := map[string]uint64{"cudaMemcpyAsync": 0x100, "cudaEventQuery": 0x200, "ncclAllReduce": 0x300, "cudaLaunchKernel": 0x400}
 	attach, missing := plan(exported)
 	var names []string
 	for _, p := range attach {
 		names = append(names, p.Symbol)
 	}
 	slices.Sort(names)
-	if !slices.Equal(names, []string{"cudaEventQuery", "cudaLaunchKernel", "ncclAllReduce"}) {
+	// cudaLaunchKernel is probed in the driver the runtime calls.
+	if !slices.Equal(names, []string{"cudaEventQuery", "cudaMemcpyAsync", "ncclAllReduce"}) {
 		t.Errorf("attach %v", names)
 	}
 	for _, m := range []string{"cudaStreamSynchronize", "ncclCommInitRank"} {
@@ -38,10 +39,25 @@ func TestProbeCookies(t *testing.T) {
 	if q := probeBySymbol["cudaEventQuery"]; q.Exit != "call_exit" || q.Arg != uint8(timer.KindEventQuery) {
 		t.Errorf("cudaEventQuery: %+v", q)
 	}
-	for _, n := range []string{"cudaLaunchKernel_ptsz", "cudaMemcpy_ptds", "cuLaunchKernel", "ncclCommSplit", "mcLaunchKernel"} {
+	for _, n := range []string{"cudaMemcpy_ptds", "cuLaunchKernel", "cuLaunchKernelEx_ptsz", "cuCtxSynchronize_v2",
+		"cuKernelGetFunction", "ncclCommSplit", "mcLaunchKernel", "mcLaunchKernelExC_ptsz", "mcGraphLaunch"} {
 		if _, ok := probeBySymbol[n]; !ok {
 			t.Errorf("no probe for %s", n)
 		}
+	}
+	// A launch is probed once: in the driver for CUDA, whose runtime calls it.
+	for _, n := range []string{"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
+		"cudaLaunchHostFunc", "cudaGraphLaunch"} {
+		if p, ok := probeBySymbol[n]; ok {
+			t.Errorf("%s is probed (%+v): a launch through it would trap in the driver too", n, p)
+		}
+	}
+	// A driver copy's cookie: its kind, its copy direction, the driver bit.
+	if p := probeBySymbol["cuMemcpyDtoH_v2_ptds"]; p.Cookie() != uint64(timer.KindMemcpy)<<8|2<<16|1<<24 || p.Exit != "call_exit" {
+		t.Errorf("cuMemcpyDtoH_v2_ptds: %+v cookie %#x", p, p.Cookie())
+	}
+	if p := probeBySymbol["cudaMemcpy"]; p.Cookie()>>16 != 0 {
+		t.Errorf("cudaMemcpy: cookie %#x, want no copy kind and no driver bit", p.Cookie())
 	}
 }
 

@@ -30,6 +30,8 @@ func Text(f *File) string {
 					op.Op, op.Seq, op.Comm, op.Count, op.Dtype, op.NRanks, op.Stream, op.TID)
 			case op.Kernel != "":
 				fmt.Fprintf(&b, "  oldest: %s %s on stream %#x, thread %d\n", op.Kind, op.Kernel, op.Stream, op.TID)
+			case op.Func != 0: // a kernel whose name no lookup we saw gave: its handle
+				fmt.Fprintf(&b, "  oldest: %s %#x on stream %#x, thread %d\n", op.Kind, op.Func, op.Stream, op.TID)
 			default:
 				fmt.Fprintf(&b, "  oldest: %s on stream %#x, thread %d\n", op.Kind, op.Stream, op.TID)
 			}

@@ -26,6 +26,7 @@ enum bpf_map_type {
 	BPF_MAP_TYPE_PERCPU_ARRAY = 6,
 	BPF_MAP_TYPE_LRU_HASH = 9,
 	BPF_MAP_TYPE_RINGBUF = 27,
+	BPF_MAP_TYPE_TASK_STORAGE = 29,
 };
 
 enum {
@@ -35,7 +36,13 @@ enum {
 
 /* Map flags. */
 enum {
+	BPF_F_NO_PREALLOC = 1U << 0,
 	BPF_F_MMAPABLE = 1U << 10,
+};
+
+/* bpf_task_storage_get flags. */
+enum {
+	BPF_LOCAL_STORAGE_GET_F_CREATE = 1,
 };
 
 /* bpf_ringbuf_submit flags and bpf_ringbuf_query fields. */

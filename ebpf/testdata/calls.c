@@ -35,6 +35,17 @@ typedef struct { char internal[128]; } ncclUniqueId;
 void xpu_kernel(const uint64_t *p) __asm__("_ZN3xpu4test10vector_addEPKm");
 __attribute__((noinline, used)) void xpu_kernel(const uint64_t *p) { (void)p; }
 
+/* A host function launched on a stream (cudaLaunchHostFunc). */
+__attribute__((noinline, used)) void xpu_host_done(void *p) { (void)p; }
+
+/* The driver's CUlaunchConfig (cuda.h). */
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	void *stream;
+	void *attrs;
+	unsigned nattrs;
+} cu_launch_config_t;
+
 static const char *rtp, *ncp, *drp; /* name prefixes */
 static void *rt, *nc, *dr;
 
@@ -178,7 +189,43 @@ int main(int argc, char **argv)
 			r = ((cu_launch_t)sym(dr, drp, "LaunchKernel"))(k, 5, 1, 1, 64, 1, 1, 0, s, NULL, NULL);
 			printf("call=cuLaunchKernel func=%lu kernel=fake::attention::softmax_kernel<float> grid=5,1,1 block=64,1,1 shmem=0 stream=%lu ret=%d\n",
 			       (unsigned long)k, (unsigned long)s, r);
+			/* Its CUfunction, as CUDA 12+ runtimes get one: as opaque, and
+			 * named by the kernel it came from. Triton's launch path. */
+			void *kf = NULL;
+			((int (*)(void **, void *))sym(dr, drp, "KernelGetFunction"))(&kf, k);
+			cu_launch_config_t c = {3, 2, 1, 96, 1, 1, 256, s, NULL, 0};
+			r = ((int (*)(const cu_launch_config_t *, void *, void **, void **))sym(dr, drp, "LaunchKernelEx"))(&c, kf, NULL, NULL);
+			printf("call=cuLaunchKernelEx func=%lu kernel=fake::attention::softmax_kernel<float> grid=3,2,1 block=96,1,1 shmem=256 stream=%lu ret=%d\n",
+			       (unsigned long)kf, (unsigned long)s, r);
 		}
+		r = ((int (*)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **))sym(
+			dr, drp, "LaunchCooperativeKernel"))(f, 4, 1, 1, 16, 1, 1, 128, s, NULL);
+		printf("call=cuLaunchCooperativeKernel func=%lu kernel=noop_kernel grid=4,1,1 block=16,1,1 shmem=128 stream=%lu ret=%d\n",
+		       (unsigned long)f, (unsigned long)s, r);
+		r = ((int (*)(void *, void (*)(void *), void *))sym(dr, drp, "LaunchHostFunc"))(s, xpu_host_done, NULL);
+		printf("call=cuLaunchHostFunc func=%lu kernel=xpu_host_done grid=0,0,0 block=0,0,0 stream=%lu ret=%d\n",
+		       (unsigned long)(void *)xpu_host_done, (unsigned long)s, r);
+		r = ((int (*)(void *, void *))sym(dr, drp, "GraphLaunch"))((void *)0x6b7000, s);
+		printf("call=cuGraphLaunch handle=%lu stream=%lu ret=%d\n", 0x6b7000ul, (unsigned long)s, r);
+		static char dsrc[8192], ddst[8192];
+		r = ((int (*)(void *, const void *, size_t, void *))sym(dr, drp, "MemcpyHtoDAsync_v2"))(ddst, dsrc, 3100, s);
+		printf("call=cuMemcpyHtoDAsync_v2 bytes=3100 kind=1 stream=%lu ret=%d\n", (unsigned long)s, r);
+		r = ((int (*)(void *, const void *, size_t))sym(dr, drp, "MemcpyDtoH_v2"))(ddst, dsrc, 5100);
+		printf("call=cuMemcpyDtoH_v2 bytes=5100 kind=2 ret=%d\n", r);
+		r = ((int (*)(void *, void *, unsigned))sym(dr, drp, "EventRecordWithFlags"))(e1, s, 0);
+		printf("call=cuEventRecordWithFlags handle=%lu stream=%lu ret=%d\n", (unsigned long)e1, (unsigned long)s, r);
+		r = ((int (*)(void *))sym(dr, drp, "EventQuery"))(e1);
+		printf("call=cuEventQuery handle=%lu ret=%d\n", (unsigned long)e1, r);
+		r = ((int (*)(void *, void *, unsigned))sym(dr, drp, "StreamWaitEvent"))(s, e1, 0);
+		printf("call=cuStreamWaitEvent stream=%lu handle=%lu ret=%d\n", (unsigned long)s, (unsigned long)e1, r);
+		r = ((int (*)(void *))sym(dr, drp, "EventSynchronize"))(e1);
+		printf("call=cuEventSynchronize handle=%lu ret=%d\n", (unsigned long)e1, r);
+		r = ((int (*)(void *))sym(dr, drp, "StreamSynchronize"))(s);
+		printf("call=cuStreamSynchronize stream=%lu ret=%d\n", (unsigned long)s, r);
+		r = ((int (*)(void *))sym(dr, drp, "StreamQuery"))(s);
+		printf("call=cuStreamQuery stream=%lu ret=%d\n", (unsigned long)s, r);
+		r = ((int (*)(void *))sym(dr, drp, "CtxSynchronize_v2"))(NULL);
+		printf("call=cuCtxSynchronize_v2 ret=%d\n", r);
 	}
 	r = RT("GraphLaunch", int (*)(void *, void *))((void *)0x6a7000, s);
 	printf("call=GraphLaunch handle=%lu stream=%lu ret=%d\n", 0x6a7000ul, (unsigned long)s, r);
@@ -201,9 +248,12 @@ int main(int argc, char **argv)
 	printf("call=StreamQuery stream=%lu ret=%d\n", (unsigned long)s, r);
 	r = RT("DeviceSynchronize", int (*)(void))();
 	printf("call=DeviceSynchronize ret=%d\n", r);
-	RT("EventRecord", int (*)(void *, void *))(e2, s);
-	RT("EventRecord", int (*)(void *, void *))(e3, s);
-	RT("EventSynchronize", int (*)(void *))(e3);
+	r = RT("EventRecord", int (*)(void *, void *))(e2, s);
+	printf("call=EventRecord handle=%lu stream=%lu ret=%d\n", (unsigned long)e2, (unsigned long)s, r);
+	r = RT("EventRecord", int (*)(void *, void *))(e3, s);
+	printf("call=EventRecord handle=%lu stream=%lu ret=%d\n", (unsigned long)e3, (unsigned long)s, r);
+	r = RT("EventSynchronize", int (*)(void *))(e3);
+	printf("call=EventSynchronize handle=%lu ret=%d\n", (unsigned long)e3, r);
 	float ms = -1;
 	void *elapsed = optsym(rt, rtp, "EventElapsedTime");
 	if (elapsed) {
@@ -240,7 +290,8 @@ int main(int argc, char **argv)
 	printf("call=Recv count=1006 dtype=4 peer=%d comm=%lu stream=%lu ret=%d\n", from, (unsigned long)comm, (unsigned long)s, r);
 	r = NC("GroupEnd", int (*)(void))();
 	printf("call=GroupEnd ret=%d\n", r);
-	RT("StreamSynchronize", int (*)(void *))(s);
+	r = RT("StreamSynchronize", int (*)(void *))(s);
+	printf("call=StreamSynchronize stream=%lu ret=%d\n", (unsigned long)s, r);
 	void *split = optsym(nc, ncp, "CommSplit");
 	if (split) {
 		r = ((int (*)(void *, int, int, void **, void *))split)(comm, 3, 11 + rank, &sub, NULL);

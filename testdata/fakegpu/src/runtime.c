@@ -6,7 +6,12 @@
  * kernels (the host stub function runs on the executor), event records,
  * waits on events of other streams, asynchronous copies and host callbacks
  * (the collectives of the fake NCCL). Streams run concurrently. Hosts wait
- * for completion on one process-wide condition variable. */
+ * for completion on one process-wide condition variable.
+ *
+ * The CUDA build makes its calls the way NVIDIA's runtime does: through
+ * the driver (libcuda.so.1 beside it), which it dlopens when it is loaded;
+ * the driver does the work with the FG(...) entry points below. The MACA
+ * build, and a CUDA build with no driver beside it, do it themselves. */
 #define _GNU_SOURCE
 #include "vendor.h"
 #include <pthread.h>
@@ -15,6 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifndef FAKE_MACA
+#include <dlfcn.h>
+#include <libgen.h>
+#include <limits.h>
+#endif
 
 enum { OP_KERNEL, OP_RECORD, OP_WAIT, OP_HOST, OP_MEMCPY, OP_DELAY };
 
@@ -226,6 +236,74 @@ static rterr_t fail(rterr_t e)
 	return e;
 }
 
+#ifndef FAKE_MACA
+/* The driver's calls this runtime makes (cuda.h's signatures). */
+typedef int (*cu_launch_fn)(const void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			    rtstream_t, void **, void **);
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	rtstream_t stream;
+	void *attrs;
+	unsigned nattrs;
+} cu_launch_config_t; /* CUlaunchConfig */
+static struct {
+	cu_launch_fn launch, launch_ptsz;
+	int (*launch_ex)(const cu_launch_config_t *, const void *, void **, void **);
+	int (*launch_ex_ptsz)(const cu_launch_config_t *, const void *, void **, void **);
+	int (*graph_launch)(void *, rtstream_t);
+	int (*memcpy_async)(void *, const void *, size_t, rtstream_t);
+	int (*memcpy_sync)(void *, const void *, size_t);
+	int (*event_record)(rtevent_t, rtstream_t);
+	int (*event_query)(rtevent_t);
+	int (*event_sync)(rtevent_t);
+	int (*stream_sync)(rtstream_t);
+	int (*stream_query)(rtstream_t);
+	int (*stream_wait_event)(rtstream_t, rtevent_t, unsigned);
+	int (*ctx_sync)(void);
+} drv;
+
+__attribute__((constructor)) static void load_driver(void)
+{
+	Dl_info info;
+	char path[PATH_MAX];
+	if (!dladdr((void *)load_driver, &info) || !info.dli_fname)
+		return;
+	snprintf(path, sizeof(path), "%s", info.dli_fname);
+	char lib[PATH_MAX + 16];
+	snprintf(lib, sizeof(lib), "%s/libcuda.so.1", dirname(path));
+	void *h = dlopen(lib, RTLD_NOW | RTLD_GLOBAL);
+	if (!h)
+		return;
+#define DRV(field, name) drv.field = dlsym(h, name)
+	DRV(launch, "cuLaunchKernel");
+	DRV(launch_ptsz, "cuLaunchKernel_ptsz");
+	DRV(launch_ex, "cuLaunchKernelEx");
+	DRV(launch_ex_ptsz, "cuLaunchKernelEx_ptsz");
+	DRV(graph_launch, "cuGraphLaunch");
+	DRV(memcpy_async, "cuMemcpyAsync");
+	DRV(memcpy_sync, "cuMemcpy");
+	DRV(event_record, "cuEventRecord");
+	DRV(event_query, "cuEventQuery");
+	DRV(event_sync, "cuEventSynchronize");
+	DRV(stream_sync, "cuStreamSynchronize");
+	DRV(stream_query, "cuStreamQuery");
+	DRV(stream_wait_event, "cuStreamWaitEvent");
+	DRV(ctx_sync, "cuCtxSynchronize");
+#undef DRV
+}
+
+/* FORWARD makes the call through the driver when it is there. */
+#define FORWARD(field, ...)                                       \
+	do {                                                      \
+		if (drv.field) {                                  \
+			int err_ = drv.field(__VA_ARGS__);        \
+			return err_ ? fail(err_) : ERR_SUCCESS;   \
+		}                                                 \
+	} while (0)
+#else
+#define FORWARD(field, ...) do { } while (0)
+#endif
+
 /* ---- internal entry points for the driver library and the NCCL ---- */
 
 API int FG(enqueue_kernel)(const void *func, void **args, rtstream_t stream)
@@ -275,10 +353,16 @@ API rterr_t RT(GetDevice)(int *dev)
 	return ERR_SUCCESS;
 }
 
-API rterr_t RT(DeviceSynchronize)(void)
+API int FG(device_sync)(void)
 {
 	sync_all();
 	return ERR_SUCCESS;
+}
+
+API rterr_t RT(DeviceSynchronize)(void)
+{
+	FORWARD(ctx_sync);
+	return FG(device_sync)();
 }
 
 API rterr_t RT(GetLastError)(void)
@@ -339,13 +423,19 @@ API rterr_t RT(Free)(void *p)
 API rterr_t RT(MallocHost)(void **p, size_t n) { return RT(Malloc)(p, n); }
 API rterr_t RT(FreeHost)(void *p) { return RT(Free)(p); }
 
-static rterr_t memcpy_sync(void *dst, const void *src, size_t n)
+API int FG(memcpy_sync)(void *dst, const void *src, size_t n)
 {
 	/* legacy default stream semantics: waits for all prior work of the device */
 	sync_all();
 	if (dst && src && n)
 		memmove(dst, src, n);
 	return ERR_SUCCESS;
+}
+
+static rterr_t memcpy_sync(void *dst, const void *src, size_t n)
+{
+	FORWARD(memcpy_sync, dst, src, n);
+	return FG(memcpy_sync)(dst, src, n);
 }
 
 API rterr_t RT(Memcpy)(void *dst, const void *src, size_t n, int kind)
@@ -360,11 +450,17 @@ API rterr_t RT(Memcpy_ptds)(void *dst, const void *src, size_t n, int kind)
 	return memcpy_sync(dst, src, n);
 }
 
-static rterr_t memcpy_async(void *dst, const void *src, size_t n, rtstream_t s)
+API int FG(memcpy_async)(void *dst, const void *src, size_t n, rtstream_t s)
 {
 	struct op o = {.type = OP_MEMCPY, .ptr = dst, .ptr2 = (void *)src, .n = n};
 	enqueue(resolve(s), &o);
 	return ERR_SUCCESS;
+}
+
+static rterr_t memcpy_async(void *dst, const void *src, size_t n, rtstream_t s)
+{
+	FORWARD(memcpy_async, dst, src, n, s);
+	return FG(memcpy_async)(dst, src, n, s);
 }
 
 API rterr_t RT(MemcpyAsync)(void *dst, const void *src, size_t n, int kind, rtstream_t s)
@@ -397,38 +493,61 @@ static rterr_t launch(const void *func, dim3 grid, dim3 block, void **args, size
 	return FG(enqueue_kernel)(func, args, s);
 }
 
+/* A kernel's host stub stands for its CUfunction: the fake driver's
+ * CUfunction is the kernel's address. */
 API rterr_t RT(LaunchKernel)(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, rtstream_t s)
 {
+	FORWARD(launch, func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, s, args, NULL);
 	return launch(func, grid, block, args, shmem, s);
 }
 
 API rterr_t RT(LaunchKernel_ptsz)(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, rtstream_t s)
 {
+	FORWARD(launch_ptsz, func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, s, args, NULL);
 	return launch(func, grid, block, args, shmem, s);
+}
+
+static rterr_t launch_ex(const launch_config_t *cfg, const void *func, void **args, int ptsz)
+{
+	if (!cfg)
+		return fail(ERR_INVALID_VALUE);
+#ifndef FAKE_MACA
+	cu_launch_config_t c = {cfg->gridDim.x, cfg->gridDim.y, cfg->gridDim.z, cfg->blockDim.x, cfg->blockDim.y,
+				cfg->blockDim.z, (unsigned)cfg->dynamicSmemBytes, cfg->stream, cfg->attrs, cfg->numAttrs};
+	if (ptsz)
+		FORWARD(launch_ex_ptsz, &c, func, args, NULL);
+	else
+		FORWARD(launch_ex, &c, func, args, NULL);
+#else
+	(void)ptsz;
+#endif
+	return launch(func, cfg->gridDim, cfg->blockDim, args, cfg->dynamicSmemBytes, cfg->stream);
 }
 
 API rterr_t RT(LaunchKernelExC)(const launch_config_t *cfg, const void *func, void **args)
 {
-	if (!cfg)
-		return fail(ERR_INVALID_VALUE);
-	return launch(func, cfg->gridDim, cfg->blockDim, args, cfg->dynamicSmemBytes, cfg->stream);
+	return launch_ex(cfg, func, args, 0);
 }
 
 API rterr_t RT(LaunchKernelExC_ptsz)(const launch_config_t *cfg, const void *func, void **args)
 {
-	if (!cfg)
-		return fail(ERR_INVALID_VALUE);
-	return launch(func, cfg->gridDim, cfg->blockDim, args, cfg->dynamicSmemBytes, cfg->stream);
+	return launch_ex(cfg, func, args, 1);
 }
 
 /* A graph of the fake device is opaque: launching one runs for 20 µs. */
-API rterr_t RT(GraphLaunch)(void *exec, rtstream_t s)
+API int FG(graph_launch)(void *exec, rtstream_t s)
 {
 	struct op o = {.type = OP_DELAY, .n = 20000};
 	if (!exec)
 		return fail(ERR_INVALID_VALUE);
 	enqueue(resolve(s), &o);
 	return ERR_SUCCESS;
+}
+
+API rterr_t RT(GraphLaunch)(void *exec, rtstream_t s)
+{
+	FORWARD(graph_launch, exec, s);
+	return FG(graph_launch)(exec, s);
 }
 
 API rterr_t RT(GraphLaunch_ptsz)(void *exec, rtstream_t s) { return RT(GraphLaunch)(exec, s); }
@@ -464,26 +583,41 @@ API rterr_t RT(StreamDestroy)(rtstream_t s)
 	return ERR_SUCCESS;
 }
 
-static rterr_t stream_sync(rtstream_t st)
+API int FG(stream_sync)(rtstream_t st)
 {
 	struct fg_stream *s = resolve(st);
 	fg_wait_counter(&s->done, stream_tail(s));
 	return ERR_SUCCESS;
 }
 
+static rterr_t stream_sync(rtstream_t st)
+{
+	FORWARD(stream_sync, st);
+	return FG(stream_sync)(st);
+}
+
 API rterr_t RT(StreamSynchronize)(rtstream_t s) { return stream_sync(s); }
 API rterr_t RT(StreamSynchronize_ptsz)(rtstream_t s) { return stream_sync(s); }
 
-static rterr_t stream_query(rtstream_t st)
+API int FG(stream_query)(rtstream_t st)
 {
 	struct fg_stream *s = resolve(st);
 	return atomic_load(&s->done) >= stream_tail(s) ? ERR_SUCCESS : ERR_NOT_READY;
 }
 
+static rterr_t stream_query(rtstream_t st)
+{
+#ifndef FAKE_MACA
+	if (drv.stream_query)
+		return drv.stream_query(st); /* not ready is no error to keep */
+#endif
+	return FG(stream_query)(st);
+}
+
 API rterr_t RT(StreamQuery)(rtstream_t s) { return stream_query(s); }
 API rterr_t RT(StreamQuery_ptsz)(rtstream_t s) { return stream_query(s); }
 
-static rterr_t stream_wait_event(rtstream_t s, rtevent_t e)
+API int FG(stream_wait_event)(rtstream_t s, rtevent_t e)
 {
 	struct op o = {.type = OP_WAIT, .ptr = e};
 	if (!e)
@@ -495,16 +629,17 @@ static rterr_t stream_wait_event(rtstream_t s, rtevent_t e)
 	return ERR_SUCCESS;
 }
 
-API rterr_t RT(StreamWaitEvent)(rtstream_t s, rtevent_t e, unsigned flags)
+static rterr_t stream_wait_event(rtstream_t s, rtevent_t e, unsigned flags)
 {
-	(void)flags;
-	return stream_wait_event(s, e);
+	FORWARD(stream_wait_event, s, e, flags);
+	return FG(stream_wait_event)(s, e);
 }
+
+API rterr_t RT(StreamWaitEvent)(rtstream_t s, rtevent_t e, unsigned flags) { return stream_wait_event(s, e, flags); }
 
 API rterr_t RT(StreamWaitEvent_ptsz)(rtstream_t s, rtevent_t e, unsigned flags)
 {
-	(void)flags;
-	return stream_wait_event(s, e);
+	return stream_wait_event(s, e, flags);
 }
 
 /* ---- events ---- */
@@ -532,7 +667,7 @@ API rterr_t RT(EventDestroy)(rtevent_t e)
 	return ERR_SUCCESS;
 }
 
-static rterr_t event_record(rtevent_t e, rtstream_t s)
+API int FG(event_record)(rtevent_t e, rtstream_t s)
 {
 	struct op o = {.type = OP_RECORD, .ptr = e};
 	if (!e)
@@ -540,6 +675,12 @@ static rterr_t event_record(rtevent_t e, rtstream_t s)
 	o.n = atomic_fetch_add(&e->rec_gen, 1) + 1;
 	enqueue(resolve(s), &o);
 	return ERR_SUCCESS;
+}
+
+static rterr_t event_record(rtevent_t e, rtstream_t s)
+{
+	FORWARD(event_record, e, s);
+	return FG(event_record)(e, s);
 }
 
 API rterr_t RT(EventRecord)(rtevent_t e, rtstream_t s) { return event_record(e, s); }
@@ -551,19 +692,34 @@ API rterr_t RT(EventRecordWithFlags)(rtevent_t e, rtstream_t s, unsigned flags)
 	return event_record(e, s);
 }
 
-API rterr_t RT(EventQuery)(rtevent_t e)
+API int FG(event_query)(rtevent_t e)
 {
 	if (!e)
 		return fail(ERR_INVALID_RESOURCE_HANDLE);
 	return atomic_load(&e->done_gen) >= atomic_load(&e->rec_gen) ? ERR_SUCCESS : ERR_NOT_READY;
 }
 
-API rterr_t RT(EventSynchronize)(rtevent_t e)
+API rterr_t RT(EventQuery)(rtevent_t e)
+{
+#ifndef FAKE_MACA
+	if (drv.event_query)
+		return drv.event_query(e); /* not ready is no error to keep */
+#endif
+	return FG(event_query)(e);
+}
+
+API int FG(event_sync)(rtevent_t e)
 {
 	if (!e)
 		return fail(ERR_INVALID_RESOURCE_HANDLE);
 	fg_wait_counter(&e->done_gen, atomic_load(&e->rec_gen));
 	return ERR_SUCCESS;
+}
+
+API rterr_t RT(EventSynchronize)(rtevent_t e)
+{
+	FORWARD(event_sync, e);
+	return FG(event_sync)(e);
 }
 
 API rterr_t RT(EventElapsedTime)(float *ms, rtevent_t a, rtevent_t b)

@@ -65,4 +65,14 @@ struct fg_log {
 int FG(enqueue_kernel)(const void *func, void **args, rtstream_t s);
 typedef void (*fg_host_fn)(void *ctx);
 int FG(enqueue_host)(rtstream_t s, fg_host_fn fn, void *ctx, int collective);
+int FG(device_sync)(void);
+int FG(memcpy_sync)(void *dst, const void *src, size_t n);
+int FG(memcpy_async)(void *dst, const void *src, size_t n, rtstream_t s);
+int FG(graph_launch)(void *exec, rtstream_t s);
+int FG(stream_sync)(rtstream_t s);
+int FG(stream_query)(rtstream_t s);
+int FG(stream_wait_event)(rtstream_t s, rtevent_t e);
+int FG(event_record)(rtevent_t e, rtstream_t s);
+int FG(event_query)(rtevent_t e);
+int FG(event_sync)(rtevent_t e);
 #endif
