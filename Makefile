@@ -28,10 +28,13 @@ build:
 	$(GO) build -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # Release files in dist/ (docs/release.md): tarball, .deb, wheel, OCI image
-# layout, all stamped with $(VERSION).
+# layout, all stamped with $(VERSION). scripts/dist is a Go module of its own
+# (its image library is not the product's); DISTFLAGS=-fast compresses least.
+DISTFLAGS ?=
 dist: build
 	@rm -rf dist
-	$(GO) run ./scripts/dist -bin $(BIN) -out dist -version $(VERSION) -revision $(REVISION)
+	$(GO) -C scripts/dist run . -root $(CURDIR) -bin $(CURDIR)/$(BIN) -out $(CURDIR)/dist \
+		-version $(VERSION) -revision $(REVISION) $(DISTFLAGS)
 
 testbed: deps
 	@$(MAKE) -s -C testdata/fakegpu
