@@ -16,7 +16,7 @@ LDFLAGS  := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Revision=$(REVISION)
 # equal).
 GOTAGS   := netgo,osusergo
 
-.PHONY: all build dist test demo bench generate check-generate testbed deps clean
+.PHONY: all build dist test lint demo bench generate check-generate testbed deps clean
 
 all: build
 
@@ -49,6 +49,11 @@ check-generate: deps
 
 test: deps testbed
 	@scripts/test.sh
+
+# gofmt, go vet and staticcheck (pinned in the script; checks in
+# staticcheck.conf) over every Go module; make test runs it first.
+lint:
+	@scripts/lint.sh
 
 demo: deps testbed build
 	@scripts/demo.sh

@@ -8,12 +8,12 @@
 # training processes by seconds and turns a latency check into noise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# gofmt, go vet and staticcheck over every module first (scripts/lint.sh).
+scripts/lint.sh
 # The product's module, then the modules of the deploy/ tests and of
 # scripts/dist (their libraries, Helm, Kubernetes, an image library, stay
-# out of the product's go.mod): vetted and tested alike.
+# out of the product's go.mod): tested alike.
 modules=(deploy scripts/dist)
-go vet ./...
-for m in "${modules[@]}"; do go -C "$m" vet ./...; done
 # The capture is built for x86-64 Linux; everything else builds elsewhere too
 # (the capture packages then report "not supported"), and the engine, the
 # viewer and the dump-file format build on any OS.
