@@ -133,13 +133,17 @@ func checkGlibc(t *testing.T, bin string, f Files) {
 			t.Errorf("%s (static): glibc %d.%d %v, want the 2.17 baseline", b, major, minor, err)
 		}
 	}
-	major, minor, err := glibcNeeded([]string{filepath.Join(bin, "xpu_timer_launch")})
+	// The .deb holds both dynamic binaries; the wheel only the launcher.
+	major, minor, err := glibcNeeded([]string{filepath.Join(bin, "xpu_timer_launch"), filepath.Join(bin, "xpu-timer")})
 	if err != nil || major != 2 || minor <= 17 {
-		t.Fatalf("xpu_timer_launch (dynamic): glibc %d.%d %v", major, minor, err)
+		t.Fatalf("xpu_timer_launch, xpu-timer (dynamic): glibc %d.%d %v", major, minor, err)
 	}
 	depends, err := exec.Command("dpkg-deb", "--field", f.Deb, "Depends").Output()
 	if want := fmt.Sprintf("libc6 (>= %d.%d)", major, minor); err != nil || strings.TrimSpace(string(depends)) != want {
 		t.Errorf(".deb Depends %q %v, want %q", depends, err, want)
+	}
+	if major, minor, err = glibcNeeded([]string{filepath.Join(bin, "xpu_timer_launch")}); err != nil {
+		t.Fatal(err)
 	}
 	if tag := fmt.Sprintf("-py3-none-manylinux_%d_%d_x86_64.whl", major, minor); !strings.HasSuffix(f.Wheel, tag) {
 		t.Errorf("wheel %s, want the tag %s", filepath.Base(f.Wheel), tag)
@@ -166,17 +170,30 @@ func entries(t *testing.T, r io.Reader, extract string) map[string]int64 {
 		p := filepath.Join(extract, h.Name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm)
+			err = os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm)
 		case tar.TypeReg:
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			w, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, os.FileMode(h.Mode)&os.ModePerm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(w, tr)
-			w.Close()
+			err = extractFile(p, tr, os.FileMode(h.Mode)&os.ModePerm)
+		}
+		if err != nil {
+			t.Fatalf("extract %s: %v", h.Name, err)
 		}
 	}
+}
+
+// extractFile writes the tar entry r at p with mode.
+func extractFile(p string, r io.Reader, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	w, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
 }
 
 func checkTarball(t *testing.T, name string, want stamp) {
