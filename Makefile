@@ -16,7 +16,7 @@ LDFLAGS  := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Revision=$(REVISION)
 # equal).
 GOTAGS   := netgo,osusergo
 
-.PHONY: all build dist test demo bench generate check-generate testbed deps clean
+.PHONY: all build dist test lint demo bench generate check-generate testbed deps clean
 
 all: build
 
@@ -28,10 +28,13 @@ build:
 	$(GO) build -tags $(GOTAGS) -ldflags "$(LDFLAGS)" -o $(BIN)/ ./cmd/...
 
 # Release files in dist/ (docs/release.md): tarball, .deb, wheel, OCI image
-# layout, all stamped with $(VERSION).
+# layout, all stamped with $(VERSION). scripts/dist is a Go module of its own
+# (its image library is not the product's); DISTFLAGS=-fast compresses least.
+DISTFLAGS ?=
 dist: build
 	@rm -rf dist
-	$(GO) run ./scripts/dist -bin $(BIN) -out dist -version $(VERSION) -revision $(REVISION)
+	$(GO) -C scripts/dist run . -root $(CURDIR) -bin $(CURDIR)/$(BIN) -out $(CURDIR)/dist \
+		-version $(VERSION) -revision $(REVISION) $(DISTFLAGS)
 
 testbed: deps
 	@$(MAKE) -s -C testdata/fakegpu
@@ -46,6 +49,11 @@ check-generate: deps
 
 test: deps testbed
 	@scripts/test.sh
+
+# gofmt, go vet and staticcheck (pinned in the script; checks in
+# staticcheck.conf) over every Go module; make test runs it first.
+lint:
+	@scripts/lint.sh
 
 demo: deps testbed build
 	@scripts/demo.sh

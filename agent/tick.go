@@ -89,13 +89,3 @@ func (a *Agent) checkLost() {
 		a.report(Report{Event: "lost", Lost: d, LostTotal: st.Lost})
 	}
 }
-
-// anyHung says whether some live rank is hung.
-func (a *Agent) anyHung() bool {
-	for _, p := range a.ranks() {
-		if _, ok := a.engine.Hung(p.pid); ok {
-			return true
-		}
-	}
-	return false
-}

@@ -8,7 +8,12 @@
 # training processes by seconds and turns a latency check into noise.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go vet ./...
+# gofmt, go vet and staticcheck over every module first (scripts/lint.sh).
+scripts/lint.sh
+# The product's module, then the modules of the deploy/ tests and of
+# scripts/dist (their libraries, Helm, Kubernetes, an image library, stay
+# out of the product's go.mod): tested alike.
+modules=(deploy scripts/dist)
 # The capture is built for x86-64 Linux; everything else builds elsewhere too
 # (the capture packages then report "not supported"), and the engine, the
 # viewer and the dump-file format build on any OS.
@@ -17,6 +22,7 @@ GOOS=darwin go build ./timer/... ./viewer/... ./collector/dumpfile/...
 alone=(github.com/xpu-timer/xpu-timer/ebpf github.com/xpu-timer/xpu-timer/cmd/internal/e2e)
 mapfile -t rest < <(go list ./... | grep -vxF -e "${alone[0]}" -e "${alone[1]}")
 go test -count=1 -timeout 10m "${rest[@]}"
+for m in "${modules[@]}"; do go -C "$m" test -count=1 -timeout 10m ./...; done
 # The e2e fault matrix runs every cell three times (two jobs at a time,
 # about 5 minutes on 2 cores); make bench (BenchmarkFaultMatrix) prints its
 # detection table.

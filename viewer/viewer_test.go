@@ -279,8 +279,8 @@ func TestProfile(t *testing.T) {
 	if !sawKernel {
 		t.Error("no sample runs through flash_attn_bwd_kernel")
 	}
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	outp, err := exec.Command(gobin, "tool", "pprof", "-top", "-sample_index=ranks", path).CombinedOutput()
+	// go test puts its own toolchain's bin first on PATH.
+	outp, err := exec.Command("go", "tool", "pprof", "-top", "-sample_index=ranks", path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go tool pprof: %v\n%s", err, outp)
 	}

@@ -363,7 +363,7 @@ func checkEverything(t *testing.T, o objects) {
 // namespace and without the PrometheusRule (go test -update rewrites it);
 // training-pod.yaml passes the same strict decoding.
 func TestPlainManifests(t *testing.T) {
-	got := "# Generated from deploy/helm/xpu-timer by `go test ./deploy/helm -update`:\n" +
+	got := "# Generated from deploy/helm/xpu-timer by `go test ./helm -update` in deploy/:\n" +
 		"#   helm template xpu-timer deploy/helm/xpu-timer -n xpu-timer --set namespace.create=true,prometheusRule.enabled=false\n" +
 		"# Edit the chart, not this file.\n" +
 		render(t, map[string]any{"namespace": map[string]any{"create": true}, "prometheusRule": map[string]any{"enabled": false}})
@@ -378,7 +378,7 @@ func TestPlainManifests(t *testing.T) {
 		t.Fatal(err)
 	}
 	if string(want) != got {
-		t.Errorf("%s differs from the chart's rendering: run go test ./deploy/helm -update", file)
+		t.Errorf("%s differs from the chart's rendering: run go test ./helm -update in deploy/", file)
 	}
 	for _, f := range []string{file, "../kubernetes/training-pod.yaml"} {
 		data, err := os.ReadFile(f)

@@ -7,6 +7,7 @@ import (
 	"compress/gzip"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/google/go-containerregistry/pkg/v1/validate"
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
@@ -43,34 +45,109 @@ func TestVersions(t *testing.T) {
 
 const testVersion = "v1.2.3"
 
-// build builds the binaries stamped with testVersion, stripped to keep
-// the archives small.
-func build(t *testing.T) string {
+// cloneDist clones the repository's committed HEAD into a temporary
+// directory, tags it testVersion and runs `make dist` there, as a user
+// building a release from a fresh clone does (uncommitted changes are not
+// in it). It returns the clone and the revision stamped.
+func cloneDist(t *testing.T) (clone, revision string) {
 	t.Helper()
-	dir := t.TempDir()
-	const v = "github.com/xpu-timer/xpu-timer/internal/version"
-	cmd := exec.Command("go", "build", "-ldflags", "-s -w -X "+v+".Version="+testVersion+" -X "+v+".Revision=0123456789abcdef",
-		"-o", dir+"/", "github.com/xpu-timer/xpu-timer/cmd/...")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	git := func(dir string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", dir}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
 	}
-	return dir
+	revision = git("../..", "rev-parse", "HEAD")
+	clone = filepath.Join(t.TempDir(), "xpu-timer")
+	git(".", "clone", "--quiet", "--no-checkout", "--no-tags", "../..", clone) // the tag below is its only one
+	git(clone, "checkout", "--quiet", "--detach", revision)
+	git(clone, "tag", testVersion)
+	cmd := exec.Command("make", "-C", clone, "dist", "DISTFLAGS=-fast")
+	// The version and revision come from the clone's git, not from a
+	// caller's make.
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); !slices.Contains([]string{"VERSION", "REVISION", "MAKEFLAGS", "MFLAGS", "MAKELEVEL"}, k) {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make dist in a fresh clone: %v\n%s", err, out)
+	}
+	return clone, revision
 }
 
-// TestDist builds every release file from freshly built binaries and checks
-// each the way a user would use it: the tarball's listing, the .deb
-// installed with dpkg -i, the wheel installed with pip into a venv, the
-// OCI image's config and its layer run in a chroot.
+// TestDist builds dist/ with `make dist` in a fresh clone (static binaries,
+// the viewer and xpu-timer-dump, beside dynamic ones) and checks each file
+// the way a user would use it: the tarball unpacked, the .deb installed
+// into a scratch root with dpkg --root, the wheel installed with pip into
+// a fresh venv, the OCI layout's index, manifest and config read and its
+// layer run in a chroot; every binary of each answers --version with the
+// version and revision stamped.
 func TestDist(t *testing.T) {
-	out := t.TempDir()
-	f, err := Build(Options{Bin: build(t), Root: "../..", Out: out, Version: testVersion, Revision: "0123456789abcdef", Fast: true})
-	if err != nil {
+	clone, revision := cloneDist(t)
+	out := filepath.Join(clone, "dist")
+	glob := func(pattern string) string {
+		t.Helper()
+		m, err := filepath.Glob(filepath.Join(out, pattern))
+		if err != nil || len(m) != 1 {
+			t.Fatalf("dist/%s: %v %v", pattern, m, err)
+		}
+		return m[0]
+	}
+	f := Files{Tarball: glob("*.tar.gz"), Deb: glob("*.deb"), Wheel: glob("*.whl"), OCI: glob("oci")}
+	want := stamp{testVersion, revision}
+	t.Run("glibc", func(t *testing.T) { checkGlibc(t, filepath.Join(clone, "bin"), f) })
+	t.Run("tarball", func(t *testing.T) { checkTarball(t, f.Tarball, want) })
+	t.Run("deb", func(t *testing.T) { checkDeb(t, f.Deb, want) })
+	t.Run("wheel", func(t *testing.T) { checkWheel(t, f.Wheel, want) })
+	t.Run("oci", func(t *testing.T) { checkOCI(t, f.OCI, want) })
+}
+
+// stamp is what every shipped binary's --version must say.
+type stamp struct{ version, revision string }
+
+// check runs path --version (in root's chroot when root is not empty)
+// and compares its first words with the stamp.
+func (s stamp) check(t *testing.T, path, root string, env []string) {
+	t.Helper()
+	cmd := exec.Command(path, "--version")
+	if root != "" {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
+		cmd.Dir = "/"
+		cmd.Env = env
+	}
+	out, err := cmd.CombinedOutput()
+	want := filepath.Base(path) + " " + s.version + " (revision " + s.revision[:12] + ","
+	if err != nil || !strings.HasPrefix(string(out), want) {
+		t.Errorf("%s --version: %q %v, want %q...", path, out, err, want)
+	}
+}
+
+// checkGlibc: the static binaries need no glibc version; the dynamic ones
+// set the .deb's libc6 dependency and the wheel's manylinux tag.
+func checkGlibc(t *testing.T, bin string, f Files) {
+	for _, b := range []string{"xpu_timer_stacktrace_viewer", "xpu-timer-dump"} {
+		if major, minor, err := glibcNeeded([]string{filepath.Join(bin, b)}); err != nil || major != 2 || minor != 17 {
+			t.Errorf("%s (static): glibc %d.%d %v, want the 2.17 baseline", b, major, minor, err)
+		}
+	}
+	// The .deb holds both dynamic binaries; the wheel only the launcher.
+	major, minor, err := glibcNeeded([]string{filepath.Join(bin, "xpu_timer_launch"), filepath.Join(bin, "xpu-timer")})
+	if err != nil || major != 2 || minor <= 17 {
+		t.Fatalf("xpu_timer_launch, xpu-timer (dynamic): glibc %d.%d %v", major, minor, err)
+	}
+	depends, err := exec.Command("dpkg-deb", "--field", f.Deb, "Depends").Output()
+	if want := fmt.Sprintf("libc6 (>= %d.%d)", major, minor); err != nil || strings.TrimSpace(string(depends)) != want {
+		t.Errorf(".deb Depends %q %v, want %q", depends, err, want)
+	}
+	if major, minor, err = glibcNeeded([]string{filepath.Join(bin, "xpu_timer_launch")}); err != nil {
 		t.Fatal(err)
 	}
-	t.Run("tarball", func(t *testing.T) { checkTarball(t, f.Tarball) })
-	t.Run("deb", func(t *testing.T) { checkDeb(t, f.Deb) })
-	t.Run("wheel", func(t *testing.T) { checkWheel(t, f.Wheel) })
-	t.Run("oci", func(t *testing.T) { checkOCI(t, f.OCI) })
+	if tag := fmt.Sprintf("-py3-none-manylinux_%d_%d_x86_64.whl", major, minor); !strings.HasSuffix(f.Wheel, tag) {
+		t.Errorf("wheel %s, want the tag %s", filepath.Base(f.Wheel), tag)
+	}
 }
 
 // entries lists a tar stream: name -> mode (regular files and directories).
@@ -93,20 +170,33 @@ func entries(t *testing.T, r io.Reader, extract string) map[string]int64 {
 		p := filepath.Join(extract, h.Name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm)
+			err = os.MkdirAll(p, os.FileMode(h.Mode)&os.ModePerm)
 		case tar.TypeReg:
-			os.MkdirAll(filepath.Dir(p), 0o755)
-			w, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY, os.FileMode(h.Mode)&os.ModePerm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			io.Copy(w, tr)
-			w.Close()
+			err = extractFile(p, tr, os.FileMode(h.Mode)&os.ModePerm)
+		}
+		if err != nil {
+			t.Fatalf("extract %s: %v", h.Name, err)
 		}
 	}
 }
 
-func checkTarball(t *testing.T, name string) {
+// extractFile writes the tar entry r at p with mode.
+func extractFile(p string, r io.Reader, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	w, err := os.OpenFile(p, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(w, r); err != nil {
+		w.Close()
+		return err
+	}
+	return w.Close()
+}
+
+func checkTarball(t *testing.T, name string, want stamp) {
 	if filepath.Base(name) != "xpu-timer-"+testVersion+"-linux-amd64.tar.gz" {
 		t.Errorf("name %s", name)
 	}
@@ -119,12 +209,14 @@ func checkTarball(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := entries(t, gz, "")
+	dir := t.TempDir()
+	m := entries(t, gz, dir)
 	top := "xpu-timer-" + testVersion + "-linux-amd64/"
 	for _, b := range binaries {
 		if m[top+"bin/"+b] != 0o755 {
 			t.Errorf("bin/%s: mode %o", b, m[top+"bin/"+b])
 		}
+		want.check(t, filepath.Join(dir, top, "bin", b), "", nil)
 	}
 	for _, want := range []string{"README.md", "docs/runbook.md", "deploy/prometheus/alerts.yml", "deploy/kubernetes/daemonset.yaml"} {
 		if _, ok := m[top+want]; !ok {
@@ -132,13 +224,13 @@ func checkTarball(t *testing.T, name string) {
 		}
 	}
 	for n := range m {
-		if strings.HasSuffix(n, ".go") || !strings.HasPrefix(n, top) {
+		if base := filepath.Base(n); strings.HasSuffix(n, ".go") || base == "go.mod" || base == "go.sum" || !strings.HasPrefix(n, top) {
 			t.Errorf("unexpected entry %s", n)
 		}
 	}
 }
 
-func checkDeb(t *testing.T, name string) {
+func checkDeb(t *testing.T, name string, want stamp) {
 	info, err := exec.Command("dpkg-deb", "--field", name, "Package", "Version", "Architecture", "Depends").Output()
 	if err != nil {
 		t.Fatal(err)
@@ -148,24 +240,41 @@ func checkDeb(t *testing.T, name string) {
 			t.Errorf("control %q lacks %q", info, want)
 		}
 	}
+	// Installed by dpkg into a scratch root with a database of its own,
+	// not into this machine's /usr; libc6 is this machine's, so the
+	// dependency is forced there.
 	privileged.Root(t)
-	if out, err := exec.Command("dpkg", "-i", name).CombinedOutput(); err != nil {
-		t.Fatalf("dpkg -i: %v\n%s", err, out)
+	root := t.TempDir()
+	for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates", "var/lib/dpkg/triggers"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("dpkg", "--purge", "xpu-timer").CombinedOutput(); err != nil {
-			t.Errorf("dpkg --purge: %v\n%s", err, out)
+	if err := os.WriteFile(filepath.Join(root, "var/lib/dpkg/status"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dpkg := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("dpkg", append([]string{"--root=" + root, "--log=/dev/null", "--force-depends", "--force-script-chrootless"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("dpkg %v: %v\n%s", args, err, out)
 		}
-	})
+		return string(out)
+	}
+	dpkg("--install", name)
+	listed := dpkg("--listfiles", "xpu-timer")
 	for _, b := range binaries {
-		out, err := exec.Command("/usr/bin/"+b, "--version").Output()
-		if err != nil || !strings.HasPrefix(string(out), b+" "+testVersion+" (revision 0123456789ab") {
-			t.Errorf("/usr/bin/%s --version: %q %v", b, out, err)
+		if !slices.Contains(strings.Split(listed, "\n"), "/usr/bin/"+b) {
+			t.Errorf("dpkg -L lacks /usr/bin/%s:\n%s", b, listed)
 		}
+		want.check(t, filepath.Join(root, "usr/bin", b), "", nil)
+	}
+	if !slices.Contains(strings.Split(listed, "\n"), "/usr/share/doc/xpu-timer/runbook.md") {
+		t.Errorf("dpkg -L lacks the runbook:\n%s", listed)
 	}
 }
 
-func checkWheel(t *testing.T, name string) {
+func checkWheel(t *testing.T, name string, want stamp) {
 	zr, err := zip.OpenReader(name)
 	if err != nil {
 		t.Fatal(err)
@@ -193,18 +302,18 @@ func checkWheel(t *testing.T, name string) {
 			t.Errorf("RECORD of %s: %q, want %q", p, record[p], v)
 		}
 	}
-	python := "/root/.pyenv/versions/3.11.7/bin/python3"
+	// A fresh venv of Debian's Python (python3-venv, scripts/apt-packages.txt)
+	// with its own pip, which installs the wheel offline.
+	python := "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
 		privileged.Skip(t, "no "+python+" to install the wheel into a venv")
 	}
 	venv := t.TempDir()
-	// A venv without its own pip (ensurepip is the slow part): the base
-	// interpreter's pip installs into it.
-	if out, err := exec.Command(python, "-m", "venv", "--without-pip", venv).CombinedOutput(); err != nil {
+	if out, err := exec.Command(python, "-m", "venv", venv).CombinedOutput(); err != nil {
 		t.Fatalf("venv: %v\n%s", err, out)
 	}
 	pip := func(args ...string) *exec.Cmd {
-		return exec.Command(python, append([]string{"-m", "pip", "--python", venv + "/bin/python", "--disable-pip-version-check"}, args...)...)
+		return exec.Command(venv+"/bin/pip", append([]string{"--disable-pip-version-check"}, args...)...)
 	}
 	if out, err := pip("install", "--no-index", name).CombinedOutput(); err != nil {
 		t.Fatalf("pip install: %v\n%s", err, out)
@@ -217,17 +326,22 @@ func checkWheel(t *testing.T, name string) {
 			t.Errorf("%s on PATH: %q %v", s, path, err)
 			continue
 		}
-		out, err := exec.Command(s, "--version").Output()
-		if err != nil || !strings.HasPrefix(string(out), s+" "+testVersion) {
-			t.Errorf("%s --version: %q %v", s, out, err)
-		}
+		want.check(t, s, "", nil)
 	}
 	if out, err := pip("show", wheelName).Output(); err != nil || !strings.Contains(string(out), "Version: 1.2.3") {
 		t.Errorf("pip show: %q %v", out, err)
 	}
 }
 
-func checkOCI(t *testing.T, dir string) {
+func checkOCI(t *testing.T, dir string, want stamp) {
+	// The layout's marker file, then its index, manifest and config by
+	// media type; validate.Image recomputes every digest and size.
+	var marker struct {
+		Version string `json:"imageLayoutVersion"`
+	}
+	if data, err := os.ReadFile(filepath.Join(dir, "oci-layout")); err != nil || json.Unmarshal(data, &marker) != nil || marker.Version != "1.0.0" {
+		t.Errorf("oci-layout: %q %v", marker.Version, err)
+	}
 	idx, err := layout.ImageIndexFromPath(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -239,8 +353,12 @@ func checkOCI(t *testing.T, dir string) {
 	if len(im.Manifests) != 1 {
 		t.Fatalf("%d manifests", len(im.Manifests))
 	}
+	if im.MediaType != "" && im.MediaType != types.OCIImageIndex {
+		t.Errorf("index media type %s", im.MediaType)
+	}
 	d := im.Manifests[0]
-	if d.Annotations["org.opencontainers.image.ref.name"] != testVersion || d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != "amd64" {
+	if d.MediaType != types.OCIManifestSchema1 || d.Annotations["org.opencontainers.image.ref.name"] != testVersion ||
+		d.Platform == nil || d.Platform.OS != "linux" || d.Platform.Architecture != "amd64" {
 		t.Errorf("index entry %+v", d)
 	}
 	img, err := idx.Image(d.Digest)
@@ -250,20 +368,27 @@ func checkOCI(t *testing.T, dir string) {
 	if err := validate.Image(img); err != nil { // digests, sizes, diff ids
 		t.Fatal(err)
 	}
+	manifest, err := img.Manifest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if manifest.MediaType != types.OCIManifestSchema1 || manifest.Config.MediaType != types.OCIConfigJSON {
+		t.Errorf("manifest media type %s, config %s", manifest.MediaType, manifest.Config.MediaType)
+	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.OS != "linux" || cfg.Architecture != "amd64" || !slices.Equal(cfg.Config.Entrypoint, []string{"/usr/bin/xpu-timer"}) ||
-		!slices.Equal(cfg.Config.Cmd, []string{"agent"}) || cfg.Config.Labels["org.opencontainers.image.version"] != testVersion ||
-		cfg.Config.Labels["org.opencontainers.image.revision"] != "0123456789abcdef" {
+		!slices.Equal(cfg.Config.Cmd, []string{"agent"}) || cfg.Config.Labels["org.opencontainers.image.version"] != want.version ||
+		cfg.Config.Labels["org.opencontainers.image.revision"] != want.revision {
 		t.Errorf("config %+v", cfg)
 	}
 	layers, err := img.Layers()
 	if err != nil || len(layers) != 1 {
 		t.Fatalf("%d layers, %v", len(layers), err)
 	}
-	if mt, _ := layers[0].MediaType(); mt != "application/vnd.oci.image.layer.v1.tar+gzip" {
+	if mt, _ := layers[0].MediaType(); mt != types.OCILayer {
 		t.Errorf("layer media type %s", mt)
 	}
 	rc, err := layers[0].Uncompressed()
@@ -273,7 +398,8 @@ func checkOCI(t *testing.T, dir string) {
 	defer rc.Close()
 	root := t.TempDir()
 	m := entries(t, rc, root)
-	for _, want := range []string{"usr/bin/xpu-timer", "usr/bin/xpu_timer_launch", "usr/bin/xpu_timer_stacktrace_viewer", "lib64/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/libc.so.6"} {
+	for _, want := range []string{"usr/bin/xpu-timer", "usr/bin/xpu_timer_launch", "usr/bin/xpu_timer_stacktrace_viewer", "usr/bin/xpu-timer-dump",
+		"lib64/ld-linux-x86-64.so.2", "lib/x86_64-linux-gnu/libc.so.6"} {
 		if m[want]&0o111 == 0 {
 			t.Errorf("%s: missing or not executable (mode %o)", want, m[want])
 		}
@@ -281,14 +407,10 @@ func checkOCI(t *testing.T, dir string) {
 	if m["tmp/"] != 0o1777 {
 		t.Errorf("/tmp mode %o", m["tmp/"])
 	}
-	// The image runs: its entrypoint, in a chroot of its only layer.
+	// The image runs: every binary (the entrypoint among them), in a
+	// chroot of its only layer with the config's environment.
 	privileged.Root(t)
-	cmd := exec.Command("/usr/bin/xpu-timer", "--version")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root}
-	cmd.Dir = "/"
-	cmd.Env = cfg.Config.Env
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.HasPrefix(string(out), "xpu-timer "+testVersion) {
-		t.Errorf("entrypoint --version in the image: %q %v", out, err)
+	for _, b := range binaries {
+		want.check(t, "/usr/bin/"+b, root, cfg.Config.Env)
 	}
 }

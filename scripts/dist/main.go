@@ -9,7 +9,12 @@
 //	                                       the C library they link, entrypoint
 //	                                       `xpu-timer`, built without a container engine
 //
-// Usage: go run ./scripts/dist -bin bin -out dist -version v0.1.0 -revision HASH
+// Usage, from scripts/dist (a module of its own, so that the product's
+// go.mod holds only what the binaries link):
+//
+//	go run . -root ../.. -bin ../../bin -out ../../dist -version v0.1.0 -revision HASH
+//
+// `make dist` runs it so, with absolute paths.
 package main
 
 import (
@@ -81,6 +86,7 @@ func main() {
 	flag.StringVar(&o.Out, "out", "dist", "output directory")
 	flag.StringVar(&o.Version, "version", "dev", "version (git describe --tags)")
 	flag.StringVar(&o.Revision, "revision", "unknown", "commit hash")
+	flag.BoolVar(&o.Fast, "fast", false, "compress least (tests), not best (releases)")
 	flag.Parse()
 	f, err := Build(o)
 	if err != nil {

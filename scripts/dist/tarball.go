@@ -12,7 +12,8 @@ import (
 )
 
 // writeTarball writes xpu-timer-VERSION-linux-amd64.tar.gz: one top directory
-// with bin/, README.md, docs/ and deploy/ (manifests, chart, rules).
+// with bin/, README.md, docs/ and deploy/ (manifests, chart, rules; not the
+// Go tests of deploy/ nor their module files).
 func writeTarball(o Options) (string, error) {
 	top := "xpu-timer-" + o.Version + "-linux-amd64"
 	name := filepath.Join(o.Out, top+".tar.gz")
@@ -36,7 +37,7 @@ func writeTarball(o Options) (string, error) {
 	}
 	for _, dir := range []string{"docs", "deploy"} {
 		err := filepath.WalkDir(filepath.Join(o.Root, dir), func(p string, d fs.DirEntry, err error) error {
-			if err != nil || d.IsDir() || strings.HasSuffix(p, ".go") {
+			if err != nil || d.IsDir() || !shipped(p) {
 				return err
 			}
 			rel, _ := filepath.Rel(o.Root, p)
@@ -53,6 +54,13 @@ func writeTarball(o Options) (string, error) {
 		return "", err
 	}
 	return name, f.Close()
+}
+
+// shipped tells whether a file of docs/ or deploy/ goes into the tarball:
+// everything but Go sources and module files.
+func shipped(p string) bool {
+	base := filepath.Base(p)
+	return !strings.HasSuffix(base, ".go") && base != "go.mod" && base != "go.sum"
 }
 
 // epoch is the modification time of every packaged file, so that the same

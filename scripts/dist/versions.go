@@ -51,17 +51,23 @@ func debVersion(v string) string {
 }
 
 // glibcNeeded is the newest GLIBC_x.y symbol version the binaries need:
-// the wheel's manylinux tag and the .deb's libc6 dependency.
+// the wheel's manylinux tag and the .deb's libc6 dependency. A static
+// binary (no dynamic section: xpu-timer-dump and the viewer, built with
+// netgo,osusergo) needs none.
 func glibcNeeded(paths []string) (major, minor int, err error) {
 	for _, p := range paths {
 		f, err := elf.Open(p)
 		if err != nil {
 			return 0, 0, err
 		}
+		if f.SectionByType(elf.SHT_DYNAMIC) == nil {
+			f.Close()
+			continue
+		}
 		syms, err := f.DynamicSymbols()
 		f.Close()
 		if err != nil {
-			return 0, 0, fmt.Errorf("%s: %w", p, err)
+			return 0, 0, fmt.Errorf("%s: dynamic symbols: %w", p, err)
 		}
 		for _, s := range syms {
 			v, ok := strings.CutPrefix(s.Version, "GLIBC_")

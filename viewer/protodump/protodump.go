@@ -15,9 +15,9 @@
 //	                  5 active bool, 6 owns_gil bool, 7 frames repeated PySpyFrame
 //	PySpyFrame        1 func_name, 2 file_name ("FILE:LINE"), 3 module
 //
-// Frames are innermost first in both lists, as in our files. The reader is
-// a small hand-written decoder of the protobuf wire format; it skips fields
-// it does not know and rejects anything malformed.
+// Frames are innermost first in both lists, as in our files. The reader
+// walks the wire format with protowire (no generated code, no descriptor);
+// it skips fields it does not know and rejects anything malformed.
 package protodump
 
 import (

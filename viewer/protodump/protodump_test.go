@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/encoding/protowire"
+
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 )
 
@@ -29,11 +31,11 @@ func uvarint(v uint64) []byte {
 func str(num int, s string) []byte { return msg(num, []byte(s)) }
 
 func msg(num int, body []byte) []byte {
-	b := append(tag(num, wireBytes), uvarint(uint64(len(body)))...)
+	b := append(tag(num, int(protowire.BytesType)), uvarint(uint64(len(body)))...)
 	return append(b, body...)
 }
 
-func num(n int, v uint64) []byte { return append(tag(n, wireVarint), uvarint(v)...) }
+func num(n int, v uint64) []byte { return append(tag(n, int(protowire.VarintType)), uvarint(v)...) }
 
 func cat(parts ...[]byte) []byte {
 	var b []byte
@@ -124,10 +126,12 @@ func TestMalformed(t *testing.T) {
 	good := example()
 	for name, data := range map[string][]byte{
 		"cut short":      good[:len(good)-20],
-		"length too big": cat(tag(1, wireBytes), uvarint(1<<40)),
-		"bad varint":     cat(tag(3, wireVarint), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),
+		"length too big": cat(tag(1, int(protowire.BytesType)), uvarint(1<<40)),
+		"bad varint":     cat(tag(3, int(protowire.VarintType)), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}),
 		"group":          cat(tag(1, 3)),
 		"field zero":     {0x02, 0x00},
+		"reserved type":  cat(tag(2, 6)),
+		"fixed32 short":  cat(tag(2, int(protowire.Fixed32Type)), []byte{1, 2}),
 		"rank outside":   num(4, 9),
 		"negative rank":  num(4, 1<<64-1),
 	} {

@@ -228,7 +228,7 @@ func TestClassify(t *testing.T) {
 			t.Errorf("Classify(%q) = %d, want %d", tc.frame, got, tc.want)
 		}
 	}
-	if Color("x@y") != Color("x@y") {
+	if first := Color("x@y"); Color("x@y") != first {
 		t.Error("colour not deterministic")
 	}
 }
