@@ -12,8 +12,9 @@ import (
 const hold = 1500 * time.Millisecond
 
 // TestFaultsHang starts every fault kind for both vendors and checks that the
-// job hangs after the fault step with every thread asleep (a real hang, not a
-// crash and not a busy loop), then that Stop leaves nothing behind.
+// job hangs after the fault step (a real hang, not a crash): no rank makes
+// progress, while a thread waiting on the device spins in state R as on a
+// real GPU. Then Stop must leave nothing behind.
 func TestFaultsHang(t *testing.T) {
 	b := Build(t)
 	const rank, step, steps = 1, 3, 30

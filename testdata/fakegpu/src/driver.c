@@ -822,11 +822,12 @@ DRVAPI CUresult cuEventCreate(CUevent *ev, unsigned flags)
 DRVAPI CUresult cuEventDestroy_v2(CUevent ev)
 {
 	struct fg_event *e = ev;
-	/* the real driver frees it once its record passed: keep it simple, wait */
+	/* Never waits, as the real one: an event whose record is still queued
+	 * is left to the stream (its few bytes are not freed). */
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	fg_block_wait(&e->done_gen, atomic_load(&e->rec_gen));
-	free(e);
+	if (atomic_load(&e->done_gen) >= atomic_load(&e->rec_gen))
+		free(e);
 	return CUDA_SUCCESS;
 }
 
