@@ -118,16 +118,15 @@ export FAULT_RANK=2 FAULT_STEP=3 LAUNCHES PYTHONDONTWRITEBYTECODE=1
 
 # ---- helpers ----
 
-rows=()
-failed=0
+mkdir -p "$ART/rows"
 now() { date +%s.%N; }
 since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
-# row NAME EXPECTED GOT SECONDS OK(0|1)
+# row NAME EXPECTED GOT SECONDS OK(0|1): one line of the table, in $ART/rows.
 row() {
 	local verdict=ok
-	[ "$5" = 1 ] || { verdict=FAIL; failed=$((failed + 1)); }
-	rows+=("$(printf '%-12s | %-44s | %-58s | %6s | %s' "$1" "$2" "$3" "$4" "$verdict")")
+	[ "$5" = 1 ] || verdict=FAIL
+	printf '%-12s | %-44s | %-58s | %6s | %s\n' "$1" "$2" "$3" "$4" "$verdict" >"$ART/rows/$1"
 	echo "gpu-check: $1: $verdict ($3)" >&2
 }
 
@@ -140,6 +139,7 @@ bg() {
 	PIDS+=("$PID")
 }
 PIDS=()
+# stop PGID...: SIGTERM to each process group, SIGKILL to what runs 3 s later.
 stop() {
 	local p
 	for p in "$@"; do kill -TERM -- "-$p" 2>/dev/null; done
@@ -151,7 +151,6 @@ stop() {
 	done
 	for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; done
 }
-trap 'stop "${PIDS[@]}"' EXIT
 
 # waitfor FILE REGEX SECONDS: polls until FILE has a line matching REGEX.
 waitfor() {
@@ -182,14 +181,14 @@ launched() {
 	mkdir -p "$ART/$name"
 	bg "$name" "$LAUNCH" --hang-timeout "${T}s" --timeline-path "$ART/$name" --port 0 -- $w
 	local p=$PID got ok=0
-	if waitfor "$ART/$name.log" 'msg=hang' $((T + 40)); then
+	if waitfor "$ART/$name.log" 'msg=hang' $((T + 15)); then
 		local line
 		line=$(grep -m1 'msg=hang' "$ART/$name.log")
 		got=$(hangline "$ART/$name.log")
 		grep -q 'kind=gpu' <<<"$line" && grep -q -- "$kernel" <<<"$line" && ok=1
 		waitfor "$ART/$name.log" 'msg="dumped ranks"' 15 && got+="dumped" || got+="no dump"
 	else
-		got="no decision in $((T + 40)) s"
+		got="no decision in $((T + 15)) s"
 	fi
 	stop "$p"
 	row "$name" "gpu, $kernel named" "$got" "$(since "$t0")" $ok
@@ -218,7 +217,7 @@ graph_late() {
 	t0=$(now)
 	bg graph $W_GRAPH
 	local job=$PID
-	if waitfor "$ART/graph.log" "$HUNG_RE" 60; then
+	if waitfor "$ART/graph.log" "$HUNG_RE" 45; then
 		sleep 1
 		local a
 		a=$(now)
@@ -246,7 +245,7 @@ ddp4_late() {
 	mkdir -p "$ART/ddp4-agent"
 	bg ddp4-late $W_DDP_LATE
 	local job=$PID
-	if ! waitfor "$ART/ddp4-late.log" "$DDP_HUNG_RE" 90; then
+	if ! waitfor "$ART/ddp4-late.log" "$DDP_HUNG_RE" 60; then
 		stop "$job"
 		row ddp4-watch "rank 2 decided within ${T}+2 s" "the job never ran" "$(since "$t0")" 0
 		row ddp4-agent "viewer: Likely culprit: rank 2" "the job never ran" "$(since "$t0")" 0
@@ -356,23 +355,34 @@ overhead() {
 	row overhead "launcher <= empty uprobe + 150 ns, 0 lost" \
 		"plain $plain, empty $e1, launcher $l ns/launch" "$(since "$t0")" \
 		"$([ $ok = 1 ] && awk -v l="$l" -v e="$e1" 'BEGIN { exit !(l <= e + 150) }' && ! grep -q 'probe events lost' "$ART"/overhead/launcher.*.log && echo 1 || echo 0)"
-	rows[-1]+=" (lost: $(for r in $(seq "$ROUNDS"); do lost "$ART/overhead/launcher.$r.log"; done | tr '\n' ' '))"
 }
 
-# The launch table first, on a quiet machine; then the hangs.
+# The launch table first, on a quiet machine; then the hangs, all at once
+# (each has its own processes, ports, dump directory and time limit; the
+# agent follows only its job's command line).
 overhead
-launched nccl-sleep "$W_NCCL" "$K_NCCL"
-launched triton "$W_TRITON" "$K_TRITON"
-ddp4
-graph_late
-ddp4_late
+trap 'kill -TERM $(jobs -p) 2>/dev/null' EXIT
+scenario() { (trap 'stop "${PIDS[@]}"' EXIT; "$@") & }
+scenario launched nccl-sleep "$W_NCCL" "$K_NCCL"
+scenario launched triton "$W_TRITON" "$K_TRITON"
+scenario ddp4
+scenario graph_late
+scenario ddp4_late
+wait
 
+order=(overhead nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent)
+failed=0
 {
 	echo "gpu-check $([ $DRY = 1 ] && echo "--dry (fake GPU testbed)" || echo "on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"), hang timeout ${T}s, $(since "$start_all") s in all"
 	printf '%-12s | %-44s | %-58s | %6s | %s\n' scenario expected got seconds verdict
-	printf '%s\n' "${rows[@]}"
+	for r in "${order[@]}"; do
+		if [ -f "$ART/rows/$r" ]; then cat "$ART/rows/$r"; else printf '%-12s | %-44s | %-58s | %6s | %s\n' "$r" - "no result" - FAIL; fi
+	done
 	echo
 	cat "$ART/overhead.txt"
 } | tee "$ART/table.txt"
+for r in "${order[@]}"; do
+	grep -q '| ok$' "$ART/rows/$r" 2>/dev/null || failed=$((failed + 1))
+done
 echo "artefacts: $ART" >&2
 exit $failed

@@ -16,13 +16,21 @@ import ctypes
 import os
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata", "fakegpu"))
 import run  # noqa: E402  the testbed's job: its Device, TritonKernel and ProcessGroup
 
 
+# On a GPU, seconds pass between loading the CUDA libraries (import torch)
+# and the first launch (CUDA's initialization, the model's setup); the
+# testbed's libraries would be done in milliseconds.
+SETUP_S = 2.0
+
+
 def main(lib_dir, name):
     dev = run.Device(lib_dir, "cuda")
+    time.sleep(SETUP_S)
     if name == "nccl-sleep":
         store = tempfile.mkdtemp(prefix="xpufake-store-")
         pg = run.ProcessGroup(dev, 0, 1, store)
