@@ -57,7 +57,7 @@ func main() {
 // progStat is one program's statistics.
 type progStat struct {
 	owner, name, target string
-	runs, ns             uint64
+	runs, ns            uint64
 }
 
 func (p progStat) String() string {
