@@ -1,7 +1,10 @@
 // Package testbed builds and drives the fake GPU testbed of testdata/fakegpu:
 // C libraries exporting the CUDA/NCCL and MACA/MCCL names with real stream,
-// event and cross-process collective semantics, and run.py, a torchrun-like
-// launcher of a fake training job with injectable hangs.
+// event, graph and cross-process collective semantics (the CUDA runtime
+// loads the driver, libcuda.so.1, at its first call and calls it; host
+// waits spin as CUDA's default schedule, see SchedEnv), and run.py, a
+// torchrun-like launcher of a fake training job with injectable hangs and
+// a launch-bound mode.
 package testbed
 
 import (

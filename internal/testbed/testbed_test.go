@@ -265,3 +265,36 @@ func TestWorkerProcesses(t *testing.T) {
 		}
 	}
 }
+
+// Launch-bound mode: each rank makes steps x L trivial launches, one
+// synchronize per step, and ends with its count and rate.
+func TestLaunchBound(t *testing.T) {
+	b := Build(t)
+	const nproc, steps, perStep = 2, 3, 5000
+	for _, v := range vendors {
+		t.Run(v, func(t *testing.T) {
+			j := b.StartJob(t, JobOptions{NProc: nproc, Steps: steps, Vendor: v, LaunchBound: perStep})
+			if rc, err := j.Wait(120 * time.Second); err != nil || rc != 0 {
+				t.Fatalf("job: status %d, %v\n%s", rc, err, j.Output())
+			}
+			rates := map[int]float64{}
+			for _, l := range strings.Split(j.Output(), "\n") {
+				if r, n, rate, ok := LaunchRate(l); ok {
+					if n != steps*perStep || rate <= 0 {
+						t.Errorf("rank %d: %d launches at %.0f/s, want %d at a rate", r, n, rate, steps*perStep)
+					}
+					rates[r] = rate
+				}
+			}
+			for r := range nproc {
+				if _, ok := rates[r]; !ok {
+					t.Errorf("rank %d printed no launch rate", r)
+				}
+				if s := j.LastStep(r); s != steps-1 {
+					t.Errorf("rank %d's last step %d, want %d", r, s, steps-1)
+				}
+			}
+			t.Logf("%s launches per second by rank: %v", v, rates)
+		})
+	}
+}
