@@ -269,16 +269,23 @@ int cuModuleLoad(void **, const char *);
 int cuModuleGetFunction(void **, void *, const char *);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **,
 		   void **);
-static void driver(void)
+/* the testbed's kernels as a module, as a framework loads its own */
+static void *load_kernels(void)
 {
 	char exe[PATH_MAX], path[PATH_MAX + 64];
-	void *mod, *f, *g;
-	rtstream_t s;
+	void *mod;
 	ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	CHECK(l > 0);
 	exe[l] = 0;
 	snprintf(path, sizeof(path), "%s/../libfakekernels.so", dirname(exe));
 	CHECK(cuModuleLoad(&mod, path) == 0);
+	return mod;
+}
+
+static void driver(void)
+{
+	void *mod = load_kernels(), *f, *g;
+	rtstream_t s;
 	CHECK(cuModuleGetFunction(&f, mod, "flash_attn_fwd_kernel") == 0);
 	CHECK(cuModuleGetFunction(&g, mod, "_ZN4fake9attention14softmax_kernelIfEEvPKm") == 0);
 	CHECK(cuModuleGetFunction(&g, mod, "no_such_kernel") != 0);
@@ -307,14 +314,8 @@ int cuCtxSynchronize_v2(void *);
 /* Triton's path: a function by name from a module, launched with cuLaunchKernelEx */
 static void driverex(void)
 {
-	char exe[PATH_MAX], path[PATH_MAX + 64];
-	void *mod, *f;
+	void *mod = load_kernels(), *f;
 	rtstream_t s;
-	ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	CHECK(l > 0);
-	exe[l] = 0;
-	snprintf(path, sizeof(path), "%s/../libfakekernels.so", dirname(exe));
-	CHECK(cuModuleLoad(&mod, path) == 0);
 	CHECK(cuModuleGetFunction(&f, mod, "triton_poi_fused_add_0") == 0);
 	CHECK(RT(StreamCreate)(&s) == 0);
 	uint64_t p[4] = {20000, 0, (uint64_t)(uintptr_t)&g_log, 1};
