@@ -77,7 +77,10 @@ typedef struct {
 	X(cuLaunchKernelEx_ptsz, (const CUlaunchConfig *, CUfunction, void **, void **))                           \
 	X(cuLaunchCooperativeKernel, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,       \
 				      unsigned, CUstream, void **))                                                \
+	X(cuLaunchCooperativeKernel_ptsz, (CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,  \
+					   unsigned, CUstream, void **))                                           \
 	X(cuLaunchHostFunc, (CUstream, CUhostFn, void *))                                                          \
+	X(cuLaunchHostFunc_ptsz, (CUstream, CUhostFn, void *))                                                     \
 	X(cuStreamBeginCapture_v2, (CUstream, int))                                                                \
 	X(cuStreamEndCapture, (CUstream, CUgraph *))                                                               \
 	X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))                               \
@@ -96,6 +99,7 @@ typedef struct {
 	X(cuEventRecord, (CUevent, CUstream))                                                                      \
 	X(cuEventRecord_ptsz, (CUevent, CUstream))                                                                 \
 	X(cuEventRecordWithFlags, (CUevent, CUstream, unsigned))                                                   \
+	X(cuEventRecordWithFlags_ptsz, (CUevent, CUstream, unsigned))                                              \
 	X(cuEventQuery, (CUevent))                                                                                 \
 	X(cuEventSynchronize, (CUevent))                                                                           \
 	X(cuEventElapsedTime_v2, (float *, CUevent, CUevent))                                                     \

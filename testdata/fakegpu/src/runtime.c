@@ -231,7 +231,19 @@ API rterr_t RT(LaunchCooperativeKernel)(const void *func, dim3 grid, dim3 block,
 		 (unsigned)shmem, s, args);
 }
 
+API rterr_t RT(LaunchCooperativeKernel_ptsz)(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
+					     rtstream_t s)
+{
+	return D(cuLaunchCooperativeKernel_ptsz, (CUfunction)func, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+		 (unsigned)shmem, s, args);
+}
+
 API rterr_t RT(LaunchHostFunc)(rtstream_t s, fg_host_fn fn, void *data) { return D(cuLaunchHostFunc, s, fn, data); }
+
+API rterr_t RT(LaunchHostFunc_ptsz)(rtstream_t s, fg_host_fn fn, void *data)
+{
+	return D(cuLaunchHostFunc_ptsz, s, fn, data);
+}
 
 /* ---- graphs ---- */
 
@@ -302,6 +314,11 @@ API rterr_t RT(EventRecord_ptsz)(rtevent_t e, rtstream_t s) { return D(cuEventRe
 API rterr_t RT(EventRecordWithFlags)(rtevent_t e, rtstream_t s, unsigned flags)
 {
 	return D(cuEventRecordWithFlags, e, s, flags);
+}
+
+API rterr_t RT(EventRecordWithFlags_ptsz)(rtevent_t e, rtstream_t s, unsigned flags)
+{
+	return D(cuEventRecordWithFlags_ptsz, e, s, flags);
 }
 
 API rterr_t RT(EventQuery)(rtevent_t e) { return D(cuEventQuery, e); }
