@@ -35,6 +35,7 @@ def nccl_sleep():
     import torch.distributed as dist
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29511")
+    torch.cuda.set_device(0)
     dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
     x = torch.ones(1 << 20, device="cuda")
     dist.all_reduce(x)
@@ -86,10 +87,8 @@ def triton_spin():
 
 def graph():
     g = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    with torch.cuda.stream(side):
-        with torch.cuda.graph(g):
-            torch.cuda._sleep(FOREVER)
+    with torch.cuda.graph(g):  # captured on a side stream of its own
+        torch.cuda._sleep(FOREVER)
     g.replay()
     say("hung")
     torch.cuda.synchronize()
