@@ -72,7 +72,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if fs.NArg() == 0 {
-		return errors.New("no command: gpucheck-probe [-uprobe LIB:SYMBOL]... -- CMD ARGS...")
+		return errors.New("no command: usage gpucheck-probe [-uprobe LIB:SYMBOL]... -- CMD ARGS")
 	}
 	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
 	if err != nil {
