@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,10 @@ import (
 // hold is how long a hung job must show no progress; at 5 ms steps a healthy
 // job would finish dozens of steps meanwhile.
 const hold = 1500 * time.Millisecond
+
+// deviceWaits are the faults that leave the faulty rank's main thread
+// waiting on the device, in a synchronize that spins by default.
+var deviceWaits = []string{FaultKernelHang, FaultTritonHang, FaultGraphHang}
 
 // TestFaultsHang starts every fault kind for both vendors and checks that the
 // job hangs after the fault step (a real hang, not a crash): no rank makes
@@ -51,6 +56,10 @@ func TestFaultsHang(t *testing.T) {
 					}
 					var desc []string
 					for _, th := range ts {
+						if r == rank && th.TID == pid && slices.Contains(deviceWaits, f) && th.State != "R" {
+							// Spinning is running or runnable, whenever sampled.
+							t.Errorf("rank %d's main thread, waiting on the device, is in state %s, want R (a spinning synchronize)", r, th.State)
+						}
 						desc = append(desc, fmt.Sprintf("%s:%s:%s", th.Name, th.State, th.WChan))
 						if th.State == "R" {
 							// sampled once: a sleeping thread may be on its way back to sleep
