@@ -20,11 +20,10 @@
  * variable), choose: spin, spin with sched_yield, or sleep in a futex
  * (blocking sync).
  *
- * A CUfunction is the address of the kernel function itself
- * (cuModuleGetFunction looks it up with dlsym), so its ELF symbol names the
- * kernel. A CUkernel (CUDA 12's library API) is opaque, as on NVIDIA's
- * driver: a slot of a table that no symbol names, which the launches also
- * accept. Stream capture records a stream's work into a graph instead of
+ * A CUfunction or CUkernel is opaque, as on NVIDIA's driver: a slot of a
+ * table that no symbol names (cuModuleGetFunction and cuLibraryGetKernel
+ * find the kernel function with dlsym), also for the runtime's launches:
+ * only the lookup that returned a handle names its kernel. Stream capture records a stream's work into a graph instead of
  * running it; cuGraphLaunch replays the graph as one operation (its kernels
  * make no launch call). */
 #define _GNU_SOURCE
@@ -525,14 +524,9 @@ DRVAPI CUresult cuModuleUnload(CUmodule m)
 	return CUDA_SUCCESS;
 }
 
-DRVAPI CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
-{
-	if (!f || !m || !name)
-		return CUDA_ERROR_INVALID_VALUE;
-	*f = dlsym(m, name);
-	return *f ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-}
-
+/* Kernel handles (CUfunction, CUkernel) are opaque, as on NVIDIA's
+ * driver: a slot of a table that no symbol names, one per kernel function,
+ * so only the call that returned a handle tells its kernel's name. */
 struct fg_cukernel {
 	void *fn;
 };
@@ -540,6 +534,52 @@ struct fg_cukernel {
 #define MAX_CUKERNELS 256
 static struct fg_cukernel cukernels[MAX_CUKERNELS];
 static int ncukernels;
+static pthread_mutex_t g_handles_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct fg_cukernel *find_handle(void *fn, int from, int to)
+{
+	for (int i = from; i < to; i++)
+		if (cukernels[i].fn == fn)
+			return &cukernels[i];
+	return NULL;
+}
+
+/* the handle of a kernel function; NULL when the table is full */
+static struct fg_cukernel *handle_of(void *fn)
+{
+	int n = __atomic_load_n(&ncukernels, __ATOMIC_ACQUIRE);
+	struct fg_cukernel *h = find_handle(fn, 0, n);
+	if (h)
+		return h;
+	pthread_mutex_lock(&g_handles_mu);
+	int m = __atomic_load_n(&ncukernels, __ATOMIC_ACQUIRE);
+	if (!(h = find_handle(fn, n, m)) && m < MAX_CUKERNELS) {
+		h = &cukernels[m];
+		h->fn = fn;
+		__atomic_store_n(&ncukernels, m + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&g_handles_mu);
+	return h;
+}
+
+/* The runtime's way from a host stub to the driver's handle (NVIDIA's
+ * runtime keeps its own registry of the stubs its fat binaries declare). */
+DRVAPI CUresult fakegpu_drv_function_of(CUfunction *f, const void *hostfn)
+{
+	if (!f || !hostfn)
+		return CUDA_ERROR_INVALID_VALUE;
+	return (*f = handle_of((void *)hostfn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+DRVAPI CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+	void *fn;
+	if (!f || !m || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(fn = dlsym(m, name)))
+		return CUDA_ERROR_NOT_FOUND;
+	return (*f = handle_of(fn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
 
 DRVAPI CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void *jit_opts, void **jit_vals,
 				      unsigned njit, void *lib_opts, void **lib_vals, unsigned nlib)
@@ -557,25 +597,15 @@ DRVAPI CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!(fn = dlsym(lib, name)))
 		return CUDA_ERROR_NOT_FOUND;
-	int n = __atomic_load_n(&ncukernels, __ATOMIC_ACQUIRE);
-	for (int i = 0; i < n; i++)
-		if (cukernels[i].fn == fn) {
-			*k = &cukernels[i];
-			return CUDA_SUCCESS;
-		}
-	n = __atomic_fetch_add(&ncukernels, 1, __ATOMIC_ACQ_REL);
-	if (n >= MAX_CUKERNELS)
-		return CUDA_ERROR_INVALID_VALUE;
-	cukernels[n].fn = fn;
-	*k = &cukernels[n];
-	return CUDA_SUCCESS;
+	return (*k = handle_of(fn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
+/* a kernel's CUfunction: the fake device has one handle for both */
 DRVAPI CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
 {
 	if (!f || !k)
 		return CUDA_ERROR_INVALID_VALUE;
-	*f = ((struct fg_cukernel *)k)->fn;
+	*f = k;
 	return CUDA_SUCCESS;
 }
 
@@ -588,7 +618,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 	if (!f || !gx || !gy || !gz || !bx || !by || !bz)
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((struct fg_cukernel *)f >= cukernels && (struct fg_cukernel *)f < cukernels + MAX_CUKERNELS)
-		f = ((struct fg_cukernel *)f)->fn; /* a CUkernel stands for its function */
+		f = ((struct fg_cukernel *)f)->fn;
+	/* else a kernel function's address, which the fake device accepts too */
 	o.fn = f;
 	for (int i = 0; params && i < FG_MAX_PARAMS && params[i]; i++)
 		o.p[i] = *(const uint64_t *)params[i];

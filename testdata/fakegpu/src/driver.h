@@ -55,8 +55,10 @@ typedef struct {
 #define CU_EVENT_DISABLE_TIMING 0x2
 
 /* the runtime's table of driver entry points, name and arguments; each
- * returns a CUresult. fakegpu_drv_enqueue_host, a private export as real
- * drivers have, queues a host function for the fake NCCL's collectives. */
+ * returns a CUresult. The private exports (real drivers have theirs):
+ * fakegpu_drv_enqueue_host queues a host function for the fake NCCL's
+ * collectives, fakegpu_drv_function_of gives the opaque CUfunction of a
+ * kernel function, the runtime's way from a host stub to a handle. */
 #define FG_DRIVER_CALLS(X)                                                                                         \
 	X(cuInit, (unsigned))                                                                                      \
 	X(cuDeviceGetCount, (int *))                                                                               \
@@ -103,7 +105,8 @@ typedef struct {
 	X(cuEventQuery, (CUevent))                                                                                 \
 	X(cuEventSynchronize, (CUevent))                                                                           \
 	X(cuEventElapsedTime_v2, (float *, CUevent, CUevent))                                                     \
-	X(fakegpu_drv_enqueue_host, (CUstream, CUhostFn, void *, int))
+	X(fakegpu_drv_enqueue_host, (CUstream, CUhostFn, void *, int))                                            \
+	X(fakegpu_drv_function_of, (CUfunction *, const void *))
 
 #define FG_DECLARE(name, args) DRVAPI CUresult name args;
 FG_DRIVER_CALLS(FG_DECLARE)

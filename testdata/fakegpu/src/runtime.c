@@ -187,19 +187,29 @@ API rterr_t RT(MemcpyAsync_ptsz)(void *dst, const void *src, size_t n, int kind,
 
 API rterr_t RT(Memset)(void *p, int v, size_t n) { return D(cuMemsetD8_v2, DP(p), (unsigned char)v, n); }
 
-/* ---- launches: the host stub is the kernel function, and the driver's
- * CUfunction for it ---- */
+/* ---- launches: the host stub is the kernel function; the driver is
+ * called with its opaque CUfunction ---- */
+
+/* H(func) is func's driver handle, or returns the error */
+#define H(f, func)                                                                                               \
+	CUfunction f;                                                                                            \
+	do {                                                                                                     \
+		rterr_t e_ = D(fakegpu_drv_function_of, &f, func);                                                \
+		if (e_)                                                                                          \
+			return e_;                                                                               \
+	} while (0)
 
 API rterr_t RT(LaunchKernel)(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, rtstream_t s)
 {
-	return D(cuLaunchKernel, (CUfunction)func, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem,
-		 s, args, NULL);
+	H(f, func);
+	return D(cuLaunchKernel, f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, s, args, NULL);
 }
 
 API rterr_t RT(LaunchKernel_ptsz)(const void *func, dim3 grid, dim3 block, void **args, size_t shmem, rtstream_t s)
 {
-	return D(cuLaunchKernel_ptsz, (CUfunction)func, grid.x, grid.y, grid.z, block.x, block.y, block.z,
-		 (unsigned)shmem, s, args, NULL);
+	H(f, func);
+	return D(cuLaunchKernel_ptsz, f, grid.x, grid.y, grid.z, block.x, block.y, block.z, (unsigned)shmem, s, args,
+		 NULL);
 }
 
 static CUlaunchConfig driver_config(const launch_config_t *c)
@@ -213,7 +223,8 @@ API rterr_t RT(LaunchKernelExC)(const launch_config_t *cfg, const void *func, vo
 	if (!cfg)
 		return fail(ERR_INVALID_VALUE);
 	CUlaunchConfig c = driver_config(cfg);
-	return D(cuLaunchKernelEx, &c, (CUfunction)func, args, NULL);
+	H(f, func);
+	return D(cuLaunchKernelEx, &c, f, args, NULL);
 }
 
 API rterr_t RT(LaunchKernelExC_ptsz)(const launch_config_t *cfg, const void *func, void **args)
@@ -221,20 +232,23 @@ API rterr_t RT(LaunchKernelExC_ptsz)(const launch_config_t *cfg, const void *fun
 	if (!cfg)
 		return fail(ERR_INVALID_VALUE);
 	CUlaunchConfig c = driver_config(cfg);
-	return D(cuLaunchKernelEx_ptsz, &c, (CUfunction)func, args, NULL);
+	H(f, func);
+	return D(cuLaunchKernelEx_ptsz, &c, f, args, NULL);
 }
 
 API rterr_t RT(LaunchCooperativeKernel)(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
 					rtstream_t s)
 {
-	return D(cuLaunchCooperativeKernel, (CUfunction)func, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+	H(f, func);
+	return D(cuLaunchCooperativeKernel, f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
 		 (unsigned)shmem, s, args);
 }
 
 API rterr_t RT(LaunchCooperativeKernel_ptsz)(const void *func, dim3 grid, dim3 block, void **args, size_t shmem,
 					     rtstream_t s)
 {
-	return D(cuLaunchCooperativeKernel_ptsz, (CUfunction)func, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+	H(f, func);
+	return D(cuLaunchCooperativeKernel_ptsz, f, grid.x, grid.y, grid.z, block.x, block.y, block.z,
 		 (unsigned)shmem, s, args);
 }
 
