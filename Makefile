@@ -16,7 +16,7 @@ LDFLAGS  := -X $(VPKG).Version=$(VERSION) -X $(VPKG).Revision=$(REVISION)
 # equal).
 GOTAGS   := netgo,osusergo
 
-.PHONY: all build dist test lint demo bench generate check-generate testbed deps clean
+.PHONY: all build dist test lint demo bench generate check-generate testbed deps clean gpu-check gpu-check-dry
 
 all: build
 
@@ -60,6 +60,19 @@ demo: deps testbed build
 
 bench: deps testbed build
 	@scripts/bench.sh
+
+# The real-GPU check (scripts/gpu-check.sh): static binaries into
+# $(BIN)/gpu-check/, run at once where a GPU is; elsewhere copy bin/gpu-check/
+# and scripts/ to a GPU host and run scripts/gpu-check.sh run there.
+# gpu-check-dry runs the same scenarios here on the fake GPU testbed.
+gpu-check: deps
+	@scripts/gpu-check.sh build
+	@if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then scripts/gpu-check.sh run; \
+	else echo "no GPU here: copy bin/gpu-check/ and scripts/ to a GPU host and run scripts/gpu-check.sh run"; fi
+
+gpu-check-dry: deps testbed
+	@scripts/gpu-check.sh build
+	@scripts/gpu-check.sh run --dry
 
 clean:
 	rm -rf $(BIN) dist

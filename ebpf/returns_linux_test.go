@@ -27,7 +27,9 @@ func TestReturnAddress(t *testing.T) {
 	// runtime's first call, not attached when ld.so reports the load.
 	tr := newTracer(t, Options{Libraries: []string{bed.Lib("libcudart.so.12"), bed.Lib("libcuda.so.1")}})
 	rec := record(t, tr)
-	p := start(t, "/bin/sh", "-c", `read x; exec "$0" 1 --call hang`, loop)
+	// A blocking synchronize: the helper reads the stack of a thread asleep
+	// in a system call, and the testbed's default wait spins.
+	p := start(t, "/bin/sh", "-c", `read x; `+testbed.SchedEnv+`=blocking exec "$0" 1 --call hang`, loop)
 	if err := tr.Follow(p.pid()); err != nil {
 		t.Fatal(err)
 	}

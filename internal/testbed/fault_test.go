@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,9 +12,14 @@ import (
 // job would finish dozens of steps meanwhile.
 const hold = 1500 * time.Millisecond
 
+// deviceWaits are the faults that leave the faulty rank's main thread
+// waiting on the device, in a synchronize that spins by default.
+var deviceWaits = []string{FaultKernelHang, FaultTritonHang, FaultGraphHang}
+
 // TestFaultsHang starts every fault kind for both vendors and checks that the
-// job hangs after the fault step with every thread asleep (a real hang, not a
-// crash and not a busy loop), then that Stop leaves nothing behind.
+// job hangs after the fault step (a real hang, not a crash): no rank makes
+// progress, while a thread waiting on the device spins in state R as on a
+// real GPU. Then Stop must leave nothing behind.
 func TestFaultsHang(t *testing.T) {
 	b := Build(t)
 	const rank, step, steps = 1, 3, 30
@@ -50,6 +56,10 @@ func TestFaultsHang(t *testing.T) {
 					}
 					var desc []string
 					for _, th := range ts {
+						if r == rank && th.TID == pid && slices.Contains(deviceWaits, f) && th.State != "R" {
+							// Spinning is running or runnable, whenever sampled.
+							t.Errorf("rank %d's main thread, waiting on the device, is in state %s, want R (a spinning synchronize)", r, th.State)
+						}
 						desc = append(desc, fmt.Sprintf("%s:%s:%s", th.Name, th.State, th.WChan))
 						if th.State == "R" {
 							// sampled once: a sleeping thread may be on its way back to sleep

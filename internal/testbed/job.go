@@ -32,9 +32,13 @@ type JobOptions struct {
 	// forks (run.py --workers); 0 leaves run.py's default: a loader
 	// thread, or 2 workers with FaultDataloaderWorker.
 	Workers int
-	Python  string   // interpreter, default python3
-	Env     []string // extra environment
-	Args    []string // extra run.py arguments (e.g. "--step-ms", "5")
+	// LaunchBound, when positive, runs run.py's launch-bound mode: each
+	// step is that many trivial launches and one synchronize, and each
+	// rank ends with a launch-rate line (LaunchRate reads it).
+	LaunchBound int
+	Python      string   // interpreter, default python3
+	Env         []string // extra environment
+	Args        []string // extra run.py arguments (e.g. "--step-ms", "5")
 }
 
 func (o JobOptions) args(b *Bed) []string {
@@ -45,6 +49,9 @@ func (o JobOptions) args(b *Bed) []string {
 	}
 	if o.Workers > 0 {
 		a = append(a, "--workers", strconv.Itoa(o.Workers))
+	}
+	if o.LaunchBound > 0 {
+		a = append(a, "--launch-bound", strconv.Itoa(o.LaunchBound))
 	}
 	if o.Fault != "" {
 		a = append(a, "--fault", o.Fault, "--fault-rank", strconv.Itoa(o.FaultRank), "--fault-step", strconv.Itoa(o.FaultStep))
@@ -87,6 +94,22 @@ var (
 	startedRe = regexp.MustCompile(`^xpu-fakegpu rank=(\d+) pid=(\d+) started$`)
 	stepRe    = regexp.MustCompile(`^xpu-fakegpu rank=(\d+) step=(\d+) done$`)
 )
+
+// launchRateRe is the last line of a rank in launch-bound mode.
+var launchRateRe = regexp.MustCompile(`^xpu-fakegpu rank=(\d+) launches=(\d+) seconds=[0-9.]+ launches_per_second=([0-9.]+)$`)
+
+// LaunchRate reads a rank's launch-rate line (launch-bound mode): its
+// rank, how many launches it made and how many per second.
+func LaunchRate(line string) (rank, launches int, perSecond float64, ok bool) {
+	m := launchRateRe.FindStringSubmatch(line)
+	if m == nil {
+		return 0, 0, 0, false
+	}
+	rank, _ = strconv.Atoi(m[1])
+	launches, _ = strconv.Atoi(m[2])
+	perSecond, _ = strconv.ParseFloat(m[3], 64)
+	return rank, launches, perSecond, true
+}
 
 // Started reads a rank's "started" line: its rank and pid.
 func Started(line string) (rank, pid int, ok bool) { return twoInts(startedRe, line) }

@@ -1,7 +1,10 @@
 // Package testbed builds and drives the fake GPU testbed of testdata/fakegpu:
 // C libraries exporting the CUDA/NCCL and MACA/MCCL names with real stream,
-// event and cross-process collective semantics, and run.py, a torchrun-like
-// launcher of a fake training job with injectable hangs.
+// event, graph and cross-process collective semantics (the CUDA runtime
+// loads the driver, libcuda.so.1, at its first call and calls it; host
+// waits spin as CUDA's default schedule, see SchedEnv), and run.py, a
+// torchrun-like launcher of a fake training job with injectable hangs and
+// a launch-bound mode.
 package testbed
 
 import (
@@ -28,11 +31,31 @@ const (
 	// JobOptions.Workers says otherwise.
 	FaultDataloaderWorker = "dataloader-worker"
 	FaultNCCLStall        = "nccl-stall"
+	// FaultTritonHang: the first launch of step K of rank R, a Triton
+	// kernel (triton_poi_fused_add_0) that Python launches through the
+	// driver's cuLaunchKernelEx as Triton 3.x does, never ends.
+	FaultTritonHang = "triton-hang"
+	// FaultGraphHang: every rank replays a captured CUDA graph each step
+	// and synchronizes the device; rank R's replay at step K never ends.
+	// The graph's kernels make no launch call: only the graph launch and
+	// the synchronize (cuCtxSynchronize_v2) are seen.
+	FaultGraphHang = "graph-hang"
 )
 
 // Faults lists every fault kind.
 var Faults = []string{FaultSkipCollective, FaultKernelHang, FaultPythonSleep, FaultDeadlock, FaultDataloader,
-	FaultDataloaderWorker, FaultNCCLStall}
+	FaultDataloaderWorker, FaultNCCLStall, FaultTritonHang, FaultGraphHang}
+
+// DriverFaults are the faults on the CUDA driver's own path (a Triton
+// launch): on MACA, which has no driver library in the testbed, they are
+// the runtime's kernel-hang under another name.
+var DriverFaults = []string{FaultTritonHang}
+
+// SchedEnv names how the fake driver's host waits wait: "spin" (the
+// default, as CUDA's default schedule: state R for the whole wait),
+// "yield" or "blocking" (a futex sleep). A program's cudaSetDeviceFlags
+// wins over it.
+const SchedEnv = "XPU_FAKEGPU_SCHED"
 
 // ShmPrefix starts the name of every shared-memory segment of the fake NCCL
 // (under /dev/shm without the slash).

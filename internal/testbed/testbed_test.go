@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -18,23 +19,58 @@ var vendors = []string{"cuda", "maca"}
 
 func TestRuntimeSemantics(t *testing.T) {
 	b := Build(t)
-	cases := []string{"order", "event", "elapsed", "wait", "concurrent", "memcpy", "exc", "driver"}
+	// spin, yield and blocking: the state of a thread waiting in a
+	// synchronize (R while it spins, S while it sleeps) for each schedule;
+	// envsched the one XPU_FAKEGPU_SCHED names.
+	cases := []string{"order", "event", "elapsed", "wait", "concurrent", "memcpy", "exc", "graph", "hostfn",
+		"spin", "yield", "blocking", "envsched", "driver", "driverex"}
 	for _, v := range vendors {
 		bin := b.Bin("tests/rttest")
 		if v == "maca" {
 			bin = b.Bin("tests/rttest_maca")
 		}
 		for _, c := range cases {
-			if v == "maca" && c == "driver" {
-				continue // no MACA driver library in the testbed
+			if v == "maca" && strings.HasPrefix(c, "driver") {
+				continue // the MACA driver is linked into its runtime, its names hidden
 			}
-			t.Run(v+"/"+c, func(t *testing.T) {
-				out, err := exec.Command(bin, c).CombinedOutput()
-				if err != nil || !strings.Contains(string(out), "ok "+c) {
-					t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), c, err, out)
-				}
-			})
+			envs := []string{""}
+			if c == "envsched" {
+				envs = []string{"XPU_FAKEGPU_SCHED=blocking", "XPU_FAKEGPU_SCHED=spin"}
+			}
+			for _, env := range envs {
+				t.Run(v+"/"+c+"/"+env, func(t *testing.T) {
+					cmd := exec.Command(bin, c)
+					cmd.Env = append(os.Environ(), env)
+					out, err := cmd.CombinedOutput()
+					if err != nil || !strings.Contains(string(out), "ok "+c) {
+						t.Fatalf("%s %s: %v\n%s", filepath.Base(bin), c, err, out)
+					}
+				})
+			}
 		}
+	}
+}
+
+// The CUDA runtime loads the driver itself, at its first call, as NVIDIA's
+// does: a process that loads only libcudart.so.12 maps libcuda.so.1 after
+// one runtime call, and not before.
+func TestRuntimeLoadsDriver(t *testing.T) {
+	b := Build(t)
+	prog := `import ctypes, sys
+rt = ctypes.CDLL(sys.argv[1])
+def mapped():
+    return any(l.rstrip().endswith("/libcuda.so.1") for l in open("/proc/self/maps"))
+before = mapped()
+n = ctypes.c_int()
+rc = rt.cudaGetDeviceCount(ctypes.byref(n))
+print("before=%s after=%s rc=%d" % (before, mapped(), rc))
+`
+	out, err := exec.Command("python3", "-c", prog, b.Lib("libcudart.so.12")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3: %v\n%s", err, out)
+	}
+	if got := strings.TrimSpace(string(out)); got != "before=False after=True rc=0" {
+		t.Fatalf("got %q, want the driver mapped by the first runtime call only", got)
 	}
 }
 
@@ -227,5 +263,38 @@ func TestWorkerProcesses(t *testing.T) {
 		if alive(w) {
 			t.Errorf("worker %d alive after the job ended", w)
 		}
+	}
+}
+
+// Launch-bound mode: each rank makes steps x L trivial launches, one
+// synchronize per step, and ends with its count and rate.
+func TestLaunchBound(t *testing.T) {
+	b := Build(t)
+	const nproc, steps, perStep = 2, 3, 5000
+	for _, v := range vendors {
+		t.Run(v, func(t *testing.T) {
+			j := b.StartJob(t, JobOptions{NProc: nproc, Steps: steps, Vendor: v, LaunchBound: perStep})
+			if rc, err := j.Wait(120 * time.Second); err != nil || rc != 0 {
+				t.Fatalf("job: status %d, %v\n%s", rc, err, j.Output())
+			}
+			rates := map[int]float64{}
+			for _, l := range strings.Split(j.Output(), "\n") {
+				if r, n, rate, ok := LaunchRate(l); ok {
+					if n != steps*perStep || rate <= 0 {
+						t.Errorf("rank %d: %d launches at %.0f/s, want %d at a rate", r, n, rate, steps*perStep)
+					}
+					rates[r] = rate
+				}
+			}
+			for r := range nproc {
+				if _, ok := rates[r]; !ok {
+					t.Errorf("rank %d printed no launch rate", r)
+				}
+				if s := j.LastStep(r); s != steps-1 {
+					t.Errorf("rank %d's last step %d, want %d", r, s, steps-1)
+				}
+			}
+			t.Logf("%s launches per second by rank: %v", v, rates)
+		})
 	}
 }

@@ -3,6 +3,7 @@
 
     python3 run.py --nproc N --steps S [--vendor cuda|maca] [--workers W]
                    [--fault KIND --fault-rank R --fault-step K]
+                   [--launch-bound L]
 
 Without XPU_FAKEGPU_ROLE=rank this is a torchrun-like launcher: it spawns
 --nproc rank processes (its direct children) with RANK, LOCAL_RANK,
@@ -30,6 +31,21 @@ Steps are numbered from 0; a fault at step K hangs forever (never exits):
                    read of a pipe nobody writes; rank R's main thread waits
                    for the batch (implies --workers 2 unless --workers is set)
   nccl-stall       rank R's all-reduce of step K never progresses (dead NIC)
+  triton-hang      rank R's Triton kernel of step K (triton_poi_fused_add_0,
+                   the step's first launch, through the driver's
+                   cuLaunchKernelEx as Triton 3.x launches) spins for ever
+                   on a flag it loads
+  graph-hang       every rank replays a CUDA graph of its loss each step and
+                   synchronizes the device (torch.cuda.synchronize()); rank
+                   R's replay of step K never ends (a captured kernel spins
+                   on a flag), so no launch call names the stuck kernel
+
+The CUDA path is the one a real GPU takes: the runtime calls the driver,
+and waits spin on a CPU (XPU_FAKEGPU_SCHED=yield|blocking changes that).
+With --launch-bound L each step is L trivial launches (cudaLaunchKernel
+from Python, as a loop of x.add_(1) makes them) and one synchronize, no
+model and no collective; the rank then prints "xpu-fakegpu rank=R
+launches=N seconds=S launches_per_second=X".
 Progress on stdout: "xpu-fakegpu rank=R pid=P started",
 "xpu-fakegpu rank=R step=S done". Standard library only (CPython 3.9+).
 """
@@ -47,7 +63,8 @@ import time
 import traceback
 import warnings
 
-FAULTS = ("skip-collective", "kernel-hang", "python-sleep", "deadlock", "dataloader", "dataloader-worker", "nccl-stall")
+FAULTS = ("skip-collective", "kernel-hang", "python-sleep", "deadlock", "dataloader", "dataloader-worker", "nccl-stall",
+          "triton-hang", "graph-hang")
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLECTIVES_PER_STEP = 3  # two gradient buckets and the loss
 
@@ -63,6 +80,8 @@ def parse_args(argv=None):
     p.add_argument("--step-ms", type=float, default=20.0, help="GPU time of one step")
     p.add_argument("--lib-dir", default=os.path.join(HERE, "build"))
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--launch-bound", type=int, default=0, metavar="L",
+                   help="launch-bound mode: L trivial launches and one synchronize per step")
     p.add_argument("--workers", type=int, default=None,
                    help="data loader worker processes (0: a thread; default 0, 2 with --fault dataloader-worker)")
     args = p.parse_args(argv)
@@ -155,8 +174,17 @@ class UniqueId(ctypes.Structure):
     _fields_ = [("internal", ctypes.c_char * 128)]
 
 
+class LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig of cuda.h, what cuLaunchKernelEx takes."""
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p), ("attrs", ctypes.c_void_p),
+                ("numAttrs", ctypes.c_uint)]
+
+
 NOT_READY = 600
 KERNEL_HANG = 1
+SPIN_ON_FLAG = 2  # the kernel spins while the word at its params[4] is nonzero
 
 
 class CudaError(RuntimeError):
@@ -171,7 +199,10 @@ class Device:
         mode = ctypes.RTLD_GLOBAL
         if vendor == "cuda":
             self.rt = ctypes.CDLL(os.path.join(lib_dir, "libcudart.so.12"), mode=mode)
-            self.drv = ctypes.CDLL(os.path.join(lib_dir, "libcuda.so.1"), mode=mode)
+            # As PyTorch: the runtime loads the driver at its first call;
+            # this handle is Triton's, to the library already loaded.
+            self.check(self.rt.cudaGetDeviceCount(ctypes.byref(ctypes.c_int())), "cudaGetDeviceCount")
+            self.drv = ctypes.CDLL("libcuda.so.1", mode=mode)
             self.ccl = ctypes.CDLL(os.path.join(lib_dir, "libnccl.so.2"), mode=mode)
             self.p, self.cp = "cuda", "nccl"
         else:
@@ -234,14 +265,33 @@ class Device:
         self.fn("EventDestroy", [ctypes.c_void_p])(e)
 
     @staticmethod
-    def params(us, flags=0):
-        vals = (ctypes.c_uint64 * 4)(int(us), flags, 0, 0)
-        args = (ctypes.c_void_p * 5)(*[ctypes.addressof(vals) + 8 * i for i in range(4)], None)
+    def params(us, flags=0, flag_word=None):
+        word = ctypes.addressof(flag_word) if flag_word is not None else 0
+        vals = (ctypes.c_uint64 * 5)(int(us), flags, 0, 0, word)
+        args = (ctypes.c_void_p * 6)(*[ctypes.addressof(vals) + 8 * i for i in range(5)], None)
         return vals, args
 
-    def launch(self, kernel, us, stream, flags=0, grid=(108, 1, 1), block=(256, 1, 1)):
-        vals, args = self.params(us, flags)
+    def launch(self, kernel, us, stream, flags=0, grid=(108, 1, 1), block=(256, 1, 1), flag_word=None):
+        vals, args = self.params(us, flags, flag_word)
         self.check(self._launch(kernel, Dim3(*grid), Dim3(*block), args, 0, stream), "LaunchKernel")
+
+    def synchronize(self):
+        """torch.cuda.synchronize(): cudaDeviceSynchronize."""
+        self.check(self.fn("DeviceSynchronize", [])(), "DeviceSynchronize")
+
+    def capture(self, stream, body):
+        """Captures what body() launches on stream into a graph, instantiated."""
+        vp = ctypes.c_void_p
+        graph, exec_ = vp(), vp()
+        self.check(self.fn("StreamBeginCapture", [vp, ctypes.c_int])(stream, 0), "StreamBeginCapture")
+        body()
+        self.check(self.fn("StreamEndCapture", [vp, vp])(stream, ctypes.byref(graph)), "StreamEndCapture")
+        self.check(self.fn("GraphInstantiate", [vp, vp, ctypes.c_ulonglong])(ctypes.byref(exec_), graph, 0),
+                   "GraphInstantiate")
+        return exec_
+
+    def replay(self, exec_, stream):
+        self.check(self.fn("GraphLaunch", [ctypes.c_void_p, ctypes.c_void_p])(exec_, stream), "GraphLaunch")
 
     def launch_driver(self, us, stream):
         vals, args = self.params(us)
@@ -265,6 +315,32 @@ class Device:
         p = ctypes.c_void_p()
         self.check(self.fn("Malloc", [ctypes.c_void_p, ctypes.c_size_t])(ctypes.byref(p), n), "Malloc")
         return p
+
+
+class TritonKernel:
+    """A kernel as Triton 3.x's launcher handles it: a function got by name
+    from a loaded module (cuModuleLoad, cuModuleGetFunction), launched with
+    the driver's cuLaunchKernelEx and a CUlaunchConfig. On MACA (no driver
+    library in the testbed) it launches through the runtime."""
+
+    def __init__(self, dev, name):
+        self.dev, self.name = dev, name
+        if dev.drv is None:
+            self.fn = dev.kernel(name)
+            return
+        vp = ctypes.c_void_p
+        self.fn, mod = vp(), vp()
+        dev.check(dev.drv.cuModuleLoad(ctypes.byref(mod), dev.kernels_path.encode()), "cuModuleLoad")
+        dev.check(dev.drv.cuModuleGetFunction(ctypes.byref(self.fn), mod, name.encode()), "cuModuleGetFunction")
+        self._launch = dev.drv.cuLaunchKernelEx
+        self._launch.argtypes = [ctypes.POINTER(LaunchConfig), vp, vp, vp]
+
+    def __call__(self, us, stream, flags=0, flag_word=None, grid=(64, 1, 1), block=(128, 1, 1)):
+        if self.dev.drv is None:
+            return self.dev.launch(self.fn, us, stream, flags, grid, block, flag_word)
+        vals, args = self.dev.params(us, flags, flag_word)
+        cfg = LaunchConfig(*grid, *block, 0, stream, None, 0)
+        self.dev.check(self._launch(ctypes.byref(cfg), self.fn, args, None), "cuLaunchKernelEx")
 
 
 class ProcessGroup:
@@ -411,6 +487,15 @@ class DistributedDataParallel:
 class SGD:
     def __init__(self, dev, stream, us):
         self.dev, self.stream, self.us = dev, stream, us
+        # torch.compile's fused gradient zeroing, a Triton kernel; it spins
+        # while hang_flag is set (zero_grad(hang=True))
+        self.triton = TritonKernel(dev, "triton_poi_fused_add_0")
+        self.hang_flag = ctypes.c_uint64(0)
+
+    def zero_grad(self, hang=False):
+        if hang:
+            self.hang_flag.value = 1
+        self.triton(self.us // 2, self.stream, SPIN_ON_FLAG, self.hang_flag)
 
     def step(self):
         self.dev.launch(self.dev.kernel("sgd_update_kernel"), self.us, self.stream)
@@ -657,11 +742,24 @@ class Trainer:
         else:
             self.loader = DataLoader(args.steps, stall)
         self.host_loss = ctypes.c_float()
+        self.graph = None
+        if args.fault == "graph-hang":
+            # the loss as a captured CUDA graph, replayed each step; its
+            # kernel spins while graph_flag is set
+            self.graph_flag = ctypes.c_uint64(0)
+            side = self.dev.stream()
+            loss = self.dev.kernel("cross_entropy_fwd_kernel")
+            self.graph = self.dev.capture(side, lambda: self.dev.launch(
+                loss, self.model.per_layer // 2, side, SPIN_ON_FLAG, flag_word=self.graph_flag))
+            self.dev.synchronize()
+        self.noop = self.dev.kernel("noop_kernel")
 
     def fault_here(self, step, kind):
         return self.fault == kind and step == self.args.fault_step
 
     def train(self):
+        if self.args.launch_bound:
+            return self.launch_bound()
         self.watchdog.start()
         self.loader.start()
         for step in range(self.args.steps):
@@ -673,9 +771,16 @@ class Trainer:
 
     def train_step(self, step):
         batch = self.loader.next()
+        # the step's first launch, after the last step's loss was read
+        self.opt.zero_grad(hang=self.fault_here(step, "triton-hang"))
         if self.fault_here(step, "kernel-hang"):
             self.model.blocks[0].attn.hang_next_backward = True
         loss = self.model.forward(batch)
+        if self.graph is not None:
+            if self.fault_here(step, "graph-hang"):
+                self.graph_flag.value = 1
+            self.dev.replay(self.graph, self.compute)
+            self.dev.synchronize()
         self.model.backward(loss)
         if self.fault_here(step, "python-sleep"):
             straggle_forever()
@@ -684,6 +789,23 @@ class Trainer:
         self.ddp.reduce_gradients(step, skip=self.fault_here(step, "skip-collective"))
         self.opt.step()
         return self.read_loss()
+
+    def launch_bound(self):
+        """Trivial launches as fast as Python makes them, one synchronize per step."""
+        vals, args = self.dev.params(0)
+        grid, block = Dim3(1, 1, 1), Dim3(16, 1, 1)
+        launch, kernel, stream = self.dev._launch, self.noop, self.compute
+        n, start = 0, time.monotonic()
+        for step in range(self.args.steps):
+            for _ in range(self.args.launch_bound):
+                if launch(kernel, grid, block, args, 0, stream):
+                    raise CudaError("LaunchKernel failed")
+            n += self.args.launch_bound
+            self.dev.synchronize()
+            say("xpu-fakegpu rank=%d step=%d done" % (self.rank, step))
+        s = time.monotonic() - start
+        say("xpu-fakegpu rank=%d launches=%d seconds=%.3f launches_per_second=%.0f" % (self.rank, n, s, n / s))
+        self.pg.destroy()
 
     def read_loss(self):
         self.dev.memcpy_d2h(ctypes.byref(self.host_loss), self.model.loss_buf, 4)

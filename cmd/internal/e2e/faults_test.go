@@ -91,6 +91,7 @@ type hangLine struct {
 	rank       int
 	kind, op   string
 	ageSeconds float64
+	text       string // the whole line
 }
 
 var hangRe = regexp.MustCompile(`level=WARN msg=hang .* rank=(\d+) kind=(\w+) op=(\S*) .*age=([0-9.]+)`)
@@ -110,7 +111,7 @@ func hangLines(p *proc) []hangLine {
 		m := hangRe.FindStringSubmatch(l.Text)
 		r, _ := strconv.Atoi(m[1])
 		age, _ := strconv.ParseFloat(m[4], 64)
-		out = append(out, hangLine{at: l.At, rank: r, kind: m[2], op: m[3], ageSeconds: age})
+		out = append(out, hangLine{at: l.At, rank: r, kind: m[2], op: m[3], ageSeconds: age, text: l.Text})
 	}
 	return out
 }

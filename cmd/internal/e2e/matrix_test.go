@@ -69,6 +69,9 @@ func matrixCells(t testing.TB) []cell {
 	var cells []cell
 	for _, v := range []string{"cuda", "maca"} {
 		for _, f := range testbed.Faults {
+			if v == "maca" && slices.Contains(testbed.DriverFaults, f) {
+				continue // no driver path on the MACA testbed
+			}
 			for _, s := range matrixSteps {
 				if pick == nil || pick.MatchString(fmt.Sprintf("%s/%s/step%d", v, f, s)) {
 					cells = append(cells, cell{v, f, s})
@@ -82,12 +85,15 @@ func matrixCells(t testing.TB) []cell {
 	return cells
 }
 
-// TestFaultMatrix runs every testbed fault, on CUDA and on MACA, at fault
-// steps 0, 1, 3 and 30, matrixRuns times each, under xpu_timer_launch on
-// the default path (no library named): every run must decide every rank
-// within the timeout plus the check period, dump every rank with stacks,
-// and the viewer must name the faulty rank. Two jobs run at a time. It
-// logs a table of detection rates and latencies.
+// TestFaultMatrix runs every testbed fault, on CUDA and on MACA (the
+// driver's own faults on CUDA only), at fault steps 0, 1, 3 and 30,
+// matrixRuns times each, under xpu_timer_launch on the default path (no
+// library named, the testbed's waits spinning as CUDA's do): every run
+// must decide every rank within the timeout plus the check period, dump
+// every rank with stacks, and the viewer must name the faulty rank; a
+// Triton kernel that never ends must be named in its rank's hang line.
+// Two jobs run at a time. It logs a table of detection rates and
+// latencies.
 func TestFaultMatrix(t *testing.T) {
 	privileged.Root(t)
 	if testing.Short() {
@@ -211,6 +217,9 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 		if h.rank == j.rank && !slices.Contains(wantKinds, h.kind) {
 			return fail("faulty rank %d decided %s, want %v", j.rank, h.kind, wantKinds)
 		}
+		if want := kernelOf[j.fault]; h.rank == j.rank && h.kind == "gpu" && want != "" && !strings.Contains(h.text, want) {
+			return fail("faulty rank %d's hang line does not name the kernel %s: %s", j.rank, want, h.text)
+		}
 		if h.kind == "host" {
 			hosts = append(hosts, h)
 			continue
@@ -248,6 +257,11 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 	}
 	return outcome{Detected: true, Latency: worst, Attach: attachSeconds(p)}
 }
+
+// kernelOf is the kernel a fault's hang line must name (as the oldest op
+// not known complete, beside the collective it holds back): the one that
+// never ends, the first launch of its step, after a synchronize.
+var kernelOf = map[string]string{testbed.FaultTritonHang: "triton_poi_fused_add_0"}
 
 // attachedRe is the launcher's line for a runtime library it probed.
 var attachedRe = regexp.MustCompile(`msg=attached .*\bpid=(\d+) library=\S*/lib(?:cudart|mcruntime)\.so`)

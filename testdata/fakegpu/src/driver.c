@@ -1,55 +1,516 @@
-/* driver.c: the fake CUDA driver API (libcuda.so.1): the launches, copies,
- * events and synchronizations real frameworks make through the driver
- * (cuda.h's signatures), which the fake runtime makes through it too, as
- * NVIDIA's does. A CUfunction of the fake device is the address of the kernel
- * function itself (cuModuleGetFunction looks it up with dlsym), so its ELF
- * symbol names the kernel. A CUkernel (CUDA 12's library API) is opaque, as
- * on NVIDIA's driver: a slot of a table that no symbol names, which
- * cuLaunchKernel also accepts. Launches go to the runtime's stream executors. */
+/* driver.c: the fake CUDA driver (libcuda.so.1) and the simulated device
+ * behind it. The runtime (runtime.c) loads this library with
+ * dlopen("libcuda.so.1") at its first call and calls its cu* functions, as
+ * NVIDIA's libcudart does; Triton-like code calls them directly
+ * (cuModuleGetFunction, cuLaunchKernelEx). Built with -DFAKE_MACA it is
+ * linked into the MACA runtime instead, its cu* names hidden.
+ *
+ * The device: every stream has its own executor thread (the engine of that
+ * stream) that drains a lock-protected ring of operations in FIFO order:
+ * kernels (the kernel function runs on the executor), event records, waits
+ * on events of other streams, copies, host functions (the collectives of
+ * the fake NCCL) and graph replays. Streams run concurrently.
+ *
+ * A host thread that waits for the device (cuStreamSynchronize,
+ * cuCtxSynchronize_v2, cuEventSynchronize, a synchronous copy) spins on a
+ * CPU by default, state R for the whole wait, as CUDA's default schedule
+ * (CU_CTX_SCHED_AUTO, which spins while the process has fewer contexts
+ * than cores) does. XPU_FAKEGPU_SCHED=spin|yield|blocking, or the
+ * schedule flags of cuCtxSetFlags / cudaSetDeviceFlags (which win over the
+ * variable), choose: spin, spin with sched_yield, or sleep in a futex
+ * (blocking sync).
+ *
+ * A CUfunction or CUkernel is opaque, as on NVIDIA's driver: a slot of a
+ * table that no symbol names (cuModuleGetFunction and cuLibraryGetKernel
+ * find the kernel function with dlsym), also for the runtime's launches:
+ * only the lookup that returned a handle names its kernel. Stream capture records a stream's work into a graph instead of
+ * running it; cuGraphLaunch replays the graph as one operation (its kernels
+ * make no launch call). */
 #define _GNU_SOURCE
 #include "vendor.h"
+#include "driver.h"
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-typedef int CUresult;
-typedef void *CUmodule;
-typedef void *CUfunction;
-typedef int CUdevice;
-#define CUDA_SUCCESS 0
-#define CUDA_ERROR_INVALID_VALUE 1
-#define CUDA_ERROR_NOT_FOUND 500
-#define CUDA_ERROR_FILE_NOT_FOUND 301
+/* ---- the device ---- */
 
-API CUresult cuInit(unsigned flags)
+enum { OP_KERNEL, OP_RECORD, OP_WAIT, OP_HOST, OP_MEMCPY, OP_DELAY, OP_GRAPH };
+
+struct op {
+	int type;
+	const void *fn;
+	void *ptr, *ptr2;
+	uint64_t n;
+	uint64_t p[FG_MAX_PARAMS];
+};
+
+#define RING 4096
+
+struct fg_graph {
+	int n, cap;
+	struct op *ops;
+};
+
+struct fg_stream {
+	pthread_mutex_t mu;
+	pthread_cond_t work, space;
+	uint64_t head, tail; /* next op to run, next free slot */
+	int idle, full;
+	_Atomic uint64_t done; /* ops finished */
+	int id;
+	pthread_t th;
+	struct fg_graph *capture; /* while capturing: where this stream's work goes */
+	struct fg_stream *next;
+	struct op ring[RING];
+};
+
+struct fg_event {
+	_Atomic uint64_t rec_gen, done_gen;
+	struct timespec t;
+	unsigned flags;
+};
+
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* blocking waits */
+static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+static _Atomic int g_waiters;
+static pthread_mutex_t g_streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct fg_stream *g_streams;
+static int g_nstreams;
+static struct fg_stream *g_default;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static _Atomic unsigned g_sched = CU_CTX_SCHED_AUTO;
+
+static void notify_done(void)
+{
+	if (atomic_load(&g_waiters) > 0) {
+		pthread_mutex_lock(&g_mu);
+		pthread_cond_broadcast(&g_cv);
+		pthread_mutex_unlock(&g_mu);
+	}
+}
+
+/* sleep in a futex until *ctr >= target: blocking sync, and every wait of
+ * an executor (a stream waiting on another stream's event) */
+static NOINLINE void fg_block_wait(_Atomic uint64_t *ctr, uint64_t target)
+{
+	pthread_mutex_lock(&g_mu);
+	atomic_fetch_add(&g_waiters, 1);
+	while (atomic_load(ctr) < target)
+		pthread_cond_wait(&g_cv, &g_mu);
+	atomic_fetch_sub(&g_waiters, 1);
+	pthread_mutex_unlock(&g_mu);
+}
+
+static NOINLINE void fg_spin_wait(_Atomic uint64_t *ctr, uint64_t target)
+{
+	while (atomic_load_explicit(ctr, memory_order_acquire) < target)
+		__builtin_ia32_pause();
+}
+
+static NOINLINE void fg_yield_wait(_Atomic uint64_t *ctr, uint64_t target)
+{
+	while (atomic_load_explicit(ctr, memory_order_acquire) < target)
+		sched_yield();
+}
+
+/* the schedule in force: flags set by the program, else XPU_FAKEGPU_SCHED, else spin */
+static unsigned sched_mode(void)
+{
+	unsigned m = atomic_load(&g_sched) & CU_CTX_SCHED_MASK;
+	if (m == CU_CTX_SCHED_AUTO) {
+		const char *e = getenv("XPU_FAKEGPU_SCHED");
+		m = !e || !strcmp(e, "spin")   ? CU_CTX_SCHED_SPIN
+		    : !strcmp(e, "yield")      ? CU_CTX_SCHED_YIELD
+		    : !strcmp(e, "blocking")   ? CU_CTX_SCHED_BLOCKING_SYNC
+					       : CU_CTX_SCHED_SPIN;
+	}
+	return m;
+}
+
+/* a host thread waits until *ctr >= target, as the schedule says */
+static NOINLINE void fg_host_wait(_Atomic uint64_t *ctr, uint64_t target)
+{
+	if (atomic_load(ctr) >= target)
+		return;
+	switch (sched_mode()) {
+	case CU_CTX_SCHED_BLOCKING_SYNC:
+		fg_block_wait(ctr, target);
+		break;
+	case CU_CTX_SCHED_YIELD:
+		fg_yield_wait(ctr, target);
+		break;
+	default:
+		fg_spin_wait(ctr, target);
+		break;
+	}
+}
+
+static NOINLINE void fg_run_kernel(const struct op *o)
+{
+	((fg_kernel_fn)o->fn)(o->p);
+}
+
+static void sleep_ns(uint64_t ns)
+{
+	struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+	while (nanosleep(&ts, &ts) != 0)
+		;
+}
+
+/* graph execs this device made; any other handle is an opaque 20 µs graph */
+#define MAX_GRAPHS 256
+static struct fg_graph *g_execs[MAX_GRAPHS];
+static _Atomic int g_nexecs;
+
+static struct fg_graph *known_exec(void *h)
+{
+	int n = atomic_load(&g_nexecs);
+	for (int i = 0; i < n && i < MAX_GRAPHS; i++)
+		if (g_execs[i] == h)
+			return h;
+	return NULL;
+}
+
+static void run_op(struct op *o);
+
+static NOINLINE void fg_run_graph(struct fg_graph *g)
+{
+	if (!g) {
+		sleep_ns(20000);
+		return;
+	}
+	for (int i = 0; i < g->n; i++)
+		run_op(&g->ops[i]);
+}
+
+static void run_op(struct op *o)
+{
+	switch (o->type) {
+	case OP_KERNEL:
+		fg_run_kernel(o);
+		break;
+	case OP_RECORD: {
+		struct fg_event *e = o->ptr;
+		clock_gettime(CLOCK_MONOTONIC, &e->t);
+		atomic_store(&e->done_gen, o->n);
+		break;
+	}
+	case OP_WAIT:
+		fg_block_wait(&((struct fg_event *)o->ptr)->done_gen, o->n);
+		break;
+	case OP_HOST:
+		((fg_host_fn)o->fn)(o->ptr);
+		break;
+	case OP_MEMCPY:
+		if (o->ptr && o->ptr2 && o->n)
+			memmove(o->ptr, o->ptr2, o->n);
+		sleep_ns(2000 + o->n / 20); /* about 20 GB/s */
+		break;
+	case OP_DELAY:
+		sleep_ns(o->n);
+		break;
+	case OP_GRAPH:
+		fg_run_graph(o->ptr);
+		break;
+	}
+}
+
+static NOINLINE void *fg_executor_main(void *arg)
+{
+	struct fg_stream *s = arg;
+	struct op o;
+	for (;;) {
+		pthread_mutex_lock(&s->mu);
+		while (s->head == s->tail) {
+			s->idle = 1;
+			pthread_cond_wait(&s->work, &s->mu);
+			s->idle = 0;
+		}
+		o = s->ring[s->head % RING];
+		s->head++;
+		if (s->full)
+			pthread_cond_signal(&s->space);
+		pthread_mutex_unlock(&s->mu);
+		run_op(&o);
+		atomic_fetch_add_explicit(&s->done, 1, memory_order_release);
+		notify_done();
+	}
+	return NULL;
+}
+
+static struct fg_stream *new_stream(void)
+{
+	struct fg_stream *s = calloc(1, sizeof(*s));
+	char name[16];
+	if (!s)
+		return NULL;
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->work, NULL);
+	pthread_cond_init(&s->space, NULL);
+	pthread_mutex_lock(&g_streams_mu);
+	s->id = g_nstreams++;
+	s->next = g_streams;
+	g_streams = s;
+	pthread_mutex_unlock(&g_streams_mu);
+	if (pthread_create(&s->th, NULL, fg_executor_main, s) != 0)
+		return NULL;
+	snprintf(name, sizeof(name), "gpu-stream%d", s->id);
+	pthread_setname_np(s->th, name);
+	return s;
+}
+
+static void init_default(void) { g_default = new_stream(); }
+
+static struct fg_stream *resolve(CUstream s)
+{
+	/* 0 = legacy default stream, 1 = CU_STREAM_LEGACY, 2 = CU_STREAM_PER_THREAD */
+	if ((uintptr_t)s <= 2) {
+		pthread_once(&g_once, init_default);
+		return g_default;
+	}
+	return (struct fg_stream *)s;
+}
+
+static int graph_add(struct fg_graph *g, const struct op *o)
+{
+	if (g->n == g->cap) {
+		int cap = g->cap ? 2 * g->cap : 16;
+		struct op *ops = realloc(g->ops, (size_t)cap * sizeof(*ops));
+		if (!ops)
+			return -1;
+		g->cap = cap;
+		g->ops = ops;
+	}
+	g->ops[g->n++] = *o;
+	return 0;
+}
+
+/* enqueue returns the position after the op: stream->done reaches it when
+ * the op ran; 0 when the op went into the graph the stream captures */
+static uint64_t enqueue(struct fg_stream *s, const struct op *o)
+{
+	uint64_t pos;
+	pthread_mutex_lock(&s->mu);
+	if (s->capture) {
+		graph_add(s->capture, o);
+		pthread_mutex_unlock(&s->mu);
+		return 0;
+	}
+	while (s->tail - s->head >= RING) {
+		s->full = 1;
+		pthread_cond_wait(&s->space, &s->mu);
+	}
+	s->full = 0;
+	s->ring[s->tail % RING] = *o;
+	pos = ++s->tail;
+	if (s->idle)
+		pthread_cond_signal(&s->work);
+	pthread_mutex_unlock(&s->mu);
+	return pos;
+}
+
+static uint64_t stream_tail(struct fg_stream *s)
+{
+	uint64_t t;
+	pthread_mutex_lock(&s->mu);
+	t = s->tail;
+	pthread_mutex_unlock(&s->mu);
+	return t;
+}
+
+static NOINLINE void sync_stream(struct fg_stream *s) { fg_host_wait(&s->done, stream_tail(s)); }
+
+static NOINLINE void sync_all(void)
+{
+	struct fg_stream *s;
+	pthread_once(&g_once, init_default);
+	pthread_mutex_lock(&g_streams_mu);
+	s = g_streams;
+	pthread_mutex_unlock(&g_streams_mu);
+	/* the list only grows at its head: walking from a snapshot is safe */
+	for (; s; s = s->next)
+		fg_host_wait(&s->done, stream_tail(s));
+}
+
+/* ---- private entry points (the fake NCCL's collectives) ---- */
+
+DRVAPI CUresult fakegpu_drv_enqueue_host(CUstream stream, CUhostFn fn, void *ctx, int collective)
+{
+	struct op o = {.type = OP_HOST, .fn = (const void *)fn, .ptr = ctx, .n = (uint64_t)collective};
+	enqueue(resolve(stream), &o);
+	return CUDA_SUCCESS;
+}
+
+/* ---- initialization, devices, contexts ---- */
+
+DRVAPI CUresult cuInit(unsigned flags)
 {
 	(void)flags;
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuDriverGetVersion(int *v)
+DRVAPI CUresult cuDriverGetVersion(int *v)
 {
 	if (!v)
 		return CUDA_ERROR_INVALID_VALUE;
-	*v = 12040;
+	*v = 13000;
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuDeviceGetCount(int *n)
+DRVAPI CUresult cuDeviceGetCount(int *n)
 {
-	extern int cudaGetDeviceCount(int *);
-	return cudaGetDeviceCount(n);
+	const char *e = getenv("XPU_FAKEGPU_DEVICES");
+	if (!n)
+		return CUDA_ERROR_INVALID_VALUE;
+	*n = e ? atoi(e) : 8;
+	return CUDA_SUCCESS;
 }
 
-API CUresult cuDeviceGet(CUdevice *d, int ordinal)
+DRVAPI CUresult cuDeviceGet(CUdevice *d, int ordinal)
 {
+	int n;
 	if (!d)
 		return CUDA_ERROR_INVALID_VALUE;
+	cuDeviceGetCount(&n);
+	if (ordinal < 0 || ordinal >= n)
+		return CUDA_ERROR_INVALID_DEVICE;
 	*d = ordinal;
 	return CUDA_SUCCESS;
 }
 
+/* The scheduling part of the flags (CU_CTX_SCHED_*) rules every host wait. */
+DRVAPI CUresult cuCtxSetFlags(unsigned flags)
+{
+	atomic_store(&g_sched, flags & CU_CTX_SCHED_MASK);
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuCtxGetFlags(unsigned *flags)
+{
+	if (!flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	*flags = atomic_load(&g_sched);
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned flags)
+{
+	(void)d;
+	return cuCtxSetFlags(flags);
+}
+
+DRVAPI CUresult cuCtxSynchronize(void)
+{
+	sync_all();
+	return CUDA_SUCCESS;
+}
+
+/* CUDA 13's name, what cudaDeviceSynchronize calls; ctx NULL is the current one */
+DRVAPI CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	(void)ctx;
+	sync_all();
+	return CUDA_SUCCESS;
+}
+
+/* ---- memory: device memory is host memory ---- */
+
+DRVAPI CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+{
+	void *m;
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(m = calloc(1, n ? n : 1)))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*p = (CUdeviceptr)(uintptr_t)m;
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuMemFree_v2(CUdeviceptr p)
+{
+	sync_all(); /* as cudaFree: waits for the device */
+	free((void *)(uintptr_t)p);
+	return CUDA_SUCCESS;
+}
+
+/* a synchronous copy on the legacy default stream waits for all prior work */
+static CUresult copy_sync(void *dst, const void *src, size_t n)
+{
+	sync_all();
+	if (dst && src && n)
+		memmove(dst, src, n);
+	return CUDA_SUCCESS;
+}
+
+static CUresult copy_async(void *dst, const void *src, size_t n, CUstream s)
+{
+	struct op o = {.type = OP_MEMCPY, .ptr = dst, .ptr2 = (void *)src, .n = n};
+	enqueue(resolve(s), &o);
+	return CUDA_SUCCESS;
+}
+
+#define PTR(d) ((void *)(uintptr_t)(d))
+
+DRVAPI CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy_sync(PTR(dst), PTR(src), n); }
+DRVAPI CUresult cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy_sync(PTR(dst), PTR(src), n); }
+DRVAPI CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n) { return copy_sync(PTR(dst), src, n); }
+DRVAPI CUresult cuMemcpyHtoD_v2_ptds(CUdeviceptr dst, const void *src, size_t n) { return copy_sync(PTR(dst), src, n); }
+DRVAPI CUresult cuMemcpyDtoH_v2(void *dst, CUdeviceptr src, size_t n) { return copy_sync(dst, PTR(src), n); }
+DRVAPI CUresult cuMemcpyDtoH_v2_ptds(void *dst, CUdeviceptr src, size_t n) { return copy_sync(dst, PTR(src), n); }
+DRVAPI CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy_sync(PTR(dst), PTR(src), n); }
+DRVAPI CUresult cuMemcpyDtoD_v2_ptds(CUdeviceptr dst, CUdeviceptr src, size_t n) { return copy_sync(PTR(dst), PTR(src), n); }
+
+DRVAPI CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async(PTR(dst), PTR(src), n, s);
+}
+DRVAPI CUresult cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async(PTR(dst), PTR(src), n, s);
+}
+DRVAPI CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	return copy_async(PTR(dst), src, n, s);
+}
+DRVAPI CUresult cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+	return copy_async(PTR(dst), src, n, s);
+}
+DRVAPI CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async(dst, PTR(src), n, s);
+}
+DRVAPI CUresult cuMemcpyDtoHAsync_v2_ptsz(void *dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async(dst, PTR(src), n, s);
+}
+DRVAPI CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async(PTR(dst), PTR(src), n, s);
+}
+DRVAPI CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream s)
+{
+	return copy_async(PTR(dst), PTR(src), n, s);
+}
+
+DRVAPI CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n)
+{
+	sync_all();
+	if (p)
+		memset(PTR(p), v, n);
+	return CUDA_SUCCESS;
+}
+
+/* ---- modules and kernels ---- */
+
 /* A module is a shared object holding kernels (libfakekernels.so). */
-API CUresult cuModuleLoad(CUmodule *m, const char *path)
+DRVAPI CUresult cuModuleLoad(CUmodule *m, const char *path)
 {
 	if (!m || !path)
 		return CUDA_ERROR_INVALID_VALUE;
@@ -57,240 +518,423 @@ API CUresult cuModuleLoad(CUmodule *m, const char *path)
 	return *m ? CUDA_SUCCESS : CUDA_ERROR_FILE_NOT_FOUND;
 }
 
-API CUresult cuModuleUnload(CUmodule m)
+DRVAPI CUresult cuModuleUnload(CUmodule m)
 {
 	(void)m; /* kernels may still be queued: keep the code mapped */
 	return CUDA_SUCCESS;
 }
 
-API CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
-{
-	if (!f || !m || !name)
-		return CUDA_ERROR_INVALID_VALUE;
-	*f = dlsym(m, name);
-	return *f ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
-}
-
-typedef void *CUlibrary;
-typedef struct fg_cukernel {
+/* Kernel handles (CUfunction, CUkernel) are opaque, as on NVIDIA's
+ * driver: a slot of a table that no symbol names, one per kernel function,
+ * so only the call that returned a handle tells its kernel's name. */
+struct fg_cukernel {
 	void *fn;
-} *CUkernel;
+};
 
 #define MAX_CUKERNELS 256
 static struct fg_cukernel cukernels[MAX_CUKERNELS];
 static int ncukernels;
+static pthread_mutex_t g_handles_mu = PTHREAD_MUTEX_INITIALIZER;
 
-API CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void *jit_opts, void **jit_vals,
-				   unsigned njit, void *lib_opts, void **lib_vals, unsigned nlib)
+static struct fg_cukernel *find_handle(void *fn, int from, int to)
+{
+	for (int i = from; i < to; i++)
+		if (cukernels[i].fn == fn)
+			return &cukernels[i];
+	return NULL;
+}
+
+/* the handle of a kernel function; NULL when the table is full */
+static struct fg_cukernel *handle_of(void *fn)
+{
+	int n = __atomic_load_n(&ncukernels, __ATOMIC_ACQUIRE);
+	struct fg_cukernel *h = find_handle(fn, 0, n);
+	if (h)
+		return h;
+	pthread_mutex_lock(&g_handles_mu);
+	int m = __atomic_load_n(&ncukernels, __ATOMIC_ACQUIRE);
+	if (!(h = find_handle(fn, n, m)) && m < MAX_CUKERNELS) {
+		h = &cukernels[m];
+		h->fn = fn;
+		__atomic_store_n(&ncukernels, m + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&g_handles_mu);
+	return h;
+}
+
+/* The runtime's way from a host stub to the driver's handle (NVIDIA's
+ * runtime keeps its own registry of the stubs its fat binaries declare). */
+DRVAPI CUresult fakegpu_drv_function_of(CUfunction *f, const void *hostfn)
+{
+	if (!f || !hostfn)
+		return CUDA_ERROR_INVALID_VALUE;
+	return (*f = handle_of((void *)hostfn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+DRVAPI CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+	void *fn;
+	if (!f || !m || !name)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(fn = dlsym(m, name)))
+		return CUDA_ERROR_NOT_FOUND;
+	return (*f = handle_of(fn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+DRVAPI CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void *jit_opts, void **jit_vals,
+				      unsigned njit, void *lib_opts, void **lib_vals, unsigned nlib)
 {
 	(void)jit_opts, (void)jit_vals, (void)njit, (void)lib_opts, (void)lib_vals, (void)nlib;
 	return cuModuleLoad(lib, path);
 }
 
-API CUresult cuLibraryUnload(CUlibrary lib)
-{
-	return cuModuleUnload(lib);
-}
+DRVAPI CUresult cuLibraryUnload(CUlibrary lib) { return cuModuleUnload(lib); }
 
-API CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
+DRVAPI CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
 {
 	void *fn;
 	if (!k || !lib || !name)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!(fn = dlsym(lib, name)))
 		return CUDA_ERROR_NOT_FOUND;
-	int n = __atomic_load_n(&ncukernels, __ATOMIC_ACQUIRE);
-	for (int i = 0; i < n; i++)
-		if (cukernels[i].fn == fn) {
-			*k = &cukernels[i];
-			return CUDA_SUCCESS;
-		}
-	n = __atomic_fetch_add(&ncukernels, 1, __ATOMIC_ACQ_REL);
-	if (n >= MAX_CUKERNELS)
+	return (*k = handle_of(fn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+/* a kernel's CUfunction: the fake device has one handle for both */
+DRVAPI CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
+{
+	if (!f || !k)
 		return CUDA_ERROR_INVALID_VALUE;
-	cukernels[n].fn = fn;
-	*k = &cukernels[n];
+	*f = k;
 	return CUDA_SUCCESS;
 }
 
-/* A CUkernel's CUfunction (in the one context) is opaque too: its own
- * table slot, which no symbol names either. */
-static struct fg_cukernel cufunctions[MAX_CUKERNELS];
+/* ---- launches ---- */
 
-API CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
+static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+		       void **params, CUstream stream)
 {
-	if (!f || k < cukernels || k >= cukernels + MAX_CUKERNELS)
-		return CUDA_ERROR_INVALID_VALUE;
-	cufunctions[k - cukernels].fn = k->fn;
-	*f = &cufunctions[k - cukernels];
-	return CUDA_SUCCESS;
-}
-
-static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-		       unsigned bz, void **params, void *stream)
-{
+	struct op o = {.type = OP_KERNEL};
 	if (!f || !gx || !gy || !gz || !bx || !by || !bz)
 		return CUDA_ERROR_INVALID_VALUE;
 	if ((struct fg_cukernel *)f >= cukernels && (struct fg_cukernel *)f < cukernels + MAX_CUKERNELS)
-		f = ((struct fg_cukernel *)f)->fn; /* a CUkernel stands for its function */
-	else if ((struct fg_cukernel *)f >= cufunctions && (struct fg_cukernel *)f < cufunctions + MAX_CUKERNELS)
 		f = ((struct fg_cukernel *)f)->fn;
-	return FG(enqueue_kernel)(f, params, stream) == ERR_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	/* else a kernel function's address, which the fake device accepts too */
+	o.fn = f;
+	for (int i = 0; params && i < FG_MAX_PARAMS && params[i]; i++)
+		o.p[i] = *(const uint64_t *)params[i];
+	enqueue(resolve(stream), &o);
+	return CUDA_SUCCESS;
 }
 
-API CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-			    unsigned bz, unsigned shmem, void *stream, void **params, void **extra)
+DRVAPI CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+			       unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra)
 {
-	(void)shmem;
-	(void)extra;
+	(void)shmem, (void)extra;
 	return launch(f, gx, gy, gz, bx, by, bz, params, stream);
 }
 
-API CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
-				 unsigned bz, unsigned shmem, void *stream, void **params, void **extra)
+DRVAPI CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+				    unsigned bz, unsigned shmem, CUstream stream, void **params, void **extra)
 {
-	(void)shmem;
-	(void)extra;
+	(void)shmem, (void)extra;
 	return launch(f, gx, gy, gz, bx, by, bz, params, stream);
 }
-
-/* CUlaunchConfig */
-typedef struct {
-	unsigned gx, gy, gz, bx, by, bz, shmem;
-	void *stream;
-	void *attrs;
-	unsigned nattrs;
-} CUlaunchConfig;
 
 static CUresult launch_ex(const CUlaunchConfig *c, CUfunction f, void **params)
 {
 	if (!c)
 		return CUDA_ERROR_INVALID_VALUE;
-	return launch(f, c->gx, c->gy, c->gz, c->bx, c->by, c->bz, params, c->stream);
+	return launch(f, c->gridDimX, c->gridDimY, c->gridDimZ, c->blockDimX, c->blockDimY, c->blockDimZ, params,
+		      c->hStream);
 }
 
-API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+/* Triton 3.x's launcher and NCCL >= 2.22.3 launch with this */
+DRVAPI CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
 	(void)extra;
-	return launch_ex(c, f, params);
+	return launch_ex(config, f, params);
 }
 
-API CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **params, void **extra)
+DRVAPI CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
 {
 	(void)extra;
-	return launch_ex(c, f, params);
+	return launch_ex(config, f, params);
 }
 
-API CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-				       unsigned by, unsigned bz, unsigned shmem, void *stream, void **params)
+DRVAPI CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					  unsigned by, unsigned bz, unsigned shmem, CUstream stream, void **params)
 {
 	(void)shmem;
 	return launch(f, gx, gy, gz, bx, by, bz, params, stream);
 }
 
-API CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-					    unsigned by, unsigned bz, unsigned shmem, void *stream, void **params)
+DRVAPI CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+					       unsigned by, unsigned bz, unsigned shmem, CUstream stream,
+					       void **params)
 {
 	(void)shmem;
 	return launch(f, gx, gy, gz, bx, by, bz, params, stream);
 }
 
-static CUresult err(int e) { return e == ERR_SUCCESS ? CUDA_SUCCESS : e; }
-
-API CUresult cuLaunchHostFunc(void *stream, fg_host_fn fn, void *data)
+static CUresult host_func(CUstream s, CUhostFn fn, void *data)
 {
-	return fn ? err(FG(enqueue_host)(stream, fn, data, 0)) : CUDA_ERROR_INVALID_VALUE;
+	if (!fn)
+		return CUDA_ERROR_INVALID_VALUE;
+	return fakegpu_drv_enqueue_host(s, fn, data, 0);
 }
 
-API CUresult cuLaunchHostFunc_ptsz(void *stream, fg_host_fn fn, void *data)
+DRVAPI CUresult cuLaunchHostFunc(CUstream s, CUhostFn fn, void *data) { return host_func(s, fn, data); }
+DRVAPI CUresult cuLaunchHostFunc_ptsz(CUstream s, CUhostFn fn, void *data) { return host_func(s, fn, data); }
+
+/* ---- graphs: stream capture and replay ---- */
+
+DRVAPI CUresult cuStreamBeginCapture_v2(CUstream st, int mode)
 {
-	return cuLaunchHostFunc(stream, fn, data);
-}
-
-API CUresult cuGraphLaunch(void *exec, void *stream) { return err(FG(graph_launch)(exec, stream)); }
-API CUresult cuGraphLaunch_ptsz(void *exec, void *stream) { return err(FG(graph_launch)(exec, stream)); }
-
-/* Copies: device memory is host memory, so every direction is one copy. */
-#define COPY_ASYNC(name)                                                                   \
-	API CUresult name(void *dst, const void *src, size_t n, void *stream)              \
-	{                                                                                  \
-		return err(FG(memcpy_async)(dst, src, n, stream));                         \
-	}                                                                                  \
-	API CUresult name##_ptsz(void *dst, const void *src, size_t n, void *stream)       \
-	{                                                                                  \
-		return err(FG(memcpy_async)(dst, src, n, stream));                         \
+	struct fg_stream *s = resolve(st);
+	struct fg_graph *g;
+	(void)mode;
+	if ((uintptr_t)st <= 2) /* the legacy stream cannot be captured */
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(g = calloc(1, sizeof(*g))))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&s->mu);
+	if (s->capture) {
+		pthread_mutex_unlock(&s->mu);
+		free(g);
+		return CUDA_ERROR_INVALID_VALUE;
 	}
-COPY_ASYNC(cuMemcpyAsync)
-COPY_ASYNC(cuMemcpyHtoDAsync_v2)
-COPY_ASYNC(cuMemcpyDtoHAsync_v2)
-COPY_ASYNC(cuMemcpyDtoDAsync_v2)
+	s->capture = g;
+	pthread_mutex_unlock(&s->mu);
+	return CUDA_SUCCESS;
+}
 
-#define COPY(name)                                                                         \
-	API CUresult name(void *dst, const void *src, size_t n)                            \
-	{                                                                                  \
-		return err(FG(memcpy_sync)(dst, src, n));                                  \
-	}                                                                                  \
-	API CUresult name##_ptds(void *dst, const void *src, size_t n)                     \
-	{                                                                                  \
-		return err(FG(memcpy_sync)(dst, src, n));                                  \
+DRVAPI CUresult cuStreamEndCapture(CUstream st, CUgraph *graph)
+{
+	struct fg_stream *s = resolve(st);
+	if (!graph)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&s->mu);
+	*graph = s->capture;
+	s->capture = NULL;
+	pthread_mutex_unlock(&s->mu);
+	return *graph ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+DRVAPI CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, unsigned long long flags)
+{
+	struct fg_graph *g = graph, *x;
+	(void)flags;
+	if (!exec || !g)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(x = calloc(1, sizeof(*x))) || !(x->ops = calloc((size_t)g->n + 1, sizeof(*x->ops)))) {
+		free(x);
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-COPY(cuMemcpy)
-COPY(cuMemcpyHtoD_v2)
-COPY(cuMemcpyDtoH_v2)
-COPY(cuMemcpyDtoD_v2)
+	memcpy(x->ops, g->ops, (size_t)g->n * sizeof(*x->ops));
+	x->n = x->cap = g->n;
+	int i = atomic_fetch_add(&g_nexecs, 1);
+	if (i >= MAX_GRAPHS)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	g_execs[i] = x;
+	*exec = x;
+	return CUDA_SUCCESS;
+}
 
-API CUresult cuEventRecord(void *e, void *stream) { return err(FG(event_record)(e, stream)); }
-API CUresult cuEventRecord_ptsz(void *e, void *stream) { return err(FG(event_record)(e, stream)); }
+DRVAPI CUresult cuGraphDestroy(CUgraph graph)
+{
+	struct fg_graph *g = graph;
+	if (g) {
+		free(g->ops);
+		free(g);
+	}
+	return CUDA_SUCCESS;
+}
 
-API CUresult cuEventRecordWithFlags(void *e, void *stream, unsigned flags)
+/* One operation on the stream: the graph's kernels make no launch call. */
+static CUresult graph_launch(CUgraphExec exec, CUstream s)
+{
+	struct op o = {.type = OP_GRAPH};
+	if (!exec)
+		return CUDA_ERROR_INVALID_VALUE;
+	o.ptr = known_exec(exec);
+	enqueue(resolve(s), &o);
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuGraphLaunch(CUgraphExec exec, CUstream s) { return graph_launch(exec, s); }
+DRVAPI CUresult cuGraphLaunch_ptsz(CUgraphExec exec, CUstream s) { return graph_launch(exec, s); }
+
+/* ---- streams ---- */
+
+DRVAPI CUresult cuStreamCreate(CUstream *s, unsigned flags)
 {
 	(void)flags;
-	return err(FG(event_record)(e, stream));
+	if (!s)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_once(&g_once, init_default);
+	*s = new_stream();
+	return *s ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-API CUresult cuEventRecordWithFlags_ptsz(void *e, void *stream, unsigned flags)
+DRVAPI CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
+{
+	(void)prio;
+	return cuStreamCreate(s, flags);
+}
+
+/* The executor stays (idle) after destroy: work already queued still completes. */
+DRVAPI CUresult cuStreamDestroy_v2(CUstream s)
+{
+	(void)s;
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuStreamSynchronize(CUstream s)
+{
+	sync_stream(resolve(s));
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuStreamSynchronize_ptsz(CUstream s)
+{
+	sync_stream(resolve(s));
+	return CUDA_SUCCESS;
+}
+
+static CUresult stream_query(CUstream st)
+{
+	struct fg_stream *s = resolve(st);
+	return atomic_load(&s->done) >= stream_tail(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+DRVAPI CUresult cuStreamQuery(CUstream s) { return stream_query(s); }
+DRVAPI CUresult cuStreamQuery_ptsz(CUstream s) { return stream_query(s); }
+
+static CUresult stream_wait_event(CUstream s, CUevent ev)
+{
+	struct fg_event *e = ev;
+	struct op o = {.type = OP_WAIT, .ptr = e};
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	o.n = atomic_load(&e->rec_gen);
+	if (o.n == 0)
+		return CUDA_SUCCESS; /* never recorded: nothing to wait for */
+	enqueue(resolve(s), &o);
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuStreamWaitEvent(CUstream s, CUevent e, unsigned flags)
 {
 	(void)flags;
-	return err(FG(event_record)(e, stream));
+	return stream_wait_event(s, e);
 }
 
-API CUresult cuEventQuery(void *e) { return err(FG(event_query)(e)); }
-API CUresult cuEventSynchronize(void *e) { return err(FG(event_sync)(e)); }
-API CUresult cuStreamSynchronize(void *stream) { return err(FG(stream_sync)(stream)); }
-API CUresult cuStreamSynchronize_ptsz(void *stream) { return err(FG(stream_sync)(stream)); }
-API CUresult cuStreamQuery(void *stream) { return err(FG(stream_query)(stream)); }
-API CUresult cuStreamQuery_ptsz(void *stream) { return err(FG(stream_query)(stream)); }
-
-API CUresult cuStreamWaitEvent(void *stream, void *e, unsigned flags)
+DRVAPI CUresult cuStreamWaitEvent_ptsz(CUstream s, CUevent e, unsigned flags)
 {
 	(void)flags;
-	return err(FG(stream_wait_event)(stream, e));
+	return stream_wait_event(s, e);
 }
 
-API CUresult cuStreamWaitEvent_ptsz(void *stream, void *e, unsigned flags)
+/* ---- events ---- */
+
+DRVAPI CUresult cuEventCreate(CUevent *ev, unsigned flags)
+{
+	struct fg_event *e;
+	if (!ev)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!(e = calloc(1, sizeof(*e))))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	e->flags = flags;
+	*ev = e;
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuEventDestroy_v2(CUevent ev)
+{
+	struct fg_event *e = ev;
+	/* Never waits, as the real one: an event whose record is still queued
+	 * is left to the stream (its few bytes are not freed). */
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (atomic_load(&e->done_gen) >= atomic_load(&e->rec_gen))
+		free(e);
+	return CUDA_SUCCESS;
+}
+
+static CUresult event_record(CUevent ev, CUstream s)
+{
+	struct fg_event *e = ev;
+	struct op o = {.type = OP_RECORD, .ptr = e};
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	o.n = atomic_fetch_add(&e->rec_gen, 1) + 1;
+	if (!enqueue(resolve(s), &o))
+		atomic_fetch_sub(&e->rec_gen, 1); /* captured: recorded when the graph runs */
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuEventRecord(CUevent e, CUstream s) { return event_record(e, s); }
+DRVAPI CUresult cuEventRecord_ptsz(CUevent e, CUstream s) { return event_record(e, s); }
+
+DRVAPI CUresult cuEventRecordWithFlags(CUevent e, CUstream s, unsigned flags)
 {
 	(void)flags;
-	return err(FG(stream_wait_event)(stream, e));
+	return event_record(e, s);
 }
 
-API CUresult cuCtxSynchronize(void) { return err(FG(device_sync)()); }
-
-/* CUDA 13 gives it the context to synchronize: the fake has one. */
-API CUresult cuCtxSynchronize_v2(void *ctx)
+DRVAPI CUresult cuEventRecordWithFlags_ptsz(CUevent e, CUstream s, unsigned flags)
 {
-	(void)ctx;
-	return err(FG(device_sync)());
+	(void)flags;
+	return event_record(e, s);
 }
 
-API CUresult cuGetErrorString(CUresult e, const char **s)
+DRVAPI CUresult cuEventQuery(CUevent ev)
+{
+	struct fg_event *e = ev;
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	return atomic_load(&e->done_gen) >= atomic_load(&e->rec_gen) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+DRVAPI CUresult cuEventSynchronize(CUevent ev)
+{
+	struct fg_event *e = ev;
+	if (!e)
+		return CUDA_ERROR_INVALID_HANDLE;
+	fg_host_wait(&e->done_gen, atomic_load(&e->rec_gen));
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuEventElapsedTime_v2(float *ms, CUevent start, CUevent end)
+{
+	struct fg_event *a = start, *b = end;
+	uint64_t ra, rb;
+	if (!ms || !a || !b)
+		return CUDA_ERROR_INVALID_VALUE;
+	ra = atomic_load(&a->rec_gen);
+	rb = atomic_load(&b->rec_gen);
+	if (!ra || !rb || (a->flags & CU_EVENT_DISABLE_TIMING) || (b->flags & CU_EVENT_DISABLE_TIMING))
+		return CUDA_ERROR_INVALID_HANDLE;
+	if (atomic_load(&a->done_gen) < ra || atomic_load(&b->done_gen) < rb)
+		return CUDA_ERROR_NOT_READY;
+	*ms = (float)((double)(b->t.tv_sec - a->t.tv_sec) * 1e3 + (double)(b->t.tv_nsec - a->t.tv_nsec) / 1e6);
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuGetErrorString(CUresult e, const char **s)
 {
 	if (!s)
 		return CUDA_ERROR_INVALID_VALUE;
 	switch (e) {
 	case CUDA_SUCCESS: *s = "no error"; break;
 	case CUDA_ERROR_INVALID_VALUE: *s = "invalid argument"; break;
-	case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; break;
+	case CUDA_ERROR_OUT_OF_MEMORY: *s = "out of memory"; break;
+	case CUDA_ERROR_INVALID_DEVICE: *s = "invalid device ordinal"; break;
 	case CUDA_ERROR_FILE_NOT_FOUND: *s = "file not found"; break;
+	case CUDA_ERROR_INVALID_HANDLE: *s = "invalid resource handle"; break;
+	case CUDA_ERROR_NOT_FOUND: *s = "named symbol not found"; break;
+	case CUDA_ERROR_NOT_READY: *s = "device not ready"; break;
 	default: *s = "unknown error"; break;
 	}
 	return CUDA_SUCCESS;

@@ -24,6 +24,9 @@ API NOINLINE void fake_kernel_body(const uint64_t *p)
 {
 	if (p[1] & FG_FLAG_HANG)
 		fake_kernel_spin_forever();
+	if ((p[1] & FG_FLAG_SPIN_ON_FLAG) && p[4])
+		while (__atomic_load_n((const uint64_t *)(uintptr_t)p[4], __ATOMIC_ACQUIRE))
+			nap(1000);
 	if (p[0])
 		nap(p[0]);
 	if (p[2]) {
@@ -46,6 +49,9 @@ KERNEL(gelu_fwd_kernel)
 KERNEL(cross_entropy_fwd_kernel)
 KERNEL(sgd_update_kernel)
 KERNEL(triton_fused_adam_kernel)
+/* names as Triton gives them (torch.compile's inductor: poi pointwise, red reduction) */
+KERNEL(triton_poi_fused_add_0)
+KERNEL(triton_red_fused_sum_1)
 
 /* the trivial kernel of launchloop: returns at once */
 API NOINLINE void noop_kernel(const uint64_t *p) { (void)p; }

@@ -50,10 +50,13 @@ typedef struct {
  * void k(const uint64_t *params); the launch copies up to FG_MAX_PARAMS
  * 64-bit parameters from the NULL-terminated args array (args[i] points to
  * the i-th parameter). params[0] = duration in microseconds, params[1] =
- * flags (bit 0: never finish), params[2] = optional struct fg_log * to which
- * params[3] is appended when the kernel ends (used by tests). */
+ * flags (bit 0: never finish; bit 1: spin while the 64-bit word at
+ * params[4] is nonzero, as a Triton kernel spinning on a flag it loads),
+ * params[2] = optional struct fg_log * to which params[3] is appended when
+ * the kernel ends (used by tests). */
 #define FG_MAX_PARAMS 6
 #define FG_FLAG_HANG 1ull
+#define FG_FLAG_SPIN_ON_FLAG 2ull
 typedef void (*fg_kernel_fn)(const uint64_t *params);
 
 struct fg_log {
@@ -61,18 +64,7 @@ struct fg_log {
 	int v[1024];
 };
 
-/* internal entry points shared by the runtime and the driver library */
-int FG(enqueue_kernel)(const void *func, void **args, rtstream_t s);
+/* the runtime's entry point for the fake NCCL: queue a host function */
 typedef void (*fg_host_fn)(void *ctx);
 int FG(enqueue_host)(rtstream_t s, fg_host_fn fn, void *ctx, int collective);
-int FG(device_sync)(void);
-int FG(memcpy_sync)(void *dst, const void *src, size_t n);
-int FG(memcpy_async)(void *dst, const void *src, size_t n, rtstream_t s);
-int FG(graph_launch)(void *exec, rtstream_t s);
-int FG(stream_sync)(rtstream_t s);
-int FG(stream_query)(rtstream_t s);
-int FG(stream_wait_event)(rtstream_t s, rtevent_t e);
-int FG(event_record)(rtevent_t e, rtstream_t s);
-int FG(event_query)(rtevent_t e);
-int FG(event_sync)(rtevent_t e);
 #endif

@@ -1,5 +1,6 @@
 /* rttest: semantics of the fake runtime, one check per argument:
- * order, event, elapsed, wait, concurrent, memcpy, exc, driver (CUDA only).
+ * order, event, elapsed, wait, concurrent, memcpy, exc, graph, spin, yield,
+ * blocking, envsched, hostfn, and driver, driverex (CUDA only).
  * Prints "ok NAME" and exits 0, or prints the failure and exits 1. */
 #define _GNU_SOURCE
 #include "vendor.h"
@@ -9,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
+#include <time.h>
 #include <unistd.h>
+#include <sys/syscall.h>
 
 rterr_t RT(StreamCreate)(rtstream_t *);
 rterr_t RT(StreamSynchronize)(rtstream_t);
@@ -25,6 +29,12 @@ rterr_t RT(EventElapsedTime)(float *, rtevent_t, rtevent_t);
 rterr_t RT(DeviceSynchronize)(void);
 rterr_t RT(Memcpy)(void *, const void *, size_t, int);
 rterr_t RT(Malloc)(void **, size_t);
+rterr_t RT(SetDeviceFlags)(unsigned);
+rterr_t RT(StreamBeginCapture)(rtstream_t, int);
+rterr_t RT(StreamEndCapture)(rtstream_t, void **);
+rterr_t RT(GraphInstantiate)(void **, void *, unsigned long long);
+rterr_t RT(GraphLaunch)(void *, rtstream_t);
+rterr_t RT(LaunchHostFunc)(rtstream_t, fg_host_fn, void *);
 void gemm_bf16_kernel(const uint64_t *);
 
 #define CHECK(c)                                                                   \
@@ -153,21 +163,129 @@ static void exc(void)
 	CHECK(g_log.n == 1 && g_log.v[0] == 7);
 }
 
+/* capture records, replay runs: the captured kernels run once per launch of the graph */
+static void graph(void)
+{
+	rtstream_t s;
+	void *g, *x;
+	CHECK(RT(StreamCreate)(&s) == 0);
+	CHECK(RT(StreamBeginCapture)(s, 0) == 0);
+	launch(s, 1000, 1);
+	launch(s, 1000, 2);
+	CHECK(RT(StreamEndCapture)(s, &g) == 0);
+	CHECK(RT(StreamSynchronize)(s) == 0);
+	CHECK(g_log.n == 0); /* captured, not run */
+	CHECK(RT(GraphInstantiate)(&x, g, 0) == 0);
+	CHECK(RT(GraphLaunch)(x, s) == 0 && RT(GraphLaunch)(x, s) == 0);
+	CHECK(RT(StreamSynchronize)(s) == 0);
+	CHECK(g_log.n == 4 && g_log.v[0] == 1 && g_log.v[1] == 2 && g_log.v[2] == 1 && g_log.v[3] == 2);
+	CHECK(RT(GraphLaunch)((void *)0x6a7000, s) == 0); /* a handle not made here: an opaque graph */
+	CHECK(RT(StreamSynchronize)(s) == 0 && g_log.n == 4);
+}
+
+static void host_mark(void *p) { __atomic_store_n((int *)p, 1, __ATOMIC_SEQ_CST); }
+
+static void hostfn(void)
+{
+	rtstream_t s;
+	int mark = 0;
+	CHECK(RT(StreamCreate)(&s) == 0);
+	launch(s, 100000, 1);
+	CHECK(RT(LaunchHostFunc)(s, host_mark, &mark) == 0);
+	CHECK(RT(StreamSynchronize)(s) == 0);
+	CHECK(mark == 1 && g_log.n == 1);
+}
+
+/* The state of a thread waiting in StreamSynchronize behind a kernel of
+ * 1.5 s: R for the whole wait when it spins or yields, S when it sleeps. */
+struct waiter {
+	rtstream_t s;
+	_Atomic int tid, done;
+};
+
+static void *wait_main(void *arg)
+{
+	struct waiter *w = arg;
+	w->tid = (int)syscall(SYS_gettid);
+	CHECK(RT(StreamSynchronize)(w->s) == 0);
+	w->done = 1;
+	return NULL;
+}
+
+static char thread_state(int tid)
+{
+	char path[64], buf[256];
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", tid);
+	FILE *f = fopen(path, "r");
+	CHECK(f && fgets(buf, sizeof(buf), f));
+	fclose(f);
+	char *p = strrchr(buf, ')');
+	CHECK(p && p[1] == ' ');
+	return p[2];
+}
+
+static void check_wait_state(unsigned flags, char want)
+{
+	struct waiter w = {0};
+	pthread_t th;
+	struct timespec tick = {0, 20000000};
+	if (flags)
+		CHECK(RT(SetDeviceFlags)(flags) == 0);
+	CHECK(RT(StreamCreate)(&w.s) == 0);
+	launch(w.s, 1500000, 1);
+	CHECK(pthread_create(&th, NULL, wait_main, &w) == 0);
+	while (!w.tid)
+		nanosleep(&tick, NULL);
+	/* once in the wait (the first sample in the wanted state), it stays so */
+	int seen = 0, samples = 0;
+	while (!w.done && samples < 20) {
+		char st = thread_state(w.tid);
+		if (st == want)
+			seen = 1;
+		else if (seen && !w.done) {
+			fprintf(stderr, "waiting thread in state %c, want %c\n", st, want);
+			exit(1);
+		}
+		samples += seen;
+		nanosleep(&tick, NULL);
+	}
+	CHECK(seen);
+	CHECK(pthread_join(th, NULL) == 0);
+	CHECK(g_log.n == 1);
+}
+
+static void spin(void) { check_wait_state(0, 'R'); }          /* the default schedule */
+static void yield(void) { check_wait_state(2, 'R'); }         /* cudaDeviceScheduleYield */
+static void blocking(void) { check_wait_state(4, 'S'); }      /* cudaDeviceScheduleBlockingSync */
+/* the schedule XPU_FAKEGPU_SCHED names, the program setting none */
+static void envsched(void)
+{
+	const char *e = getenv("XPU_FAKEGPU_SCHED");
+	check_wait_state(0, e && !strcmp(e, "blocking") ? 'S' : 'R');
+}
+
 #ifndef FAKE_MACA
 int cuModuleLoad(void **, const char *);
 int cuModuleGetFunction(void **, void *, const char *);
 int cuLaunchKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *, void **,
 		   void **);
-static void driver(void)
+/* the testbed's kernels as a module, as a framework loads its own */
+static void *load_kernels(void)
 {
 	char exe[PATH_MAX], path[PATH_MAX + 64];
-	void *mod, *f, *g;
-	rtstream_t s;
+	void *mod;
 	ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 	CHECK(l > 0);
 	exe[l] = 0;
 	snprintf(path, sizeof(path), "%s/../libfakekernels.so", dirname(exe));
 	CHECK(cuModuleLoad(&mod, path) == 0);
+	return mod;
+}
+
+static void driver(void)
+{
+	void *mod = load_kernels(), *f, *g;
+	rtstream_t s;
 	CHECK(cuModuleGetFunction(&f, mod, "flash_attn_fwd_kernel") == 0);
 	CHECK(cuModuleGetFunction(&g, mod, "_ZN4fake9attention14softmax_kernelIfEEvPKm") == 0);
 	CHECK(cuModuleGetFunction(&g, mod, "no_such_kernel") != 0);
@@ -181,6 +299,36 @@ static void driver(void)
 	CHECK(RT(StreamSynchronize)(s) == 0);
 	CHECK(g_log.n == 2 && g_log.v[0] == 1 && g_log.v[1] == 2);
 }
+
+/* CUlaunchConfig of cuda.h */
+struct cu_launch_config {
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	void *stream, *attrs;
+	unsigned nattrs;
+};
+int cuLaunchKernelEx(const struct cu_launch_config *, void *, void **, void **);
+int cuLaunchCooperativeKernel(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+			      void **);
+int cuCtxSynchronize_v2(void *);
+
+/* Triton's path: a function by name from a module, launched with cuLaunchKernelEx */
+static void driverex(void)
+{
+	void *mod = load_kernels(), *f;
+	rtstream_t s;
+	CHECK(cuModuleGetFunction(&f, mod, "triton_poi_fused_add_0") == 0);
+	CHECK(RT(StreamCreate)(&s) == 0);
+	uint64_t p[4] = {20000, 0, (uint64_t)(uintptr_t)&g_log, 1};
+	void *args[5] = {&p[0], &p[1], &p[2], &p[3], NULL};
+	struct cu_launch_config c = {4, 1, 1, 128, 1, 1, 0, s, NULL, 0};
+	CHECK(cuLaunchKernelEx(&c, f, args, NULL) == 0);
+	p[3] = 2;
+	CHECK(cuLaunchCooperativeKernel(f, 1, 1, 1, 32, 1, 1, 0, s, args) == 0);
+	c.gx = 0;
+	CHECK(cuLaunchKernelEx(&c, f, args, NULL) != 0);
+	CHECK(cuCtxSynchronize_v2(NULL) == 0);
+	CHECK(g_log.n == 2 && g_log.v[0] == 1 && g_log.v[1] == 2);
+}
 #endif
 
 int main(int argc, char **argv)
@@ -190,9 +338,10 @@ int main(int argc, char **argv)
 		void (*fn)(void);
 	} cases[] = {
 		{"order", order}, {"event", event}, {"elapsed", elapsed}, {"wait", wait},
-		{"concurrent", concurrent}, {"memcpy", memcpy_sync}, {"exc", exc},
+		{"concurrent", concurrent}, {"memcpy", memcpy_sync}, {"exc", exc}, {"graph", graph},
+		{"hostfn", hostfn}, {"spin", spin}, {"yield", yield}, {"blocking", blocking}, {"envsched", envsched},
 #ifndef FAKE_MACA
-		{"driver", driver},
+		{"driver", driver}, {"driverex", driverex},
 #endif
 	};
 	if (argc != 2) {

@@ -1,0 +1,388 @@
+#!/usr/bin/env bash
+# The project's own real-GPU check (issues 25, 26 and 30).
+#
+#   scripts/gpu-check.sh build          static binaries into bin/gpu-check/
+#   scripts/gpu-check.sh run [--dry]    the scenarios, one table of results
+#
+# Build here (`make gpu-check`), copy the tree's bin/gpu-check/ and
+# scripts/ to a GPU host (no network, gdb, strace or perf needed there) and
+# run `scripts/gpu-check.sh run` as root. In at most about 6 minutes it
+# runs, each with its own time limit:
+#
+#   nccl-sleep   one process, NCCL all-reduce then torch.cuda._sleep for
+#                ever, under xpu_timer_launch: gpu, kernel named
+#   ddp4         torchrun, 4 ranks DDP over gloo on CUDA tensors, rank 2's
+#                kernel never ends, under xpu_timer_launch: viewer names rank 2
+#   triton       a @triton.jit kernel spinning for ever on a loaded flag,
+#                under xpu_timer_launch: gpu, kernel named
+#   graph-late   torch.cuda._sleep behind a CUDA graph replay and
+#                torch.cuda.synchronize(), xpu-timer watch --pid attached
+#                after the hang: gpu within timeout + 2 s
+#   ddp4-watch   the 4-rank job attached late with watch --pid torchrun's pid
+#   ddp4-agent   the same job, xpu-timer agent started late: viewer names rank 2
+#   overhead     issue 30's launch table: x.add_(1) on 16 elements, LAUNCHES
+#                launches after warm-up, best of 3 per process, five ways
+#                interleaved (plain, one empty uprobe on cudaLaunchKernel,
+#                two (+cuLaunchKernel), xpu_timer_launch, the same with
+#                --stall-watch=false), ROUNDS rounds, medians, the BPF
+#                statistics of every program that ran, lost events
+#
+# and prints one table (scenario, expected, got, seconds, verdict).
+# Artefacts (logs, dumps, viewer reports, the table) go under $OUT when
+# set, else a temporary directory it names. The exit status is the number
+# of scenarios that failed (0: all as expected).
+#
+# --dry runs the same scenarios on the fake GPU testbed (testdata/fakegpu,
+# built by make testbed) instead of PyTorch: gpu-check/fakeworkloads.py
+# makes the single-process workloads' calls through the testbed's
+# libraries, run.py the 4-rank job (kernel-hang) and the launch-bound loop,
+# and the testbed's libraries are the empty uprobes' anchors. It is how this script is
+# tested without a GPU (scripts/gpu-check/check_test.go).
+#
+# Settings (environment): PYTHON (default /opt/torch/.venv/bin/python3),
+# HANG_TIMEOUT seconds (default 10; 3 with --dry), ROUNDS (default 5; 3
+# with --dry), LAUNCHES (default 200000; 20000 with --dry), BIN (default
+# bin/gpu-check beside scripts/).
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+BIN=${BIN:-$root/bin/gpu-check}
+
+build() {
+	cd "$root" || exit 2
+	local version revision pkg=github.com/xpu-timer/xpu-timer/internal/version
+	version=$(git describe --tags --dirty 2>/dev/null || echo dev)
+	revision=$(git rev-parse HEAD 2>/dev/null || echo unknown)
+	mkdir -p "$BIN"
+	# Static (no cgo): runs on any glibc. NVML facts need cgo: GPU_CHECK_CGO=1
+	# builds with it, linked against this host's glibc (2.34 or later there).
+	CGO_ENABLED=${GPU_CHECK_CGO:-0} go build -tags netgo,osusergo \
+		-ldflags "-X $pkg.Version=$version -X $pkg.Revision=$revision" -o "$BIN/" \
+		./cmd/xpu_timer_launch ./cmd/xpu-timer ./cmd/xpu_timer_stacktrace_viewer ./scripts/gpu-check/probe || exit 2
+	mv "$BIN/probe" "$BIN/gpucheck-probe"
+	echo "built $(ls "$BIN" | tr '\n' ' ')in $BIN"
+}
+
+case "${1:-}" in
+build)
+	build
+	exit 0
+	;;
+run) shift ;;
+*)
+	echo "usage: $0 build | run [--dry]" >&2
+	exit 2
+	;;
+esac
+
+DRY=0
+[ "${1:-}" = --dry ] && DRY=1
+start_all=$(date +%s.%N)
+ART=${OUT:-$(mktemp -d /tmp/gpu-check.XXXXXX)}/gpu-check
+rm -rf "$ART" && mkdir -p "$ART" || exit 2
+for b in xpu_timer_launch xpu-timer xpu_timer_stacktrace_viewer gpucheck-probe; do
+	[ -x "$BIN/$b" ] || { echo "gpu-check: $BIN/$b missing: run '$0 build' (make gpu-check) first" >&2; exit 2; }
+done
+LAUNCH=$BIN/xpu_timer_launch XPU=$BIN/xpu-timer VIEWER=$BIN/xpu_timer_stacktrace_viewer PROBE=$BIN/gpucheck-probe
+
+# What each scenario runs, on a GPU or on the testbed.
+if [ $DRY = 1 ]; then
+	T=${HANG_TIMEOUT:-3} ROUNDS=${ROUNDS:-3} LAUNCHES=${LAUNCHES:-20000}
+	fake=$root/testdata/fakegpu
+	[ -x "$fake/build/launchloop" ] || { echo "gpu-check: the testbed is not built (make testbed)" >&2; exit 2; }
+	job() { echo "python3 $fake/run.py --lib-dir $fake/build --steps 1000 --step-ms 5 $*"; }
+	wl="python3 $here/gpu-check/fakeworkloads.py $fake/build"
+	W_NCCL="$wl nccl-sleep" K_NCCL=gemm_bf16_kernel
+	W_DDP=$(job --nproc 4 --fault kernel-hang --fault-rank 2 --fault-step 3)
+	W_DDP_LATE=$(job --nproc 4 --fault kernel-hang --fault-rank 2 --fault-step 4) LATE_RE='fault-step 4'
+	W_TRITON="$wl triton" K_TRITON=triton_poi_fused_add_0
+	W_GRAPH="$wl graph"
+	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=3 done'
+	W_BOUND=$(job --nproc 1 --steps 3 --launch-bound $((LAUNCHES / 3)))
+	CUDART=$fake/build/libcudart.so.12 CUDA=$fake/build/libcuda.so.1
+else
+	T=${HANG_TIMEOUT:-10} ROUNDS=${ROUNDS:-5} LAUNCHES=${LAUNCHES:-200000}
+	PY=${PYTHON:-/opt/torch/.venv/bin/python3}
+	wl="$PY $here/gpu-check/workloads.py"
+	W_NCCL="$wl nccl-sleep" K_NCCL=spin_kernel
+	W_DDP="$PY -m torch.distributed.run --standalone --nproc-per-node 4 $here/gpu-check/workloads.py ddp"
+	W_DDP_LATE="$W_DDP late" LATE_RE='workloads.py ddp late'
+	W_TRITON="$wl triton" K_TRITON=spin_on_flag
+	W_GRAPH="$wl graph"
+	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=3 done'
+	W_BOUND="$wl launchbound"
+	libs=$($wl libs) || { echo "gpu-check: $PY cannot use the GPU" >&2; exit 2; }
+	CUDART=$(sed -n 's/^cudart=//p' <<<"$libs" | head -1) CUDA=$(sed -n 's/^cuda=//p' <<<"$libs" | head -1)
+fi
+export FAULT_RANK=2 FAULT_STEP=3 LAUNCHES PYTHONDONTWRITEBYTECODE=1
+
+# ---- helpers ----
+
+mkdir -p "$ART/rows"
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# row NAME EXPECTED GOT SECONDS OK(0|1): one line of the table, in $ART/rows.
+row() {
+	local verdict=ok
+	[ "$5" = 1 ] || verdict=FAIL
+	printf '%-12s | %-44s | %-58s | %6s | %s\n' "$1" "$2" "$3" "$4" "$verdict" >"$ART/rows/$1"
+	echo "gpu-check: $1: $verdict ($3)" >&2
+}
+
+# bg NAME CMD...: starts CMD in its own process group, output to $ART/NAME.log; sets PID.
+bg() {
+	local name=$1
+	shift
+	setsid "$@" >"$ART/$name.log" 2>&1 </dev/null &
+	PID=$!
+	PIDS+=("$PID")
+}
+PIDS=()
+# stop PGID...: SIGTERM to each process group, SIGKILL to what runs 3 s later.
+stop() {
+	local p
+	for p in "$@"; do kill -TERM -- "-$p" 2>/dev/null; done
+	for _ in $(seq 30); do
+		local alive=0
+		for p in "$@"; do kill -0 -- "-$p" 2>/dev/null && alive=1; done
+		[ $alive = 0 ] && return
+		sleep 0.1
+	done
+	for p in "$@"; do kill -KILL -- "-$p" 2>/dev/null; done
+}
+
+# waitfor FILE REGEX SECONDS: polls until FILE has a line matching REGEX.
+waitfor() {
+	local end
+	end=$(awk -v n="$(now)" -v s="$3" 'BEGIN { printf "%.1f", n + s }')
+	until grep -qE -- "$2" "$1" 2>/dev/null; do
+		awk -v n="$(now)" -v e="$end" 'BEGIN { exit !(n > e) }' && return 1
+		sleep 0.2
+	done
+}
+
+# culprit DUMPDIR: the viewer's "Likely culprit" line.
+culprit() {
+	"$VIEWER" --path "$1" --out "$1/viewer" >"$1/viewer.log" 2>&1 || { echo "viewer failed"; return; }
+	grep -m1 '^Likely culprit' "$1/viewer/summary.txt" || echo "no culprit line"
+}
+
+# hangline LOG: kind and op of the first hang line of a launcher or agent log.
+hangline() { grep -m1 'msg=hang' "$1" | grep -oE '(rank|kind|op)=[^ ]*' | tr '\n' ' '; }
+
+# ---- scenarios under the launcher ----
+
+# launched NAME WORKLOAD KERNEL: one process hangs on a kernel; the hang
+# line must say gpu and name the kernel.
+launched() {
+	local name=$1 w=$2 kernel=$3 t0
+	t0=$(now)
+	mkdir -p "$ART/$name"
+	bg "$name" "$LAUNCH" --hang-timeout "${T}s" --timeline-path "$ART/$name" --port 0 -- $w
+	local p=$PID got ok=0
+	if waitfor "$ART/$name.log" 'msg=hang' $((T + 15)); then
+		local line
+		line=$(grep -m1 'msg=hang' "$ART/$name.log")
+		got=$(hangline "$ART/$name.log")
+		grep -q 'kind=gpu' <<<"$line" && grep -q -- "$kernel" <<<"$line" && ok=1
+		waitfor "$ART/$name.log" 'msg="dumped ranks"' 15 && got+="dumped" || got+="no dump"
+	else
+		got="no decision in $((T + 15)) s"
+	fi
+	stop "$p"
+	row "$name" "gpu, $kernel named" "$got" "$(since "$t0")" $ok
+}
+
+ddp4() {
+	local t0 got ok=0
+	t0=$(now)
+	mkdir -p "$ART/ddp4"
+	bg ddp4 "$LAUNCH" --hang-timeout "${T}s" --timeline-path "$ART/ddp4" --port 0 -- $W_DDP
+	local p=$PID
+	if waitfor "$ART/ddp4.log" 'msg="dumped ranks" .*ranks=4 of=4' $((T + 60)); then
+		got=$(culprit "$ART/ddp4")
+		grep -q 'Likely culprit: rank 2$' <<<"$got" && ok=1
+	else
+		got="no dump of 4 ranks in $((T + 60)) s"
+	fi
+	stop "$p"
+	row ddp4 "viewer: Likely culprit: rank 2" "$got" "$(since "$t0")" $ok
+}
+
+# ---- attached late ----
+
+graph_late() {
+	local t0 got ok=0
+	t0=$(now)
+	bg graph $W_GRAPH
+	local job=$PID
+	if waitfor "$ART/graph.log" "$HUNG_RE" 45; then
+		sleep 1
+		local a
+		a=$(now)
+		bg graph-watch "$XPU" watch --timeout "${T}s" --exit-on-hang --pid "$job"
+		local w=$PID
+		if waitfor "$ART/graph-watch.log" '"event":"hang"' $((T + 10)); then
+			local s
+			s=$(since "$a")
+			got="$(grep -m1 '"event":"hang"' "$ART/graph-watch.log" | grep -oE '"kind":"[a-z]+"') after ${s}s"
+			grep -q '"kind":"gpu"' <<<"$got" && awk -v s="$s" -v t="$T" 'BEGIN { exit !(s <= t + 2) }' && ok=1
+		else
+			got="no decision in $((T + 10)) s of attaching"
+		fi
+		stop "$w"
+	else
+		got="the workload never hung"
+	fi
+	stop "$job"
+	row graph-late "gpu within ${T}+2 s of watch --pid" "$got" "$(since "$t0")" $ok
+}
+
+ddp4_late() {
+	local t0 got ok=0
+	t0=$(now)
+	mkdir -p "$ART/ddp4-agent"
+	bg ddp4-late $W_DDP_LATE
+	local job=$PID
+	if ! waitfor "$ART/ddp4-late.log" "$DDP_HUNG_RE" 60; then
+		stop "$job"
+		row ddp4-watch "rank 2 decided within ${T}+2 s" "the job never ran" "$(since "$t0")" 0
+		row ddp4-agent "viewer: Likely culprit: rank 2" "the job never ran" "$(since "$t0")" 0
+		return
+	fi
+	sleep 2 # the ranks reach the step the fault holds back
+	local a
+	a=$(now)
+	bg ddp4-watch "$XPU" watch --timeout "${T}s" --pid "$job"
+	local w=$PID
+	bg ddp4-agent-log "$XPU" agent --hang-timeout "${T}s" --timeline-path "$ART/ddp4-agent" --port 0 \
+		--scan-interval 1s --command-regex "$LATE_RE"
+	local ag=$PID
+	if waitfor "$ART/ddp4-watch.log" '"event":"hang".*"rank":2[,}]' $((T + 10)); then
+		local s
+		s=$(since "$a")
+		got="ranks $(grep '"event":"hang"' "$ART/ddp4-watch.log" | grep -oE '"rank":[0-9]+' | cut -d: -f2 | sort -u | tr '\n' ' ')after ${s}s"
+		awk -v s="$s" -v t="$T" 'BEGIN { exit !(s <= t + 2) }' && ok=1
+	else
+		got="rank 2 not decided in $((T + 10)) s of attaching"
+	fi
+	row ddp4-watch "rank 2 decided within ${T}+2 s" "$got" "$(since "$a")" $ok
+	ok=0
+	if waitfor "$ART/ddp4-agent-log.log" 'msg="dumped ranks" .*ranks=4 of=4' $((T + 20)); then
+		got=$(culprit "$ART/ddp4-agent")
+		grep -q 'Likely culprit: rank 2$' <<<"$got" && ok=1
+	else
+		got="no dump of 4 ranks in $((T + 20)) s"
+	fi
+	stop "$w" "$ag" "$job"
+	row ddp4-agent "viewer: Likely culprit: rank 2" "$got" "$(since "$a")" $ok
+}
+
+# ---- launch overhead (issue 30) ----
+
+# nsper LOG: ns per launch from a workload's output.
+nsper() {
+	local v
+	v=$(grep -oE 'ns_per_launch=[0-9.]+' "$1" | tail -1 | cut -d= -f2)
+	[ -z "$v" ] && v=$(grep -oE 'launches_per_second=[0-9.]+' "$1" | tail -1 | awk -F= '$2 > 0 { printf "%.0f", 1e9 / $2 }')
+	echo "${v:--}"
+}
+
+# launches LOG: how many launches the workload made in all (warm-up included).
+launches() {
+	local n
+	n=$(grep -oE 'launches_total=[0-9]+' "$1" | tail -1 | cut -d= -f2)
+	[ -n "$n" ] || n=$(grep -oE ' launches=[0-9]+' "$1" | tail -1 | cut -d= -f2)
+	echo "${n:-0}"
+}
+
+# lost LOG: the probe events a launcher lost, in all.
+lost() {
+	local n
+	n=$(grep 'probe events lost' "$1" | grep -oE 'total=[0-9]+' | cut -d= -f2 | sort -n | tail -1)
+	echo "${n:-0}"
+}
+
+median() { sort -n | awk '{ v[NR] = $1 } END { if (NR == 0) print "-"; else if (NR % 2) print v[(NR + 1) / 2]; else printf "%.0f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+overhead() {
+	local t0 ways=(plain empty1 empty2 launcher nostall) r way
+	t0=$(now)
+	mkdir -p "$ART/overhead"
+	for r in $(seq "$ROUNDS"); do
+		for way in "${ways[@]}"; do
+			local log=$ART/overhead/$way.$r.log
+			case $way in
+			plain) "$PROBE" -- $W_BOUND >"$log" 2>&1 ;;
+			empty1) "$PROBE" -uprobe "$CUDART:cudaLaunchKernel" -- $W_BOUND >"$log" 2>&1 ;;
+			empty2) "$PROBE" -uprobe "$CUDART:cudaLaunchKernel" -uprobe "$CUDA:cuLaunchKernel" -- $W_BOUND >"$log" 2>&1 ;;
+			launcher) "$PROBE" -- "$LAUNCH" --hang-timeout 300s --port 0 --timeline-path "$ART/overhead" -- $W_BOUND >"$log" 2>&1 ;;
+			nostall) "$PROBE" -- "$LAUNCH" --hang-timeout 300s --port 0 --stall-watch=false --timeline-path "$ART/overhead" -- $W_BOUND >"$log" 2>&1 ;;
+			esac
+			echo "$(nsper "$log")" >>"$ART/overhead/$way.ns"
+		done
+	done
+	local plain table ok=1
+	plain=$(median <"$ART/overhead/plain.ns")
+	{
+		printf '%-9s %s %10s %10s\n' "ns/launch" "$(printf '%9s' $(seq "$ROUNDS" | sed 's/^/r/'))" median "over plain"
+		for way in "${ways[@]}"; do
+			local m
+			m=$(median <"$ART/overhead/$way.ns")
+			[ "$m" = - ] && ok=0
+			printf '%-9s %s %10s %10s\n' "$way" "$(printf '%9s' $(cat "$ART/overhead/$way.ns"))" "$m" \
+				"$(awk -v m="$m" -v p="$plain" 'BEGIN { if (m ~ /^[0-9.]+$/ && p ~ /^[0-9.]+$/) printf "%+.0f", m - p; else print "-" }')"
+		done
+		echo
+		echo "BPF statistics, last round (the kernel's run_cnt and run_time_ns; programs that ran):"
+		for way in empty1 empty2 launcher nostall; do
+			local log=$ART/overhead/$way.$ROUNDS.log
+			grep '^gpucheck-bpf' "$log" | awk -v w="$way" -v n="$(launches "$log")" '{
+				for (i = 2; i <= NF; i++) { split($i, kv, "="); f[kv[1]] = kv[2] }
+				if (f["runs"] > 0) printf "  %-9s %-34s runs/launch %6.2f  ns/run %6.0f\n", w, f["prog"] "@" f["target"], (n > 0 ? f["runs"] / n : 0), f["run_ns"] / f["runs"]
+			}'
+		done
+		echo
+		for way in launcher nostall; do
+			echo "lost events, $way, per round: $(for r in $(seq "$ROUNDS"); do lost "$ART/overhead/$way.$r.log"; done | tr '\n' ' ')"
+		done
+	} >"$ART/overhead.txt"
+	cat "$ART/overhead.txt" >&2
+	local e1 l
+	e1=$(median <"$ART/overhead/empty1.ns")
+	l=$(median <"$ART/overhead/launcher.ns")
+	row overhead "launcher <= empty uprobe + 150 ns, 0 lost" \
+		"plain $plain, empty $e1, launcher $l ns/launch" "$(since "$t0")" \
+		"$([ $ok = 1 ] && awk -v l="$l" -v e="$e1" 'BEGIN { exit !(l <= e + 150) }' && ! grep -q 'probe events lost' "$ART"/overhead/launcher.*.log && echo 1 || echo 0)"
+}
+
+# The launch table first, on a quiet machine; then the hangs, all at once
+# (each has its own processes, ports, dump directory and time limit; the
+# agent follows only its job's command line).
+overhead
+trap 'kill -TERM $(jobs -p) 2>/dev/null' EXIT
+scenario() { (trap 'stop "${PIDS[@]}"' EXIT; "$@") & }
+scenario launched nccl-sleep "$W_NCCL" "$K_NCCL"
+scenario launched triton "$W_TRITON" "$K_TRITON"
+scenario ddp4
+scenario graph_late
+scenario ddp4_late
+wait
+
+order=(overhead nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent)
+failed=0
+{
+	echo "gpu-check $([ $DRY = 1 ] && echo "--dry (fake GPU testbed)" || echo "on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"), hang timeout ${T}s, $(since "$start_all") s in all"
+	printf '%-12s | %-44s | %-58s | %6s | %s\n' scenario expected got seconds verdict
+	for r in "${order[@]}"; do
+		if [ -f "$ART/rows/$r" ]; then cat "$ART/rows/$r"; else printf '%-12s | %-44s | %-58s | %6s | %s\n' "$r" - "no result" - FAIL; fi
+	done
+	echo
+	cat "$ART/overhead.txt"
+} | tee "$ART/table.txt"
+for r in "${order[@]}"; do
+	grep -q '| ok$' "$ART/rows/$r" 2>/dev/null || failed=$((failed + 1))
+done
+echo "artefacts: $ART" >&2
+exit $failed

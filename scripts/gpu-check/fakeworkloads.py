@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""The single-process workloads of workloads.py on the fake GPU testbed, for
+scripts/gpu-check.sh --dry: the same calls in the same order, through the
+testbed's libraries (run.py's Device). Usage: fakeworkloads.py LIB_DIR NAME
+
+  nccl-sleep  an NCCL all-reduce on one rank, synchronized, then a kernel
+              that never ends (gemm_bf16_kernel) and cudaDeviceSynchronize
+  triton      triton_poi_fused_add_0 spinning on a flag it loads, launched
+              with cuLaunchKernelEx, then cudaDeviceSynchronize
+  graph       a kernel that never ends captured in a CUDA graph, the graph
+              replayed, then cudaDeviceSynchronize
+
+Each prints "hung" before its last call.
+"""
+import ctypes
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata", "fakegpu"))
+import run  # noqa: E402  the testbed's job: its Device, TritonKernel and ProcessGroup
+
+
+# On a GPU, seconds pass between loading the CUDA libraries (import torch)
+# and the first launch (CUDA's initialization, the model's setup); the
+# testbed's libraries would be done in milliseconds.
+SETUP_S = 2.0
+
+
+def main(lib_dir, name):
+    dev = run.Device(lib_dir, "cuda")
+    time.sleep(SETUP_S)
+    if name == "nccl-sleep":
+        store = tempfile.mkdtemp(prefix="xpufake-store-")
+        pg = run.ProcessGroup(dev, 0, 1, store)
+        pg.all_reduce(1 << 20, 7, None)
+        dev.synchronize()
+        run.say("all-reduce done")
+        dev.launch(dev.kernel("gemm_bf16_kernel"), 0, None, run.KERNEL_HANG)
+    elif name == "triton":
+        flag = ctypes.c_uint64(1)
+        run.TritonKernel(dev, "triton_poi_fused_add_0")(0, None, run.SPIN_ON_FLAG, flag)
+    elif name == "graph":
+        side = dev.stream()
+        kernel = dev.kernel("gemm_bf16_kernel")
+        graph = dev.capture(side, lambda: dev.launch(kernel, 0, side, run.KERNEL_HANG))
+        dev.replay(graph, None)
+    else:
+        sys.exit("fakeworkloads.py: unknown workload %s" % name)
+    run.say("hung")
+    dev.synchronize()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: fakeworkloads.py LIB_DIR {nccl-sleep,triton,graph}")
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,241 @@
+// Command gpucheck-probe is the anchor and the meter of make gpu-check's
+// launch-overhead table (issue 30): it turns on the kernel's BPF
+// statistics, optionally attaches empty uprobes (a program that returns
+// 0) to the given library functions of every process, runs a command,
+// and when the command ends prints the run count and run time of its own
+// programs and of every BPF program the command's process held (the
+// launcher's), one line each:
+//
+//	gpucheck-bpf owner=empty prog=empty_0 target=cudaLaunchKernel runs=602001 run_ns=118000000
+//
+// Usage:
+//
+//	gpucheck-probe [-uprobe LIB:SYMBOL]... -- CMD ARGS...
+//
+// It exits with the command's status. Built statically with the other
+// binaries, it needs root (or CAP_BPF and CAP_PERFMON) where it runs.
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// uprobes are the -uprobe flags.
+type uprobes []string
+
+func (u *uprobes) String() string     { return strings.Join(*u, ",") }
+func (u *uprobes) Set(v string) error { *u = append(*u, v); return nil }
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			os.Exit(exit.ExitCode())
+		}
+		fmt.Fprintln(os.Stderr, "gpucheck-probe:", err)
+		os.Exit(2)
+	}
+}
+
+// progStat is one program's statistics.
+type progStat struct {
+	owner, name, target string
+	runs, ns            uint64
+}
+
+func (p progStat) String() string {
+	return fmt.Sprintf("gpucheck-bpf owner=%s prog=%s target=%s runs=%d run_ns=%d", p.owner, p.name, p.target, p.runs, p.ns)
+}
+
+func run(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gpucheck-probe", flag.ContinueOnError)
+	var targets uprobes
+	fs.Var(&targets, "uprobe", "LIB:SYMBOL to attach an empty uprobe to (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return errors.New("no command: usage gpucheck-probe [-uprobe LIB:SYMBOL]... -- CMD ARGS")
+	}
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return fmt.Errorf("enable bpf stats: %w", err)
+	}
+	defer stats.Close()
+	empty, err := attachEmpty(targets)
+	defer func() {
+		for _, e := range empty {
+			e.close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+
+	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", fs.Arg(0), err)
+	}
+	var (
+		mu   sync.Mutex
+		last map[uint32]progStat
+		done = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	names := map[uint32]string{}
+	wg.Add(1)
+	go func() {
+		// The command's programs vanish with it: keep the last snapshot.
+		defer wg.Done()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if s := childProgs(cmd.Process.Pid, names); len(s) > 0 {
+				mu.Lock()
+				last = s
+				mu.Unlock()
+			}
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	werr := cmd.Wait()
+	close(done)
+	wg.Wait()
+
+	var out []progStat
+	for _, e := range empty {
+		st, err := e.prog.Stats()
+		if err != nil {
+			return fmt.Errorf("stats of %s: %w", e.name, err)
+		}
+		out = append(out, progStat{"empty", e.name, e.target, st.RunCount, uint64(st.Runtime)})
+	}
+	mu.Lock()
+	for _, p := range last {
+		out = append(out, p)
+	}
+	mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].owner+out[i].name < out[j].owner+out[j].name })
+	for _, p := range out {
+		fmt.Fprintln(stdout, p)
+	}
+	return werr
+}
+
+// emptyProbe is one empty program attached at one function.
+type emptyProbe struct {
+	name, target string
+	prog         *ebpf.Program
+	link         link.Link
+}
+
+func (e emptyProbe) close() {
+	if e.link != nil {
+		e.link.Close()
+	}
+	e.prog.Close()
+}
+
+// attachEmpty attaches a program that returns 0 at each LIB:SYMBOL, in
+// every process that maps LIB.
+func attachEmpty(targets []string) ([]emptyProbe, error) {
+	var out []emptyProbe
+	for i, t := range targets {
+		lib, sym, ok := strings.Cut(t, ":")
+		if !ok || lib == "" || sym == "" {
+			return out, fmt.Errorf("uprobe %q: want LIB:SYMBOL", t)
+		}
+		name := fmt.Sprintf("empty_%d", i)
+		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+			Name:         name,
+			Type:         ebpf.Kprobe,
+			License:      "GPL",
+			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
+		})
+		if err != nil {
+			return out, fmt.Errorf("load empty program: %w", err)
+		}
+		e := emptyProbe{name: name, target: sym, prog: prog}
+		ex, err := link.OpenExecutable(lib)
+		if err == nil {
+			e.link, err = ex.Uprobe(sym, prog, nil)
+		}
+		out = append(out, e)
+		if err != nil {
+			return out, fmt.Errorf("attach %s in %s: %w", sym, lib, err)
+		}
+	}
+	return out, nil
+}
+
+// childProgs reads the statistics of the BPF programs pid holds open from
+// its fdinfo; names caches program names by id.
+func childProgs(pid int, names map[uint32]string) map[uint32]progStat {
+	dir := fmt.Sprintf("/proc/%d/fdinfo", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := map[uint32]progStat{}
+	for _, ent := range ents {
+		f, err := os.Open(filepath.Join(dir, ent.Name()))
+		if err != nil {
+			continue
+		}
+		kv := map[string]string{}
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if k, v, ok := strings.Cut(sc.Text(), ":"); ok {
+				kv[k] = strings.TrimSpace(v)
+			}
+		}
+		f.Close()
+		id64, err := strconv.ParseUint(kv["prog_id"], 10, 32)
+		if err != nil {
+			continue
+		}
+		id := uint32(id64)
+		if _, ok := names[id]; !ok {
+			names[id] = progName(id)
+		}
+		runs, _ := strconv.ParseUint(kv["run_cnt"], 10, 64)
+		ns, _ := strconv.ParseUint(kv["run_time_ns"], 10, 64)
+		out[id] = progStat{"command", names[id], "-", runs, ns}
+	}
+	return out
+}
+
+func progName(id uint32) string {
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+	if err != nil {
+		return fmt.Sprintf("id%d", id)
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil || info.Name == "" {
+		return fmt.Sprintf("id%d", id)
+	}
+	return fmt.Sprintf("%s#%d", info.Name, id)
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""The real-GPU workloads of make gpu-check (scripts/gpu-check.sh), one per
+argument; each prints progress lines the script waits for:
+
+  nccl-sleep   one process: an NCCL all-reduce, then a kernel that never ends
+               (torch.cuda._sleep) and torch.cuda.synchronize(); prints "hung"
+  ddp          a rank of torchrun (4 ranks on the one GPU): DDP over gloo on
+               CUDA tensors; rank FAULT_RANK (default 2) launches a kernel
+               that never ends at step FAULT_STEP (default 3); prints
+               "rank=R step=S done"
+  triton       one process: a @triton.jit kernel spinning for ever on a flag
+               it loads, then torch.cuda.synchronize(); prints "hung"
+  graph        one process: torch.cuda._sleep captured in a CUDA graph,
+               replayed, then torch.cuda.synchronize(); prints "hung"
+  launchbound  x.add_(1) on 16 elements, LAUNCHES (default 200000) launches
+               timed after a warm-up, best of 3; prints "ns_per_launch=N"
+  libs         prints the paths of the CUDA runtime and driver this torch maps
+
+Needs PyTorch with CUDA (and Triton for triton); one GPU is enough.
+"""
+import os
+import sys
+import time
+
+import torch
+
+FOREVER = 1 << 62  # cycles: torch.cuda._sleep(FOREVER) never ends
+
+
+def say(line):
+    os.write(1, (line + "\n").encode())
+
+
+def nccl_sleep():
+    import torch.distributed as dist
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29511")
+    torch.cuda.set_device(0)
+    dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
+    x = torch.ones(1 << 20, device="cuda")
+    dist.all_reduce(x)
+    torch.cuda.synchronize()
+    say("all-reduce done")
+    torch.cuda._sleep(FOREVER)
+    say("hung")
+    torch.cuda.synchronize()
+
+
+def ddp():
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    rank = int(os.environ["RANK"])
+    fault_rank = int(os.environ.get("FAULT_RANK", "2"))
+    fault_step = int(os.environ.get("FAULT_STEP", "3"))
+    torch.cuda.set_device(0)  # one GPU: every rank on it
+    dist.init_process_group("gloo")
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 16)).cuda())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    say("rank=%d pid=%d started" % (rank, os.getpid()))
+    for step in range(1 << 30):
+        x = torch.randn(64, 256, device="cuda")
+        loss = model(x).square().mean()
+        if rank == fault_rank and step == fault_step:
+            torch.cuda._sleep(FOREVER)  # the backward waits behind it
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        loss.item()
+        say("rank=%d step=%d done" % (rank, step))
+
+
+def triton_spin():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def spin_on_flag(flag_ptr):
+        while tl.load(flag_ptr, volatile=True) != 0:
+            pass
+
+    flag = torch.ones(1, dtype=torch.int32, device="cuda")
+    spin_on_flag[(1,)](flag)
+    say("hung")
+    torch.cuda.synchronize()
+
+
+def graph():
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):  # captured on a side stream of its own
+        torch.cuda._sleep(FOREVER)
+    g.replay()
+    say("hung")
+    torch.cuda.synchronize()
+
+
+def launchbound():
+    n = int(os.environ.get("LAUNCHES", "200000"))
+    x = torch.zeros(16, device="cuda")
+    for _ in range(20000):
+        x.add_(1)
+    torch.cuda.synchronize()
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(n):
+            x.add_(1)
+        torch.cuda.synchronize()
+        s = time.perf_counter() - t
+        best = s if best is None else min(best, s)
+    say("launches_total=%d launches=%d ns_per_launch=%.0f" % (20000 + 3 * n, n, best * 1e9 / n))
+
+
+def libs():
+    torch.zeros(1, device="cuda")
+    seen = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            path = line.split()[-1] if len(line.split()) >= 6 else ""
+            name = os.path.basename(path)
+            if (name.startswith("libcudart.so") or name.startswith("libcuda.so")) and path not in seen:
+                seen.append(path)
+    for p in seen:
+        say(("cudart=" if "cudart" in p else "cuda=") + p)
+
+
+WORKLOADS = {"nccl-sleep": nccl_sleep, "ddp": ddp, "triton": triton_spin, "graph": graph,
+             "launchbound": launchbound, "libs": libs}
+
+if __name__ == "__main__":
+    # a second argument is a tag for --command-regex, else ignored
+    if len(sys.argv) not in (2, 3) or sys.argv[1] not in WORKLOADS:
+        sys.exit("usage: workloads.py {%s} [TAG]" % ",".join(WORKLOADS))
+    WORKLOADS[sys.argv[1]]()
