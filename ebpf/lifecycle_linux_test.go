@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,8 +55,19 @@ func lateLibraryAndExit(t *testing.T, single bool) {
 	if st := tr.Stats(); st.Probes != 1 || st.Processes != 1 {
 		t.Fatalf("before dlopen: %+v, want the loader probe only", st)
 	}
-	p.send(t, "go") // dlopen, then launch every 10 ms
+	p.send(t, "go") // dlopen the runtime, which loads the driver
 	p.until(t, "loaded")
+	// A runtime launch is recorded in the driver, named by the lookup the
+	// runtime makes at a kernel's first launch: launch once it is probed.
+	rec.waitFor(t, "the driver probed", func(_ []timer.Event, ns []Notice) bool {
+		for _, n := range ns {
+			if n.PID == p.pid() && n.Kind == "attach" && strings.HasSuffix(n.Library, "/libcuda.so.1") {
+				return true
+			}
+		}
+		return false
+	})
+	p.send(t, "launch") // then launch every 10 ms
 	rec.waitFor(t, "launches from the late library", func(evs []timer.Event, _ []Notice) bool {
 		return launches(evs, p.pid()) >= 3
 	})
@@ -122,6 +134,7 @@ func TestFollowChild(t *testing.T) {
 	}
 	p.send(t, "go")
 	p.until(t, "loaded")
+	p.send(t, "launch")
 	rec.waitFor(t, "the child's launches", func(evs []timer.Event, _ []Notice) bool {
 		return launches(evs, child) >= 2
 	})

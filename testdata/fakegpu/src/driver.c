@@ -562,15 +562,6 @@ static struct fg_cukernel *handle_of(void *fn)
 	return h;
 }
 
-/* The runtime's way from a host stub to the driver's handle (NVIDIA's
- * runtime keeps its own registry of the stubs its fat binaries declare). */
-DRVAPI CUresult fakegpu_drv_function_of(CUfunction *f, const void *hostfn)
-{
-	if (!f || !hostfn)
-		return CUDA_ERROR_INVALID_VALUE;
-	return (*f = handle_of((void *)hostfn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-
 DRVAPI CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
 	void *fn;
@@ -590,12 +581,33 @@ DRVAPI CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *path, void *ji
 
 DRVAPI CUresult cuLibraryUnload(CUlibrary lib) { return cuModuleUnload(lib); }
 
+/* A library loaded from data is the image itself; one loaded from a file
+ * is a dlopen handle, whose first word (l_addr) is never the magic. */
+DRVAPI CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, void *jit_opts, void **jit_vals, unsigned njit,
+				  void *lib_opts, void **lib_vals, unsigned nlib)
+{
+	(void)jit_opts, (void)jit_vals, (void)njit, (void)lib_opts, (void)lib_vals, (void)nlib;
+	if (!lib || !code)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (((const struct fg_image *)code)->magic != FG_IMAGE_MAGIC)
+		return CUDA_ERROR_INVALID_IMAGE;
+	*lib = (CUlibrary)code;
+	return CUDA_SUCCESS;
+}
+
 DRVAPI CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
 {
-	void *fn;
+	const struct fg_image *img = lib;
+	void *fn = NULL;
 	if (!k || !lib || !name)
 		return CUDA_ERROR_INVALID_VALUE;
-	if (!(fn = dlsym(lib, name)))
+	if (img->magic != FG_IMAGE_MAGIC)
+		fn = dlsym(lib, name);
+	else
+		for (int i = 0; i < img->n && !fn; i++)
+			if (!strcmp(img->k[i].name, name))
+				fn = (void *)img->k[i].fn;
+	if (!fn)
 		return CUDA_ERROR_NOT_FOUND;
 	return (*k = handle_of(fn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }

@@ -26,6 +26,21 @@ typedef void *CUgraph;
 typedef void *CUgraphExec;
 typedef void (*CUhostFn)(void *userData);
 
+/* The fake device's code image, what cuLibraryLoadData takes: its kernels
+ * by name. On a real GPU nvcc's fat binary plays this part; the runtime
+ * builds one per __cudaRegisterFatBinary from the __cudaRegisterFunction
+ * calls that nvcc's generated code makes at start. */
+#define FG_IMAGE_MAGIC 0x474d49454b4146ull /* "FAKEIMG" */
+#define FG_IMAGE_KERNELS 64
+struct fg_image {
+	unsigned long long magic;
+	int n;
+	struct {
+		const char *name;
+		const void *fn;
+	} k[FG_IMAGE_KERNELS];
+};
+
 /* CUlaunchConfig of cuda.h (CUDA 12+) */
 typedef struct {
 	unsigned int gridDimX, gridDimY, gridDimZ;
@@ -40,6 +55,7 @@ typedef struct {
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_INVALID_DEVICE 101
+#define CUDA_ERROR_INVALID_IMAGE 200
 #define CUDA_ERROR_FILE_NOT_FOUND 301
 #define CUDA_ERROR_INVALID_HANDLE 400
 #define CUDA_ERROR_NOT_FOUND 500
@@ -57,8 +73,7 @@ typedef struct {
 /* the runtime's table of driver entry points, name and arguments; each
  * returns a CUresult. The private exports (real drivers have theirs):
  * fakegpu_drv_enqueue_host queues a host function for the fake NCCL's
- * collectives, fakegpu_drv_function_of gives the opaque CUfunction of a
- * kernel function, the runtime's way from a host stub to a handle. */
+ * collectives. */
 #define FG_DRIVER_CALLS(X)                                                                                         \
 	X(cuInit, (unsigned))                                                                                      \
 	X(cuDeviceGetCount, (int *))                                                                               \
@@ -105,8 +120,10 @@ typedef struct {
 	X(cuEventQuery, (CUevent))                                                                                 \
 	X(cuEventSynchronize, (CUevent))                                                                           \
 	X(cuEventElapsedTime_v2, (float *, CUevent, CUevent))                                                     \
-	X(fakegpu_drv_enqueue_host, (CUstream, CUhostFn, void *, int))                                            \
-	X(fakegpu_drv_function_of, (CUfunction *, const void *))
+	X(cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **, unsigned))    \
+	X(cuLibraryLoadFromFile, (CUlibrary *, const char *, void *, void **, unsigned, void *, void **, unsigned)) \
+	X(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))                                               \
+	X(fakegpu_drv_enqueue_host, (CUstream, CUhostFn, void *, int))
 
 #define FG_DECLARE(name, args) DRVAPI CUresult name args;
 FG_DRIVER_CALLS(FG_DECLARE)

@@ -188,13 +188,121 @@ API rterr_t RT(MemcpyAsync_ptsz)(void *dst, const void *src, size_t n, int kind,
 API rterr_t RT(Memset)(void *p, int v, size_t n) { return D(cuMemsetD8_v2, DP(p), (unsigned char)v, n); }
 
 /* ---- launches: the host stub is the kernel function; the driver is
- * called with its opaque CUfunction ---- */
+ * called with its opaque CUkernel ----
+ *
+ * As NVIDIA's runtime with lazy loading (CUDA 12's default), a stub's
+ * kernel is looked up in the driver at its first launch, by the name its
+ * module declares it under (cuLibraryLoadFromFile, cuLibraryGetKernel,
+ * both exported calls), and kept: later launches pass the handle alone.
+ * So a probe on the driver learns a runtime kernel's name only from that
+ * first lookup, as on a real GPU. */
+
+#define MAX_STUBS 1024
+static struct stub {
+	const void *fn;
+	CUkernel k;		  /* set at the first launch */
+	struct fg_image *img;	  /* registered by nvcc's code, or NULL */
+	const char *name;	  /* the name it is registered under */
+} stubs[MAX_STUBS];
+static int nstubs;
+static pthread_mutex_t stubs_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct stub *stub_find(const void *fn, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (stubs[i].fn == fn)
+			return &stubs[i];
+	return NULL;
+}
+
+/* nvcc's registration, made by the generated code of every module with
+ * kernels at its start: the fat binary (here a fresh image), then each
+ * kernel's host stub and device name (__cuda*, and MACA's __mc*). */
+#ifdef FAKE_MACA
+#define REG(name) __mc##name
+#else
+#define REG(name) __cuda##name
+#endif
+API void **REG(RegisterFatBinary)(void *fatbin)
+{
+	struct fg_image *img = calloc(1, sizeof *img);
+	(void)fatbin;
+	if (img)
+		img->magic = FG_IMAGE_MAGIC;
+	return (void **)img;
+}
+
+API void REG(RegisterFatBinaryEnd)(void **h) { (void)h; }
+
+API void REG(UnregisterFatBinary)(void **h) { (void)h; /* kernels may still be queued */ }
+
+API void REG(RegisterFunction)(void **h, const char *hostfn, char *devfn, const char *name, int threads, void *tid,
+				void *bid, void *bdim, void *gdim, int *wsize)
+{
+	struct fg_image *img = (struct fg_image *)h;
+	(void)devfn, (void)threads, (void)tid, (void)bid, (void)bdim, (void)gdim, (void)wsize;
+	if (!img || !hostfn || !name || img->n == FG_IMAGE_KERNELS)
+		return;
+	pthread_mutex_lock(&stubs_mu);
+	int m = __atomic_load_n(&nstubs, __ATOMIC_ACQUIRE);
+	if (m < MAX_STUBS && !stub_find(hostfn, m)) {
+		img->k[img->n].name = name;
+		img->k[img->n++].fn = hostfn;
+		stubs[m] = (struct stub){.fn = hostfn, .img = img, .name = name};
+		__atomic_store_n(&nstubs, m + 1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&stubs_mu);
+}
+
+/* lookup loads the library a stub's kernel is in (its registered image, or
+ * the shared object that exports it) and looks the kernel up by name */
+static rterr_t lookup(CUkernel *k, const void *fn, struct stub *st)
+{
+	CUlibrary lib;
+	Dl_info info;
+	rterr_t e;
+	if (st && st->img) {
+		if ((e = D(cuLibraryLoadData, &lib, st->img, NULL, NULL, 0, NULL, NULL, 0)))
+			return e;
+		return D(cuLibraryGetKernel, k, lib, st->name);
+	}
+	if (!dladdr(fn, &info) || !info.dli_sname || info.dli_saddr != fn)
+		return fail(98); /* cudaErrorInvalidDeviceFunction: neither registered nor exported */
+	if ((e = D(cuLibraryLoadFromFile, &lib, info.dli_fname, NULL, NULL, 0, NULL, NULL, 0)))
+		return e;
+	return D(cuLibraryGetKernel, k, lib, info.dli_sname);
+}
+
+/* kernel_of sets *k to the stub's kernel, looked up at its first launch */
+static rterr_t kernel_of(CUkernel *k, const void *fn)
+{
+	struct stub *st = stub_find(fn, __atomic_load_n(&nstubs, __ATOMIC_ACQUIRE));
+	rterr_t e = ERR_SUCCESS;
+	if (st && (*k = __atomic_load_n(&st->k, __ATOMIC_ACQUIRE)))
+		return ERR_SUCCESS;
+	pthread_mutex_lock(&stubs_mu);
+	int m = __atomic_load_n(&nstubs, __ATOMIC_ACQUIRE);
+	if (!(st = stub_find(fn, m)) || !(*k = st->k)) {
+		if (!st && m == MAX_STUBS)
+			e = fail(2); /* cudaErrorMemoryAllocation */
+		else if (!(e = lookup(k, fn, st))) {
+			if (!st) {
+				stubs[m] = (struct stub){.fn = fn};
+				st = &stubs[m];
+				__atomic_store_n(&nstubs, m + 1, __ATOMIC_RELEASE);
+			}
+			__atomic_store_n(&st->k, *k, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&stubs_mu);
+	return e;
+}
 
 /* H(func) is func's driver handle, or returns the error */
 #define H(f, func)                                                                                               \
 	CUfunction f;                                                                                            \
 	do {                                                                                                     \
-		rterr_t e_ = D(fakegpu_drv_function_of, &f, func);                                                \
+		rterr_t e_ = kernel_of((CUkernel *)&f, func);                                                    \
 		if (e_)                                                                                          \
 			return e_;                                                                               \
 	} while (0)
