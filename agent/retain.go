@@ -281,9 +281,10 @@ func readDir(r *os.Root) ([]fs.DirEntry, error) {
 
 // retainLoop runs retention at start, after each dump round (retainSoon)
 // and every RetainInterval, one run at a time, each within retainBudget,
-// until ctx is done.
+// until ctx is done. An agent that never dumps (no Capturer: watch) leaves
+// the timeline path alone.
 func (a *Agent) retainLoop(ctx context.Context) {
-	if a.o.Retain.Zero() {
+	if a.o.Retain.Zero() || a.o.Capturer == nil {
 		return
 	}
 	t := time.NewTicker(RetainInterval)

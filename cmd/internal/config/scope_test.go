@@ -37,8 +37,8 @@ func TestRetention(t *testing.T) {
 		{env: map[string]string{"XPU_TIMER_RETAIN_AGE": "3600", "XPU_TIMER_RETAIN_BYTES": "1000"}, want: agent.Retention{Count: agent.DefaultRetainCount, Bytes: 1000, Age: time.Hour}},
 	} {
 		c, _, err := load(t, tc.args, tc.env)
-		if err != nil || c.Retention() != tc.want {
-			t.Errorf("%v %v: %+v, %v; want %+v", tc.args, tc.env, c.Retention(), err, tc.want)
+		if err != nil || c.Retain != tc.want {
+			t.Errorf("%v %v: %+v, %v; want %+v", tc.args, tc.env, c.Retain, err, tc.want)
 		}
 	}
 }
@@ -49,13 +49,13 @@ func TestScopeSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := c.Scope()
+	s := c.Scope
 	if s == nil || !reflect.DeepEqual(s.Namespaces, []string{"train", "dev"}) || s.Pod.String() != "^llama-" ||
 		!reflect.DeepEqual(s.PodUIDs, []string{"1f3c9a8e-2b7d-4e61-9c0a-5d8e7f6a4b21"}) || s.Command.String() != `train\.py` {
 		t.Fatalf("scope %+v", s)
 	}
-	if c, err := loadAgent(t, nil, nil); err != nil || c.Scope() != nil {
-		t.Fatalf("no filter: scope %+v, %v", c.Scope(), err)
+	if c, err := loadAgent(t, nil, nil); err != nil || c.Scope != nil {
+		t.Fatalf("no filter: scope %+v, %v", c.Scope, err)
 	}
 	// The launcher has no filters: its binding does not know them.
 	if _, _, err := load(t, []string{"--namespaces=train"}, nil); err == nil {

@@ -127,7 +127,9 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		}
 	}
 	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
-	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log, Looker: &agent.ProcLooker{}})
+	// The settings the launcher and the agent open their monitor with; with
+	// no capturer, watch dumps nothing and leaves the timeline path alone.
+	a := agent.New(agent.Options{Settings: cfg.Settings, Tracer: tr, Interval: interval, OnReport: emit, Logger: log})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
