@@ -252,23 +252,23 @@ func parentOf(pid int) (int, bool) {
 
 // HandleNotice consumes one tracer notice (the tracer's callback).
 func (a *Agent) HandleNotice(n ebpf.Notice) {
-	r := Report{Event: n.Kind, PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing}
+	r := Report{Event: Event(n.Kind), PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing}
 	if n.Err != nil {
 		r.Error = n.Err.Error()
 	}
 	switch n.Kind {
-	case "exit":
+	case ebpf.NoticeExit:
 		a.exited(n.PID)
 		return // exited reports it once
-	case "exec":
+	case ebpf.NoticeExec:
 		// Reported only: the KindProcessExec event, handed over before
 		// this notice, told the book. Seeing it again here could revive a
 		// short-lived process whose exit came in between.
-	case "error":
+	case ebpf.NoticeError:
 		a.log.Warn("tracer", "pid", n.PID, "library", n.Library, "err", n.Err)
-	case "missing":
+	case ebpf.NoticeMissing:
 		a.log.Info("symbols missing", "pid", n.PID, "library", n.Library, "missing", n.Missing)
-	case "attach":
+	case ebpf.NoticeAttach:
 		a.log.Info("attached", "pid", n.PID, "library", n.Library, "probes", len(n.Attached))
 	}
 	if r.PID != 0 {

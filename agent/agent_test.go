@@ -151,7 +151,7 @@ func newBed(t *testing.T, host, dir string, envs map[int]map[string]string, mod 
 
 func (b *bed) at(t int64) { b.mu.Lock(); b.clock = t; b.mu.Unlock() }
 
-func (b *bed) events(kind string) []Report {
+func (b *bed) events(kind Event) []Report {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []Report

@@ -61,7 +61,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 		}
 	}
 	start := time.Now()
-	n := a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
+	n := a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
 		if h, ok := hung[pid]; ok {
 			return dumpfile.ReasonHang, &h
 		}
@@ -83,7 +83,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 
 // dumpRanks captures and writes ranks in parallel (at most Parallel at
 // once) and returns how many were written.
-func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid int) (string, *timer.Hang)) int {
+func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid int) (dumpfile.Reason, *timer.Hang)) int {
 	if len(ranks) == 0 {
 		return 0
 	}
@@ -92,7 +92,7 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 		a.failures += uint64(len(ranks))
 		a.mu.Unlock()
 		a.log.Error("cannot create timeline path; dumps skipped", "path", a.o.TimelinePath, "err", err)
-		a.report(Report{Event: "dump_failed", Path: a.o.TimelinePath, Error: err.Error()})
+		a.report(Report{Event: EventDumpFailed, Path: a.o.TimelinePath, Error: err.Error()})
 		return 0
 	}
 	pids := make([]int, len(ranks))
@@ -137,7 +137,7 @@ func (a *Agent) dumpHelper(pid int) dumpfile.Helper {
 
 // dumpOne captures one rank and writes its .stacktrace (with .txt) and its
 // flight recorder trace.
-func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
+func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool {
 	start := time.Now()
 	comms := a.engine.Comms(p.pid)
 	c, err := a.o.Capturer.Capture(p.pid)
@@ -165,7 +165,7 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	}
 	a.mu.Unlock()
 	site := waitSite(p.pid, f.Threads)
-	r := Report{Event: "dump", PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
+	r := Report{Event: EventDump, PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
 	r.setRank(p.id)
 	r.WorldSize = p.id.World
 	if werr != nil {

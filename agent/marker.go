@@ -55,7 +55,7 @@ func (a *Agent) writeMarker(hangs []timer.Hang) {
 		m.Ranks = append(m.Ranks, rank)
 		m.PIDs = append(m.PIDs, h.PID)
 		m.Kinds = append(m.Kinds, h.Kind)
-		if o := awaited(h); o != nil && m.Op == "" && h.Kind == "gpu" {
+		if o := awaited(h); o != nil && m.Op == "" && h.Kind == timer.HangGPU {
 			m.Op = opName(o)
 		}
 	}
@@ -128,7 +128,7 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 		return
 	}
 	a.log.Warn("another node reported a hang; dumping local ranks", "from", m.Host, "ranks", m.Ranks, "marker", path)
-	a.report(Report{Event: "marker", From: m.Host, Path: path, Op: m.Op})
+	a.report(Report{Event: EventMarker, From: m.Host, Path: path, Op: m.Op})
 	var todo []procInfo
 	ranks := a.ranks()
 	a.mu.Lock()
@@ -138,7 +138,7 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 		}
 	}
 	a.mu.Unlock()
-	a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
+	a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
 		if h, ok := a.engine.Hung(pid); ok {
 			return dumpfile.ReasonHang, &h
 		}

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
@@ -22,7 +23,7 @@ type Rank struct {
 	Rank    int
 	File    string // dump file name
 	State   string // "S (sleeping)", ...
-	Reason  string
+	Reason  dumpfile.Reason
 	Hang    *timer.Hang
 	Comms   []timer.CommState
 	Threads []Thread
@@ -388,13 +389,13 @@ func majority(c *Comm, seq uint64) string {
 // fault, while the others wait in a collective or behind it.
 func (r *Report) kernels(ranks []Rank) {
 	desc := func(op *timer.Op) string {
-		if op.Kind == "collective" {
+		if op.Kind == timer.OpCollective {
 			return fmt.Sprintf("%s #%d on comm %s", op.Op, op.Seq, Short(op.Comm))
 		}
 		if op.Kernel != "" {
-			return op.Kind + " " + op.Kernel
+			return string(op.Kind) + " " + op.Kernel
 		}
-		return op.Kind
+		return string(op.Kind)
 	}
 	by := map[string][]int{}
 	ops := map[string]*timer.Op{}
@@ -419,7 +420,7 @@ func (r *Report) kernels(ranks []Rank) {
 	}
 	for _, d := range slices.Sorted(maps.Keys(by)) {
 		op, rs := ops[d], by[d]
-		if d == top || op.Kind == "collective" || len(rs) > max(1, n/4) {
+		if d == top || op.Kind == timer.OpCollective || len(rs) > max(1, n/4) {
 			continue
 		}
 		for _, rank := range rs {
@@ -432,7 +433,7 @@ func (r *Report) kernels(ranks []Rank) {
 // hosts names ranks the engine found silent on the host.
 func (r *Report) hosts(ranks []Rank) {
 	for _, x := range ranks {
-		if x.Hang != nil && x.Hang.Kind == "host" {
+		if x.Hang != nil && x.Hang.Kind == timer.HangHost {
 			r.add(KindHost, []int{x.Rank}, fmt.Sprintf("rank %d made no GPU call for %.0fs while its peers wait (stuck on the host)",
 				x.Rank, float64(x.Hang.AgeNs)/1e9))
 		}

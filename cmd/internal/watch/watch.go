@@ -119,7 +119,7 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		mu.Lock()
 		_ = enc.Encode(r)
 		mu.Unlock()
-		if r.Event == "hang" {
+		if r.Event == agent.EventHang {
 			select {
 			case hung <- struct{}{}:
 			default:
@@ -173,7 +173,7 @@ loop:
 			}
 		case code = <-childDone:
 			c := code
-			last = &agent.Report{Event: "exit", Time: time.Now(), PID: pids[0], ExitCode: &c}
+			last = &agent.Report{Event: agent.EventExit, Time: time.Now(), PID: pids[0], ExitCode: &c}
 			break loop
 		case <-poll.C:
 			if child != nil {
@@ -186,7 +186,7 @@ loop:
 				}
 			}
 			if live == 0 {
-				last = &agent.Report{Event: "exit", Time: time.Now()}
+				last = &agent.Report{Event: agent.EventExit, Time: time.Now()}
 				break loop
 			}
 		case err := <-done:
