@@ -5,17 +5,13 @@ import (
 
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -178,51 +174,18 @@ func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool 
 	return werr == nil
 }
 
-// writeDump writes f (atomically, by dumpfile.Write).
+// writeDump writes f into the timeline path (timeline.WriteDump), an
+// earlier incarnation's files for its rank moved aside.
 func (a *Agent) writeDump(f *dumpfile.File) (string, error) {
-	a.moveAside(f)
-	path, err := dumpfile.Write(a.o.TimelinePath, f)
-	if err != nil {
-		return "", fmt.Errorf("write dump of rank %d: %w", f.Rank, err)
-	}
-	return path, nil
-}
-
-// IncarnationsDir is the directory of the timeline path where the dumps of
-// an earlier incarnation of a job go when a newer one dumps the same rank
-// name: incarnations/<job>.<incarnation>/RRRRR-WWWWW.* (the job name made
-// safe for a file name, "default" when the job has none).
-const IncarnationsDir = "incarnations"
-
-// moveAside moves the files of rank f.Rank of world f.WorldSize that an
-// earlier incarnation (or another job) left in the timeline path into
-// IncarnationsDir, so that the newer dump never overwrites nor mixes with
-// them: the viewer merges one incarnation. A file that is not one of ours,
-// or not a regular file, is left where it is (the write replaces it).
-func (a *Agent) moveAside(f *dumpfile.File) {
-	dir := a.o.TimelinePath
-	name := dumpfile.Name(f.Rank, f.WorldSize)
-	old := filepath.Join(dir, name)
-	st, err := os.Lstat(old)
-	if err != nil || !st.Mode().IsRegular() || st.Size() > 256<<20 {
-		return
-	}
-	prev, err := dumpfile.Read(old)
-	if err != nil || prev.Job == f.Job && prev.Incarnation == f.Incarnation {
-		return
-	}
-	to := filepath.Join(dir, IncarnationsDir, incarnationName(prev.Job, prev.Incarnation))
-	if err := os.MkdirAll(to, 0o755); err != nil {
-		a.log.Warn("cannot move an earlier incarnation's dump aside; it will be overwritten", "path", old, "err", err)
-		return
-	}
-	stem := strings.TrimSuffix(name, dumpfile.Ext)
-	for _, ext := range []string{dumpfile.Ext, dumpfile.TextExt, trace.Ext} {
-		if err := os.Rename(filepath.Join(dir, stem+ext), filepath.Join(to, stem+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			a.log.Warn("move an earlier incarnation's dump aside", "path", filepath.Join(dir, stem+ext), "err", err)
+	path, aside, err := timeline.WriteDump(a.o.TimelinePath, f)
+	if aside != nil {
+		if aside.Err != nil {
+			a.log.Warn("cannot move an earlier incarnation's dump aside; it is overwritten", "rank", f.Rank, "to", aside.To, "err", aside.Err)
+		} else {
+			a.log.Info("moved an earlier incarnation's dump aside", "rank", f.Rank, "job", aside.Job, "incarnation", aside.Incarnation, "to", aside.To)
 		}
 	}
-	a.log.Info("moved an earlier incarnation's dump aside", "rank", f.Rank, "job", prev.Job, "incarnation", prev.Incarnation, "to", to)
+	return path, err
 }
 
 // writeTrace writes the flight recorder's events of p as Chrome trace JSON.
@@ -238,8 +201,7 @@ func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
 		a.log.Error("encode trace", "rank", p.id.Rank, "err", err)
 		return
 	}
-	path := filepath.Join(a.o.TimelinePath, trace.Name(p.id.Rank, p.id.World))
-	if err := dumpfile.WriteAtomic(path, buf.Bytes()); err != nil {
+	if _, err := timeline.WriteTrace(a.o.TimelinePath, p.id.Rank, p.id.World, buf.Bytes()); err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()

@@ -3,6 +3,8 @@ package agent
 import (
 	"strconv"
 	"time"
+
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // Settings are what a user chooses for monitoring: one value that the
@@ -16,15 +18,15 @@ import (
 // OpenMonitor reads the rest (the probes, stack capture, metrics and
 // pushes), which New ignores.
 type Settings struct {
-	HangTimeout  time.Duration // XPU_TIMER_HANG_TIMEOUT; default timer.DefaultHangTimeout
-	TimelinePath string        // XPU_TIMER_TIMELINE_PATH: where dumps and markers go; default DefaultTimelinePath
-	HangKill     bool          // XPU_TIMER_HANG_KILL: end the hung process group after the dump
-	StallWatch   bool          // XPU_TIMER_STALL_WATCH: look at ranks each check (a ProcLooker when Options.Looker is nil); false: only GPU calls decide
-	JobName      string        // XPU_TIMER_JOB_NAME: metric labels, marker name and dump labels
-	PodName      string        // XPU_TIMER_POD_NAME: metric and dump labels
-	IP           string        // XPU_TIMER_IP: metric and dump labels
-	Retain       Retention     // XPU_TIMER_RETAIN_*: what earlier incarnations may leave in the timeline path (retain.go); zero keeps everything
-	Scope        *Scope        // the node agent's filters (XPU_TIMER_NAMESPACES, ...); nil: every process may be a rank, one out of scope is never a rank and its events are dropped
+	HangTimeout  time.Duration      // XPU_TIMER_HANG_TIMEOUT; default timer.DefaultHangTimeout
+	TimelinePath string             // XPU_TIMER_TIMELINE_PATH: where dumps and markers go; default DefaultTimelinePath
+	HangKill     bool               // XPU_TIMER_HANG_KILL: end the hung process group after the dump
+	StallWatch   bool               // XPU_TIMER_STALL_WATCH: look at ranks each check (a ProcLooker when Options.Looker is nil); false: only GPU calls decide
+	JobName      string             // XPU_TIMER_JOB_NAME: metric labels, marker name and dump labels
+	PodName      string             // XPU_TIMER_POD_NAME: metric and dump labels
+	IP           string             // XPU_TIMER_IP: metric and dump labels
+	Retain       timeline.Retention // XPU_TIMER_RETAIN_*: what earlier incarnations may leave in the timeline path; zero keeps everything
+	Scope        *Scope             // the node agent's filters (XPU_TIMER_NAMESPACES, ...); nil: every process may be a rank, one out of scope is never a rank and its events are dropped
 
 	// Read by OpenMonitor (and watch's tracer).
 	Libraries          []string      // XPU_TIMER_LIBRARIES: extra vendor library paths to probe

@@ -9,12 +9,13 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // The retention settings (every command that dumps) and the node agent's
 // process filters (agent only).
 var (
-	retainCount = variable{env: "XPU_TIMER_RETAIN_COUNT", flag: "retain-count", def: strconv.Itoa(agent.DefaultRetainCount), kind: "int",
+	retainCount = variable{env: "XPU_TIMER_RETAIN_COUNT", flag: "retain-count", def: strconv.Itoa(timeline.DefaultRetainCount), kind: "int",
 		usage: "earlier incarnations of each job kept under TIMELINE_PATH/incarnations, newest first (0: no limit); the current ones are never deleted",
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(strings.TrimSpace(v))

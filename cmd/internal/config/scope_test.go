@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/xpu-timer/xpu-timer/agent"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // loadAgent is load for the node agent's binding.
@@ -27,14 +27,14 @@ func TestRetention(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
-		want agent.Retention
+		want timeline.Retention
 	}{
-		{want: agent.Retention{Count: agent.DefaultRetainCount}},
+		{want: timeline.Retention{Count: timeline.DefaultRetainCount}},
 		{env: map[string]string{"XPU_TIMER_RETAIN_COUNT": "0", "XPU_TIMER_RETAIN_BYTES": "20GiB", "XPU_TIMER_RETAIN_AGE": "7d"},
-			want: agent.Retention{Bytes: 20 << 30, Age: 7 * 24 * time.Hour}},
+			want: timeline.Retention{Bytes: 20 << 30, Age: 7 * 24 * time.Hour}},
 		{args: []string{"--retain-count=3", "--retain-age=72h", "--retain-bytes=0"}, env: map[string]string{"XPU_TIMER_RETAIN_COUNT": "5", "XPU_TIMER_RETAIN_AGE": "1d"},
-			want: agent.Retention{Count: 3, Age: 72 * time.Hour}},
-		{env: map[string]string{"XPU_TIMER_RETAIN_AGE": "3600", "XPU_TIMER_RETAIN_BYTES": "1000"}, want: agent.Retention{Count: agent.DefaultRetainCount, Bytes: 1000, Age: time.Hour}},
+			want: timeline.Retention{Count: 3, Age: 72 * time.Hour}},
+		{env: map[string]string{"XPU_TIMER_RETAIN_AGE": "3600", "XPU_TIMER_RETAIN_BYTES": "1000"}, want: timeline.Retention{Count: timeline.DefaultRetainCount, Bytes: 1000, Age: time.Hour}},
 	} {
 		c, _, err := load(t, tc.args, tc.env)
 		if err != nil || c.Retain != tc.want {
