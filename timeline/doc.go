@@ -11,7 +11,8 @@
 // WriteDump moves an earlier incarnation's files aside before it writes,
 // so a dump never mixes with another incarnation's; Retain bounds what the
 // earlier incarnations keep; WriteMarker and PollMarker carry markers
-// between the agents sharing the directory. The formats themselves are
+// between the agents sharing the directory; List is what a reader (the
+// viewer) takes for the current dumps. The formats themselves are
 // collector/dumpfile's and collector/trace's; every file is written
 // atomically (internal/atomicfile). The package returns errors and never
 // logs: the agent tells.

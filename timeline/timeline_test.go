@@ -87,3 +87,34 @@ func TestMarkerRoundTrip(t *testing.T) {
 		t.Fatalf("read back %+v", p)
 	}
 }
+
+// List names the current dumps, sorted, and the entries named as dumps that
+// are no regular files; other names and the incarnations are not its.
+func TestList(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []*dumpfile.File{{Rank: 1, WorldSize: 2, Job: "j"}, {Rank: 0, WorldSize: 2, Job: "j"}, {Rank: 0, WorldSize: 1, Job: "old"}} {
+		d := dir
+		if f.Job == "old" {
+			d = filepath.Join(dir, IncarnationsDir, "old.0")
+			os.MkdirAll(d, 0o755)
+		}
+		if _, err := dumpfile.Write(d, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("00000-00002.stacktrace", filepath.Join(dir, "00002-00004.stacktrace")); err != nil {
+		t.Fatal(err)
+	}
+	os.Mkdir(filepath.Join(dir, "x.stacktrace"), 0o755)
+	dumps, odd, err := List(dir)
+	want := []string{filepath.Join(dir, "00000-00002.stacktrace"), filepath.Join(dir, "00001-00002.stacktrace")}
+	if err != nil || !reflect.DeepEqual(dumps, want) {
+		t.Fatalf("dumps %v, %v; want %v", dumps, err, want)
+	}
+	if len(odd) != 2 || odd[0].Mode&fs.ModeSymlink == 0 || !odd[1].Mode.IsDir() {
+		t.Fatalf("odd %+v", odd)
+	}
+	if _, _, err := List(filepath.Join(dir, "nope")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("missing dir: %v", err)
+	}
+}
