@@ -32,24 +32,18 @@ const (
 
 // Options configure an Agent. Zero values take the defaults noted.
 type Options struct {
-	Tracer   Tracer   // required
-	Capturer Capturer // nil: detect and report only, never dump (watch)
+	Settings // what the user chose (settings.go)
 
-	HangTimeout  time.Duration // default timer.DefaultHangTimeout
-	TimelinePath string        // where dumps and markers go; default DefaultTimelinePath
-	HangKill     bool          // end the hung process group after the dump
-	JobName      string        // marker name and dump labels
-	PodName, IP  string        // dump labels
-	Interval     time.Duration // check period, default DefaultInterval
-	Parallel     int           // ranks captured at once, default 4
+	Tracer   Tracer        // required
+	Capturer Capturer      // nil: detect and report only, never dump (watch)
+	Interval time.Duration // check period, default DefaultInterval
+	Parallel int           // ranks captured at once, default 4
 
 	Logger   *slog.Logger    // default: discard
 	OnReport func(Report)    // every notable event, called from the loop's goroutines (serialise yourself)
 	Pusher   *metrics.Pusher // nil: no push
 	GPU      GPUSource       // nil: no GPU facts
-	Looker   Looker          // nil: no looks, so no decisions on silent ranks (see timer's "Silent ranks")
-	Scope    *Scope          // nil: every process may be a rank; one out of scope is never a rank, its events are dropped
-	Retain   Retention       // what earlier incarnations may leave in the timeline path (retain.go); zero keeps everything
+	Looker   Looker          // nil: a ProcLooker with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 
 	// Injected for tests.
 	Monotonic func() int64     // CLOCK_MONOTONIC ns
@@ -103,6 +97,9 @@ func New(o Options) *Agent {
 	}
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
+	}
+	if o.Looker == nil && o.StallWatch {
+		o.Looker = &ProcLooker{}
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 4
@@ -255,23 +252,23 @@ func parentOf(pid int) (int, bool) {
 
 // HandleNotice consumes one tracer notice (the tracer's callback).
 func (a *Agent) HandleNotice(n ebpf.Notice) {
-	r := Report{Event: n.Kind, PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing}
+	r := Report{Event: Event(n.Kind), PID: n.PID, Library: n.Library, Attached: n.Attached, Missing: n.Missing}
 	if n.Err != nil {
 		r.Error = n.Err.Error()
 	}
 	switch n.Kind {
-	case "exit":
+	case ebpf.NoticeExit:
 		a.exited(n.PID)
 		return // exited reports it once
-	case "exec":
+	case ebpf.NoticeExec:
 		// Reported only: the KindProcessExec event, handed over before
 		// this notice, told the book. Seeing it again here could revive a
 		// short-lived process whose exit came in between.
-	case "error":
+	case ebpf.NoticeError:
 		a.log.Warn("tracer", "pid", n.PID, "library", n.Library, "err", n.Err)
-	case "missing":
+	case ebpf.NoticeMissing:
 		a.log.Info("symbols missing", "pid", n.PID, "library", n.Library, "missing", n.Missing)
-	case "attach":
+	case ebpf.NoticeAttach:
 		a.log.Info("attached", "pid", n.PID, "library", n.Library, "probes", len(n.Attached))
 	}
 	if r.PID != 0 {

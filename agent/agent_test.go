@@ -125,7 +125,8 @@ func newBed(t *testing.T, host, dir string, envs map[int]map[string]string, mod 
 	t.Helper()
 	b := &bed{clock: 1 * sec, tracer: &fakeTracer{}, capture: &fakeCapture{}, dir: dir, envs: envs}
 	o := Options{
-		Tracer: b.tracer, Capturer: b.capture, HangTimeout: 2 * time.Second, TimelinePath: dir, JobName: "job1", Hostname: host,
+		Settings: Settings{HangTimeout: 2 * time.Second, TimelinePath: dir, JobName: "job1"},
+		Tracer:   b.tracer, Capturer: b.capture, Hostname: host,
 		Monotonic: func() int64 { b.mu.Lock(); defer b.mu.Unlock(); return b.clock },
 		Environ: func(pid int) (map[string]string, error) {
 			if e, ok := b.envs[pid]; ok {
@@ -151,7 +152,7 @@ func newBed(t *testing.T, host, dir string, envs map[int]map[string]string, mod 
 
 func (b *bed) at(t int64) { b.mu.Lock(); b.clock = t; b.mu.Unlock() }
 
-func (b *bed) events(kind string) []Report {
+func (b *bed) events(kind Event) []Report {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []Report

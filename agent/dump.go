@@ -5,17 +5,13 @@ import (
 
 	"bytes"
 	"context"
-	"errors"
-	"fmt"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -61,7 +57,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 		}
 	}
 	start := time.Now()
-	n := a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
+	n := a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
 		if h, ok := hung[pid]; ok {
 			return dumpfile.ReasonHang, &h
 		}
@@ -83,7 +79,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 
 // dumpRanks captures and writes ranks in parallel (at most Parallel at
 // once) and returns how many were written.
-func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid int) (string, *timer.Hang)) int {
+func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid int) (dumpfile.Reason, *timer.Hang)) int {
 	if len(ranks) == 0 {
 		return 0
 	}
@@ -92,7 +88,7 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 		a.failures += uint64(len(ranks))
 		a.mu.Unlock()
 		a.log.Error("cannot create timeline path; dumps skipped", "path", a.o.TimelinePath, "err", err)
-		a.report(Report{Event: "dump_failed", Path: a.o.TimelinePath, Error: err.Error()})
+		a.report(Report{Event: EventDumpFailed, Path: a.o.TimelinePath, Error: err.Error()})
 		return 0
 	}
 	pids := make([]int, len(ranks))
@@ -137,7 +133,7 @@ func (a *Agent) dumpHelper(pid int) dumpfile.Helper {
 
 // dumpOne captures one rank and writes its .stacktrace (with .txt) and its
 // flight recorder trace.
-func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
+func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool {
 	start := time.Now()
 	comms := a.engine.Comms(p.pid)
 	c, err := a.o.Capturer.Capture(p.pid)
@@ -165,7 +161,7 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	}
 	a.mu.Unlock()
 	site := waitSite(p.pid, f.Threads)
-	r := Report{Event: "dump", PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
+	r := Report{Event: EventDump, PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
 	r.setRank(p.id)
 	r.WorldSize = p.id.World
 	if werr != nil {
@@ -184,51 +180,18 @@ func (a *Agent) dumpOne(p procInfo, reason string, h *timer.Hang) bool {
 	return werr == nil
 }
 
-// writeDump writes f (atomically, by dumpfile.Write).
+// writeDump writes f into the timeline path (timeline.WriteDump), an
+// earlier incarnation's files for its rank moved aside.
 func (a *Agent) writeDump(f *dumpfile.File) (string, error) {
-	a.moveAside(f)
-	path, err := dumpfile.Write(a.o.TimelinePath, f)
-	if err != nil {
-		return "", fmt.Errorf("write dump of rank %d: %w", f.Rank, err)
-	}
-	return path, nil
-}
-
-// IncarnationsDir is the directory of the timeline path where the dumps of
-// an earlier incarnation of a job go when a newer one dumps the same rank
-// name: incarnations/<job>.<incarnation>/RRRRR-WWWWW.* (the job name made
-// safe for a file name, "default" when the job has none).
-const IncarnationsDir = "incarnations"
-
-// moveAside moves the files of rank f.Rank of world f.WorldSize that an
-// earlier incarnation (or another job) left in the timeline path into
-// IncarnationsDir, so that the newer dump never overwrites nor mixes with
-// them: the viewer merges one incarnation. A file that is not one of ours,
-// or not a regular file, is left where it is (the write replaces it).
-func (a *Agent) moveAside(f *dumpfile.File) {
-	dir := a.o.TimelinePath
-	name := dumpfile.Name(f.Rank, f.WorldSize)
-	old := filepath.Join(dir, name)
-	st, err := os.Lstat(old)
-	if err != nil || !st.Mode().IsRegular() || st.Size() > 256<<20 {
-		return
-	}
-	prev, err := dumpfile.Read(old)
-	if err != nil || prev.Job == f.Job && prev.Incarnation == f.Incarnation {
-		return
-	}
-	to := filepath.Join(dir, IncarnationsDir, incarnationName(prev.Job, prev.Incarnation))
-	if err := os.MkdirAll(to, 0o755); err != nil {
-		a.log.Warn("cannot move an earlier incarnation's dump aside; it will be overwritten", "path", old, "err", err)
-		return
-	}
-	stem := strings.TrimSuffix(name, dumpfile.Ext)
-	for _, ext := range []string{dumpfile.Ext, dumpfile.TextExt, trace.Ext} {
-		if err := os.Rename(filepath.Join(dir, stem+ext), filepath.Join(to, stem+ext)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			a.log.Warn("move an earlier incarnation's dump aside", "path", filepath.Join(dir, stem+ext), "err", err)
+	path, aside, err := timeline.WriteDump(a.o.TimelinePath, f)
+	if aside != nil {
+		if aside.Err != nil {
+			a.log.Warn("cannot move an earlier incarnation's dump aside; it is overwritten", "rank", f.Rank, "to", aside.To, "err", aside.Err)
+		} else {
+			a.log.Info("moved an earlier incarnation's dump aside", "rank", f.Rank, "job", aside.Job, "incarnation", aside.Incarnation, "to", aside.To)
 		}
 	}
-	a.log.Info("moved an earlier incarnation's dump aside", "rank", f.Rank, "job", prev.Job, "incarnation", prev.Incarnation, "to", to)
+	return path, err
 }
 
 // writeTrace writes the flight recorder's events of p as Chrome trace JSON.
@@ -244,8 +207,7 @@ func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
 		a.log.Error("encode trace", "rank", p.id.Rank, "err", err)
 		return
 	}
-	path := filepath.Join(a.o.TimelinePath, trace.Name(p.id.Rank, p.id.World))
-	if err := dumpfile.WriteAtomic(path, buf.Bytes()); err != nil {
+	if _, err := timeline.WriteTrace(a.o.TimelinePath, p.id.Rank, p.id.World, buf.Bytes()); err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/ebpf"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -120,7 +121,7 @@ func TestEarlierIncarnationMovedAside(t *testing.T) {
 	if err != nil || cur.PID != 200 || cur.Incarnation != 1 || cur.Job != "job-7" {
 		t.Fatalf("current dump %+v %v", cur, err)
 	}
-	old, err := dumpfile.Read(filepath.Join(dir, IncarnationsDir, "job-7.0", dumpfile.Name(0, 1)))
+	old, err := dumpfile.Read(filepath.Join(dir, timeline.IncarnationsDir, "job-7.0", dumpfile.Name(0, 1)))
 	if err != nil || old.PID != 100 || old.Incarnation != 0 {
 		t.Fatalf("earlier dump %+v %v", old, err)
 	}
@@ -337,9 +338,9 @@ func TestCountedIncarnationMovedAside(t *testing.T) {
 	if err != nil || cur.PID != 200 || cur.Incarnation != 1 || cur.Job != "10.0.0.1:29500" {
 		t.Fatalf("current dump %+v %v", cur, err)
 	}
-	old, err := filepath.Glob(filepath.Join(dir, IncarnationsDir, "*.0", dumpfile.Name(0, 1)))
+	old, err := filepath.Glob(filepath.Join(dir, timeline.IncarnationsDir, "*.0", dumpfile.Name(0, 1)))
 	if err != nil || len(old) != 1 {
-		t.Fatalf("earlier dumps %v %v, want one in %s/<job>.0", old, err, IncarnationsDir)
+		t.Fatalf("earlier dumps %v %v, want one in %s/<job>.0", old, err, timeline.IncarnationsDir)
 	}
 	if f, err := dumpfile.Read(old[0]); err != nil || f.PID != 100 || f.Incarnation != 0 {
 		t.Fatalf("earlier dump %+v %v", f, err)

@@ -47,7 +47,7 @@ func (a *Agent) kill(pid int) {
 		return
 	}
 	err := a.o.Kill(pid)
-	r := Report{Event: "kill", PID: pid}
+	r := Report{Event: EventKill, PID: pid}
 	if id, ok := a.identity(pid); ok {
 		r.setRank(id)
 	}

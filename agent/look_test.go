@@ -61,7 +61,7 @@ func TestSilentRanksStalled(t *testing.T) {
 		}
 	}
 	for _, r := range b.Snapshot().Ranks {
-		if !slices.Equal(r.Detectors, []string{metrics.DetectorGPU, metrics.DetectorStacks}) || r.HangKind != metrics.KindStalled {
+		if !slices.Equal(r.Detectors, []string{metrics.DetectorGPU, metrics.DetectorStacks}) || r.HangKind != timer.HangStalled {
 			t.Errorf("rank %d detectors %v kind %q", r.Rank, r.Detectors, r.HangKind)
 		}
 	}

@@ -2,15 +2,14 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -24,10 +23,6 @@ type markerState struct {
 	bad     string // the last refusal logged, so a bad file is told once
 	seen    map[string]bool
 	written string // id of the marker this agent wrote last
-}
-
-func (a *Agent) markerPath() string {
-	return filepath.Join(a.o.TimelinePath, dumpfile.MarkerName(a.o.JobName))
 }
 
 func (a *Agent) token() string {
@@ -55,71 +50,54 @@ func (a *Agent) writeMarker(hangs []timer.Hang) {
 		m.Ranks = append(m.Ranks, rank)
 		m.PIDs = append(m.PIDs, h.PID)
 		m.Kinds = append(m.Kinds, h.Kind)
-		if o := awaited(h); o != nil && m.Op == "" && h.Kind == "gpu" {
+		if o := awaited(h); o != nil && m.Op == "" && h.Kind == timer.HangGPU {
 			m.Op = opName(o)
 		}
 	}
-	b, _ := json.MarshalIndent(m, "", " ")
 	a.mu.Lock()
 	a.markers.written = m.ID
 	a.markers.seen[m.ID] = true
 	a.mu.Unlock()
-	if err := dumpfile.WriteAtomic(a.markerPath(), append(b, '\n')); err != nil {
+	path, err := timeline.WriteMarker(a.o.TimelinePath, &m)
+	if err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()
 		a.log.Error("write hang marker", "err", err)
 		return
 	}
-	a.log.Info("hang marker written", "path", a.markerPath())
+	a.log.Info("hang marker written", "path", path)
 }
 
 // checkMarkers looks for another agent's marker newer than this agent's
 // start and, once per marker, dumps every live rank not yet dumped.
 func (a *Agent) checkMarkers(ctx context.Context) {
 	tok := a.token()
-	path := a.markerPath()
-	// Read beside the loop, bounded: the directory is shared, and nothing
-	// in it may hold up the checks (ReadMarker neither follows links nor
-	// blocks on a FIFO, but the file system itself may be slow).
-	type read struct {
-		m    *dumpfile.Marker
-		mod  time.Time
-		size int64
-		err  error
-	}
-	done := make(chan read, 1)
-	go func() {
-		var r read
-		r.m, r.mod, r.size, r.err = dumpfile.ReadMarker(path)
-		done <- r
-	}()
-	var r read
-	select {
-	case r = <-done:
-	case <-time.After(markerReadWait):
+	r := timeline.PollMarker(a.o.TimelinePath, a.o.JobName, markerReadWait)
+	path := r.Path
+	if errors.Is(r.Err, timeline.ErrMarkerWait) {
 		a.log.Warn("marker read timed out; skipped this check", "path", path, "wait", markerReadWait)
 		return
 	}
-	if r.err != nil && errors.Is(r.err, fs.ErrNotExist) {
+	if r.Err != nil && errors.Is(r.Err, fs.ErrNotExist) {
 		return
 	}
 	a.mu.Lock()
-	same := r.mod.Equal(a.markers.mod) && r.size == a.markers.size && r.err == nil
-	a.markers.mod, a.markers.size = r.mod, r.size
-	told := a.markers.bad == fmt.Sprint(r.err)
-	a.markers.bad = fmt.Sprint(r.err)
+	same := r.Mod.Equal(a.markers.mod) && r.Size == a.markers.size && r.Err == nil
+	a.markers.mod, a.markers.size = r.Mod, r.Size
+	told := a.markers.bad == fmt.Sprint(r.Err)
+	a.markers.bad = fmt.Sprint(r.Err)
 	a.mu.Unlock()
-	if r.err != nil {
+	if r.Err != nil {
 		if !told {
-			a.log.Warn("ignoring marker", "path", path, "err", r.err)
+			a.log.Warn("ignoring marker", "path", path, "err", r.Err)
 		}
 		return
 	}
 	if same {
 		return
 	}
-	m := r.m
+	m := r.Marker
 	a.mu.Lock()
 	seen := a.markers.seen[m.ID]
 	a.markers.seen[m.ID] = true
@@ -128,7 +106,7 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 		return
 	}
 	a.log.Warn("another node reported a hang; dumping local ranks", "from", m.Host, "ranks", m.Ranks, "marker", path)
-	a.report(Report{Event: "marker", From: m.Host, Path: path, Op: m.Op})
+	a.report(Report{Event: EventMarker, From: m.Host, Path: path, Op: m.Op})
 	var todo []procInfo
 	ranks := a.ranks()
 	a.mu.Lock()
@@ -138,7 +116,7 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 		}
 	}
 	a.mu.Unlock()
-	a.dumpRanks(ctx, todo, func(pid int) (string, *timer.Hang) {
+	a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
 		if h, ok := a.engine.Hung(pid); ok {
 			return dumpfile.ReasonHang, &h
 		}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dump"
@@ -28,64 +27,32 @@ type Monitor struct {
 	done   chan struct{}
 }
 
-// MonitorOptions is what a Monitor runs with: the settings (the commands
-// map their configuration onto these) and what a command chooses beyond
-// them.
-type MonitorOptions struct {
-	Libraries    []string      // extra vendor library paths to probe
-	HangTimeout  time.Duration // see Options
-	TimelinePath string        // see Options
-	HangKill     bool          // see Options
-	StallWatch   bool          // look at ranks each check (Options.Looker); false: only GPU calls decide
-	JobName      string        // metric labels, marker name and dump labels
-	PodName, IP  string        // metric and dump labels
-	Port         int           // /metrics port; 0 picks a free one
-	Pushgateway  string        // Pushgateway URL; "" disables pushing
-	PushInterval time.Duration // re-push period while a rank stays hung
-	SymbolCache  int64         // bytes of parsed libraries kept across dumps; 0: symbols.DefaultCacheBytes
-	RingBytes    int64         // bytes of the probes' call rings (ebpf.Options.RingBufferBytes); 0: the default
-
-	ListenAddresses []string // where /metrics is served; default ":<Port>"
-	WebConfigFile   string   // exporter-toolkit TLS and basic auth file
-	TopKernels      int      // kernels named in the metrics besides their class
-
-	Retain Retention // see Options
-	Scope  *Scope    // see Options (the node agent's filters; nil for the launcher)
-
-	Logger   *slog.Logger
-	OnReport func(Report)
-	Kill     func(pid int) error // nil: KillGroup
-	Interval time.Duration
-}
-
-// OpenMonitor loads the tracer and prepares the loop from mo. It fails with
-// an error matching ErrNotPermitted when eBPF is not permitted; a missing
-// ptrace permission only turns stack capture into state-only dumps (logged).
-func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
-	log := mo.Logger
+// OpenMonitor loads the tracer and prepares the loop from o: its Settings
+// as the user chose them, and what the command adds (Logger, OnReport,
+// Kill, Interval). OpenMonitor sets o's Tracer, Capturer, GPU and Pusher
+// itself. It fails with an error matching ErrNotPermitted when eBPF is not
+// permitted; a missing ptrace permission only turns stack capture into
+// state-only dumps (logged).
+func OpenMonitor(o Options) (*Monitor, error) {
+	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+		o.Logger = log
 	}
-	tr, err := OpenTracer(mo.Libraries, mo.RingBytes)
+	tr, err := OpenTracer(o.Libraries, o.ProbeRingBytes)
 	if err != nil {
 		return nil, err
 	}
 	capt := NewCapturer(tr)
-	dump.Shared().Cache().SetLimit(mo.SymbolCache)
+	dump.Shared().Cache().SetLimit(o.SymbolCacheBytes)
 	if ok, why := PtraceAllowed(); !ok {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")
 		capt = StateOnly("ptrace not permitted: " + why)
 	}
 	m := &Monitor{Tracer: tr, log: log, done: make(chan struct{})}
-	o := Options{
-		Tracer: tr, Capturer: capt, HangTimeout: mo.HangTimeout, TimelinePath: mo.TimelinePath, HangKill: mo.HangKill,
-		JobName: mo.JobName, PodName: mo.PodName, IP: mo.IP, Logger: log, OnReport: mo.OnReport, Kill: mo.Kill,
-		Interval: mo.Interval, Retain: mo.Retain, Scope: mo.Scope,
-	}
-	if mo.StallWatch {
-		o.Looker = &ProcLooker{}
-	} else {
+	o.Tracer, o.Capturer, o.GPU, o.Pusher = tr, capt, nil, nil
+	if !o.StallWatch {
 		log.Info("stall watch off: only GPU calls decide hangs; a rank silent with no GPU call in flight goes unseen")
 	}
 	if nv, err := gpu.Open(); err != nil {
@@ -94,15 +61,15 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 		m.nvml = nv
 		o.GPU = NVML{M: nv}
 	}
-	static := metrics.Static{IP: mo.IP, JobName: mo.JobName, PodName: mo.PodName}
-	if mo.Pushgateway != "" {
-		o.Pusher = metrics.NewPusher(mo.Pushgateway, static, mo.PushInterval)
+	static := metrics.Static{IP: o.IP, JobName: o.JobName, PodName: o.PodName}
+	if o.Pushgateway != "" {
+		o.Pusher = metrics.NewPusher(o.Pushgateway, static, o.PushInterval)
 	}
 	m.Agent = New(o)
 	x := metrics.New(static)
 	x.SetSource(m.Agent.Snapshot)
-	x.SetTopKernels(mo.TopKernels)
-	m.web, m.Addr = serveMetrics(x, mo, log)
+	x.SetTopKernels(o.TopKernels)
+	m.web, m.Addr = serveMetrics(x, o.Settings, log)
 	return m, nil
 }
 
@@ -154,19 +121,16 @@ func (m *Monitor) Close() error {
 	return m.Tracer.Close()
 }
 
-// serveMetrics serves /metrics, /healthz and / on cfg's listen addresses
+// serveMetrics serves /metrics, /healthz and / on set's listen addresses
 // with its web configuration (TLS, basic auth). A problem there is logged
 // and costs the metrics only: it returns nil.
-func serveMetrics(x *metrics.Exporter, mo MonitorOptions, log *slog.Logger) (*metrics.Server, net.Addr) {
-	addrs := mo.ListenAddresses
-	if len(addrs) == 0 {
-		addrs = []string{":" + strconv.Itoa(mo.Port)}
-	}
+func serveMetrics(x *metrics.Exporter, set Settings, log *slog.Logger) (*metrics.Server, net.Addr) {
+	addrs := set.ListenAddresses()
 	h, err := x.WebHandler()
 	if err == nil {
 		var s *metrics.Server
-		if s, err = metrics.Serve(metrics.WebOptions{ListenAddresses: addrs, ConfigFile: mo.WebConfigFile, Logger: log}, h); err == nil {
-			log.Info("serving metrics", "addr", s.Addrs[0].String(), "path", "/metrics", "tls_auth_config", mo.WebConfigFile)
+		if s, err = metrics.Serve(metrics.WebOptions{ListenAddresses: addrs, ConfigFile: set.WebConfigFile, Logger: log}, h); err == nil {
+			log.Info("serving metrics", "addr", s.Addrs[0].String(), "path", "/metrics", "tls_auth_config", set.WebConfigFile)
 			return s, s.Addrs[0]
 		}
 	}

@@ -664,7 +664,7 @@ func (a *Agent) announce(pid int) {
 		return
 	}
 	id := an.id
-	r := Report{Event: "rank", PID: pid}
+	r := Report{Event: EventRank, PID: pid}
 	r.setRank(id)
 	level, msg, attrs := slog.LevelInfo, "rank", []any{"pid", pid, "rank", id.Rank}
 	switch {
@@ -714,7 +714,7 @@ func (a *Agent) exited(pid int) {
 	a.rec.Forget(pid)
 	a.forgetLooks(pid)
 	if rank {
-		r := Report{Event: "exit", PID: pid}
+		r := Report{Event: EventExit, PID: pid}
 		r.setRank(id)
 		a.report(r)
 	}

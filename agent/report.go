@@ -3,16 +3,34 @@ package agent
 import (
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
-// Report is one notable event of the loop, as `xpu-timer watch` prints it:
-// "rank" (a rank was identified), "attach", "missing" (symbols a library
-// lacks), "exec", "exit", "error", "hang", "recovered", "lost" (probe
-// events dropped), "dump" (a rank's stacks were written), "dump_failed",
-// "marker" (another node's hang marker was seen), "kill".
+// Event names what a Report tells (its "event" field).
+type Event string
+
+// Report events. The tracer's notices are reported under their own kinds.
+const (
+	EventRank       Event = "rank" // a rank was identified
+	EventAttach           = Event(ebpf.NoticeAttach)
+	EventMissing          = Event(ebpf.NoticeMissing) // symbols a library lacks
+	EventExec             = Event(ebpf.NoticeExec)
+	EventExit             = Event(ebpf.NoticeExit)
+	EventError            = Event(ebpf.NoticeError)
+	EventHang       Event = "hang"
+	EventRecovered  Event = "recovered"
+	EventLost       Event = "lost" // probe events dropped
+	EventDump       Event = "dump" // a rank's stacks were written
+	EventDumpFailed Event = "dump_failed"
+	EventMarker     Event = "marker" // another node's hang marker was seen
+	EventKill       Event = "kill"
+)
+
+// Report is one notable event of the loop, as `xpu-timer watch` prints it.
 type Report struct {
-	Event     string    `json:"event"`
+	Event     Event     `json:"event"`
 	Time      time.Time `json:"time"`
 	PID       int       `json:"pid,omitempty"`
 	Rank      *int      `json:"rank,omitempty"`
@@ -26,9 +44,9 @@ type Report struct {
 	Error    string   `json:"error,omitempty"`
 
 	// "hang": the decision's fields, flattened for grep and jq.
-	Kind       string            `json:"kind,omitempty"` // "gpu", "host" or "stalled" (timer.Hang.Kind)
-	Op         string            `json:"op,omitempty"`   // what the waiters are blocked behind: collective op, else kernel name, "memcpy", "graph"
-	OpKind     string            `json:"op_kind,omitempty"`
+	Kind       timer.HangKind    `json:"kind,omitempty"`
+	Op         string            `json:"op,omitempty"` // what the waiters are blocked behind: collective op, else kernel name, "memcpy", "graph"
+	OpKind     timer.OpKind      `json:"op_kind,omitempty"`
 	Kernel     string            `json:"kernel,omitempty"`
 	Dtype      string            `json:"dtype,omitempty"`
 	Bytes      uint64            `json:"bytes,omitempty"`
@@ -52,10 +70,10 @@ type Report struct {
 	LostTotal uint64 `json:"lost_total,omitempty"`
 
 	// "dump", "marker".
-	Path    string  `json:"path,omitempty"`
-	Reason  string  `json:"reason,omitempty"`
-	Seconds float64 `json:"seconds,omitempty"`
-	From    string  `json:"from,omitempty"` // marker: host of the agent that wrote it
+	Path    string          `json:"path,omitempty"`
+	Reason  dumpfile.Reason `json:"reason,omitempty"`
+	Seconds float64         `json:"seconds,omitempty"`
+	From    string          `json:"from,omitempty"` // marker: host of the agent that wrote it
 
 	ExitCode *int `json:"exit_code,omitempty"` // watch: the started command's status
 }
@@ -80,7 +98,7 @@ func (r *Report) setRank(id Identity) {
 // oldest op not known complete, which OldestOp always names. For a host
 // stall they name the collective the rank owes its waiting peers.
 func hangReport(h timer.Hang, id Identity, known bool) Report {
-	r := Report{Event: "hang", PID: h.PID, Kind: h.Kind, AgeSeconds: float64(h.AgeNs) / 1e9,
+	r := Report{Event: EventHang, PID: h.PID, Kind: h.Kind, AgeSeconds: float64(h.AgeNs) / 1e9,
 		Timeout: float64(h.Timeout) / 1e9, Waiters: h.Waiters, Comms: h.Comms, Lagging: h.Lagging,
 		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall}
 	if known {
@@ -91,17 +109,17 @@ func hangReport(h timer.Hang, id Identity, known bool) Report {
 	}
 	if o := h.Oldest; o != nil {
 		r.OldestOp = opName(o)
-		if o.Kind == "kernel" {
+		if o.Kind == timer.OpKernel {
 			r.Kernel = o.Kernel
 		}
 	}
-	if h.Kind == "host" {
+	if h.Kind == timer.HangHost {
 		// Nothing of this rank's is awaited: its peers await the
 		// collective it has not issued, the one after its last on the
 		// communicator they wait on (the caller may name it better, from
 		// a peer's decision).
 		if h.Lagging != nil {
-			r.OpKind, r.Comm, r.Seq = "collective", h.Lagging.Comm, h.Lagging.Awaited
+			r.OpKind, r.Comm, r.Seq = timer.OpCollective, h.Lagging.Comm, h.Lagging.Awaited
 			for _, c := range h.Comms {
 				if c.ID == h.Lagging.Comm {
 					r.Op = c.LastOp
@@ -113,7 +131,7 @@ func hangReport(h timer.Hang, id Identity, known bool) Report {
 	if o := awaited(h); o != nil {
 		r.OpKind, r.Stream, r.Bytes = o.Kind, o.Stream, o.Bytes
 		r.Op = opName(o)
-		if o.Kind == "collective" {
+		if o.Kind == timer.OpCollective {
 			r.Dtype, r.Comm, r.Seq = o.Dtype, o.Comm, o.Seq
 		}
 	}
@@ -133,12 +151,12 @@ func awaited(h timer.Hang) *timer.Op {
 // kernel's name, or the kind ("memcpy", "graph").
 func opName(o *timer.Op) string {
 	switch {
-	case o.Kind == "collective" && o.Op != "":
+	case o.Kind == timer.OpCollective && o.Op != "":
 		return o.Op
-	case o.Kind == "kernel" && o.Kernel != "":
+	case o.Kind == timer.OpKernel && o.Kernel != "":
 		return o.Kernel
 	}
-	return o.Kind
+	return string(o.Kind)
 }
 
 // rank is the rank for a log line: the number, or "unknown".

@@ -17,11 +17,13 @@ func TestHangReportNamesAwaitedCollective(t *testing.T) {
 	kernel := &timer.Op{Kind: "kernel", Kernel: "layernorm_fwd_kernel", Stream: 0}
 	coll := &timer.Op{Kind: "collective", Op: "AllReduce", Dtype: "bfloat16", Comm: "676000a3", Seq: 10, Stream: 0x7f00, Bytes: 50 << 20}
 	for _, tc := range []struct {
-		name                 string
-		h                    timer.Hang
-		op, opKind, oldestOp string
-		comm                 string
-		seq                  uint64
+		name     string
+		h        timer.Hang
+		op       string
+		opKind   timer.OpKind
+		oldestOp string
+		comm     string
+		seq      uint64
 	}{
 		{"collective behind a kernel", timer.Hang{Kind: "gpu", Rank: 2, Oldest: kernel, Collective: coll},
 			"AllReduce", "collective", "layernorm_fwd_kernel", "676000a3", 10},

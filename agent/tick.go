@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Tick runs one check: new hangs (reported, dumped with every other rank of
@@ -26,11 +28,11 @@ func (a *Agent) Tick(ctx context.Context) {
 		for _, h := range hangs {
 			id, known := a.identity(h.PID)
 			r := hangReport(h, id, known)
-			if h.Kind == "host" && h.Lagging != nil {
+			if h.Kind == timer.HangHost && h.Lagging != nil {
 				// The collective the waiting peer is stuck in names the op
 				// this rank owes, when it is the awaited one.
 				if ph, ok := a.engine.Hung(h.Lagging.PeerPID); ok {
-					if o := awaited(ph); o != nil && o.Kind == "collective" && o.Comm == h.Lagging.Comm && o.Seq == h.Lagging.Awaited {
+					if o := awaited(ph); o != nil && o.Kind == timer.OpCollective && o.Comm == h.Lagging.Comm && o.Seq == h.Lagging.Awaited {
 						r.Op, r.Dtype, r.Bytes = o.Op, o.Dtype, o.Bytes
 					}
 				}
@@ -66,7 +68,7 @@ func (a *Agent) recovered(pid int) {
 	if exited {
 		return
 	}
-	r := Report{Event: "recovered", PID: pid}
+	r := Report{Event: EventRecovered, PID: pid}
 	if known {
 		r.setRank(id)
 	}
@@ -86,6 +88,6 @@ func (a *Agent) checkLost() {
 	a.mu.Unlock()
 	if d > 0 {
 		a.log.Warn("probe events lost", "lost", d, "total", st.Lost)
-		a.report(Report{Event: "lost", Lost: d, LostTotal: st.Lost})
+		a.report(Report{Event: EventLost, Lost: d, LostTotal: st.Lost})
 	}
 }

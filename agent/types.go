@@ -15,7 +15,7 @@
 // back. The count starts at 0 when the agent first sees the job, so it
 // cannot know of restarts before it attached. When a newer incarnation
 // dumps a rank, the earlier incarnation's files for it are moved aside
-// (IncarnationsDir).
+// (timeline.IncarnationsDir).
 //
 // The tracer and the stack capture are interfaces so the loop is tested
 // without root; *ebpf.Tracer is the real tracer, and collector/dump is

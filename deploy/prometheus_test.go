@@ -13,6 +13,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // TestPrometheusScrapesExporter runs Debian's Prometheus on loopback against
@@ -28,7 +29,7 @@ func TestPrometheusScrapesExporter(t *testing.T) {
 	x.SetSource(func() metrics.Snapshot {
 		return metrics.Snapshot{Ranks: []metrics.Rank{
 			{Rank: 0, LocalRank: 0},
-			{Rank: 1, LocalRank: 1, Hung: true, HangKind: metrics.KindGPU, OldestAgeSeconds: 400},
+			{Rank: 1, LocalRank: 1, Hung: true, HangKind: timer.HangGPU, OldestAgeSeconds: 400},
 		}}
 	})
 	target := httptest.NewServer(x.Handler())

@@ -43,15 +43,27 @@ type Options struct {
 	Linger time.Duration
 }
 
+// NoticeKind says what a Notice tells.
+type NoticeKind string
+
+// Notice kinds.
+const (
+	NoticeAttach  NoticeKind = "attach"  // a library's probes are in
+	NoticeMissing NoticeKind = "missing" // symbols a library lacks
+	NoticeExec    NoticeKind = "exec"    // a followed process called execve
+	NoticeExit    NoticeKind = "exit"    // a followed process exited
+	NoticeError   NoticeKind = "error"   // something failed (Err)
+)
+
 // Notice tells what the tracer did or could not do for a process.
 type Notice struct {
-	Kind     string    // "attach", "missing", "exec", "exit", "error"
-	PID      int       // the process concerned; 0 for a library of Options.Libraries probed ahead
-	Library  string    // the library file (attach, missing, error)
-	Attached []string  // symbols probed (attach)
-	Missing  []string  // symbols the library lacks (missing)
-	Err      error     // what failed (error)
-	Time     time.Time // when the tracer made the notice (an attach: when the probes were in)
+	Kind     NoticeKind // NoticeAttach, NoticeMissing, NoticeExec, NoticeExit, NoticeError
+	PID      int        // the process concerned; 0 for a library of Options.Libraries probed ahead
+	Library  string     // the library file (attach, missing, error)
+	Attached []string   // symbols probed (attach)
+	Missing  []string   // symbols the library lacks (missing)
+	Err      error      // what failed (error)
+	Time     time.Time  // when the tracer made the notice (an attach: when the probes were in)
 }
 
 // Stats counts what the tracer has seen.

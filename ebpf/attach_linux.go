@@ -86,9 +86,9 @@ func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) error {
 	l.path = m.Path
 	l.refs = 1
 	t.libs[m.Key] = l
-	t.notice(Notice{Kind: "attach", PID: pid, Library: m.Path, Attached: attached})
+	t.notice(Notice{Kind: NoticeAttach, PID: pid, Library: m.Path, Attached: attached})
 	if len(missing) > 0 {
-		t.notice(Notice{Kind: "missing", PID: pid, Library: m.Path, Missing: missing})
+		t.notice(Notice{Kind: NoticeMissing, PID: pid, Library: m.Path, Missing: missing})
 	}
 	return nil
 }
@@ -100,7 +100,7 @@ func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) error {
 func (t *Tracer) preload(path string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	fail := func(err error) { t.notice(Notice{Kind: "error", Library: path, Err: err}) }
+	fail := func(err error) { t.notice(Notice{Kind: NoticeError, Library: path, Err: err}) }
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		fail(fmt.Errorf("preload %s: %w", path, err))

@@ -276,7 +276,7 @@ func (t *Tracer) scan(pid int) {
 					return // it exited (or exec'd) meanwhile: nothing to say, and nothing learnt of the file
 				}
 				if err != nil {
-					t.notice(Notice{Kind: "error", PID: pid, Library: m.Path, Err: err})
+					t.notice(Notice{Kind: NoticeError, PID: pid, Library: m.Path, Err: err})
 				} else {
 					syms = s
 				}
@@ -288,7 +288,7 @@ func (t *Tracer) scan(pid int) {
 		}
 		if err := t.acquire(pid, m, syms); err != nil {
 			if !gone(err) {
-				t.notice(Notice{Kind: "error", PID: pid, Library: m.Path, Err: err})
+				t.notice(Notice{Kind: NoticeError, PID: pid, Library: m.Path, Err: err})
 			}
 			continue
 		}
@@ -445,7 +445,7 @@ func (t *Tracer) processEvent(raw *probesCall, onEvent func(timer.Event)) {
 		t.addProcess(pid)
 		t.scan(pid)
 		t.dirty[pid] = time.Now().Add(rescanDelay)
-		t.notice(Notice{Kind: "exec", PID: pid})
+		t.notice(Notice{Kind: NoticeExec, PID: pid})
 		ev.Kind = timer.KindProcessExec
 		ev.Parent = int(raw.Handle)
 	case evExec:
@@ -463,11 +463,11 @@ func (t *Tracer) processEvent(raw *probesCall, onEvent func(timer.Event)) {
 			t.release(k)
 		}
 		t.dirty[pid] = time.Now().Add(rescanDelay)
-		t.notice(Notice{Kind: "exec", PID: pid})
+		t.notice(Notice{Kind: NoticeExec, PID: pid})
 		ev.Kind = timer.KindProcessExec
 	case evExit:
 		t.removeProcess(pid)
-		t.notice(Notice{Kind: "exit", PID: pid})
+		t.notice(Notice{Kind: NoticeExit, PID: pid})
 		ev.Kind = timer.KindProcessExit
 	case evMmap:
 		// ld.so changed the process's libraries (a dlopen): probe what it

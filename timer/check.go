@@ -65,7 +65,7 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 		if h := p.hang; h != nil {
 			var still bool
 			switch {
-			case h.Kind == "gpu":
+			case h.Kind == HangGPU:
 				still = v.stuck != nil
 			case h.Stall != nil:
 				still = p.stillSince() != 0
@@ -83,7 +83,7 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			continue
 		}
 		if v.stuck != nil {
-			h := e.decision(p, "gpu", now)
+			h := e.decision(p, HangGPU, now)
 			op := v.stuck.op
 			h.Oldest = &op
 			h.AgeNs = now - op.Issued
@@ -99,7 +99,7 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			continue
 		}
 		if lag, ok := e.hostStalled(views, v, now); ok {
-			h := e.decision(p, "host", now)
+			h := e.decision(p, HangHost, now)
 			h.AgeNs = now - p.lastWork
 			h.Lagging = lag
 			if s := p.still; lag == nil && p.spinning(now, e.timeout) {
@@ -115,9 +115,9 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			continue
 		}
 		if st, ok := e.stalled(views, v, now); ok {
-			kind := "stalled"
+			kind := HangStalled
 			if st.Spinning {
-				kind = "host"
+				kind = HangHost
 			}
 			h := e.decision(p, kind, now)
 			h.AgeNs = now - st.Since
@@ -129,7 +129,7 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 	return out
 }
 
-func (e *Engine) decision(p *proc, kind string, now int64) Hang {
+func (e *Engine) decision(p *proc, kind HangKind, now int64) Hang {
 	return Hang{
 		Kind: kind, PID: p.pid, Rank: p.rank, DetectedAt: now, Timeout: e.timeout,
 		Comms: p.commStates(), Pending: p.pending,
@@ -202,7 +202,7 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 func (p *proc) inCollective() bool {
 	for _, s := range p.streams {
 		for i := 0; i < s.n; i++ {
-			if s.q[(s.head+i)%len(s.q)].op.Kind == "collective" {
+			if s.q[(s.head+i)%len(s.q)].op.Kind == OpCollective {
 				return true
 			}
 		}

@@ -1,13 +1,36 @@
 package timer
 
+// HangKind says what a hung process is stuck on (Hang.Kind); the rules
+// that decide each are in doc.go.
+type HangKind string
+
+// Hang kinds, as the JSON, the metrics' kind label and the reports spell
+// them.
+const (
+	HangGPU     HangKind = "gpu"     // a thread waits on GPU work outstanding past the timeout
+	HangHost    HangKind = "host"    // no GPU call past the timeout while peers wait, or spinning in place while they are stuck
+	HangStalled HangKind = "stalled" // the main thread waits in one place past the timeout while no peer progresses
+)
+
+// OpKind is the kind of a unit of GPU work (Op.Kind).
+type OpKind string
+
+// Op kinds.
+const (
+	OpKernel     OpKind = "kernel"
+	OpMemcpy     OpKind = "memcpy"
+	OpGraph      OpKind = "graph"
+	OpCollective OpKind = "collective"
+)
+
 // Hang is the engine's decision that a process is stuck, and on what.
 // Durations are nanoseconds so the struct serialises without loss.
 type Hang struct {
-	Kind       string `json:"kind"` // "gpu": a thread waits on GPU work outstanding past the timeout; "host": no CUDA/NCCL call for longer than the timeout while peers wait, or spinning in the same Python frames while peers are stuck; "stalled": the main thread has waited at one place longer than the timeout while no peer progresses
-	PID        int    `json:"pid"`
-	Rank       int    `json:"rank"`           // -1 if unknown
-	DetectedAt int64  `json:"detected_at_ns"` // monotonic ns
-	Timeout    int64  `json:"timeout_ns"`
+	Kind       HangKind `json:"kind"` // HangGPU "gpu": a thread waits on GPU work outstanding past the timeout; "host": no CUDA/NCCL call for longer than the timeout while peers wait, or spinning in the same Python frames while peers are stuck; "stalled": the main thread has waited at one place longer than the timeout while no peer progresses
+	PID        int      `json:"pid"`
+	Rank       int      `json:"rank"`           // -1 if unknown
+	DetectedAt int64    `json:"detected_at_ns"` // monotonic ns
+	Timeout    int64    `json:"timeout_ns"`
 
 	Oldest  *Op         `json:"oldest,omitempty"`  // oldest outstanding op the waiters depend on ("gpu")
 	AgeNs   int64       `json:"age_ns"`            // how long Oldest has been outstanding, or how long the host has been silent ("host")
@@ -43,7 +66,7 @@ type Lag struct {
 
 // Op is one unit of GPU work: a kernel, a copy, a graph or a collective.
 type Op struct {
-	Kind   string    `json:"kind"` // "kernel", "memcpy", "graph", "collective"
+	Kind   OpKind    `json:"kind"` // OpKernel, OpMemcpy, OpGraph, OpCollective
 	Vendor string    `json:"vendor"`
 	Stream uint64    `json:"stream"`
 	TID    int       `json:"tid"`       // thread that enqueued it

@@ -189,17 +189,17 @@ func (e *Engine) Processes() []int {
 
 // ProcState is what the metrics need of one process.
 type ProcState struct {
-	PID          int    `json:"pid"`
-	Rank         int    `json:"rank"`  // -1 if unknown
-	World        int    `json:"world"` // 0 if unknown
-	Pending      int    `json:"pending"`
-	OldestAgeNs  int64  `json:"oldest_age_ns"` // age of the oldest outstanding op, 0 when none
-	LastActivity int64  `json:"last_activity_ns"`
-	LastWork     int64  `json:"last_work_ns"` // last launch, copy or collective (or first sight)
-	Dropped      uint64 `json:"dropped"`      // ops forgotten because a stream's queue was full
-	Waiters      int    `json:"waiters"`
-	Hung         bool   `json:"hung"`
-	HangKind     string `json:"hang_kind,omitempty"`
+	PID          int      `json:"pid"`
+	Rank         int      `json:"rank"`  // -1 if unknown
+	World        int      `json:"world"` // 0 if unknown
+	Pending      int      `json:"pending"`
+	OldestAgeNs  int64    `json:"oldest_age_ns"` // age of the oldest outstanding op, 0 when none
+	LastActivity int64    `json:"last_activity_ns"`
+	LastWork     int64    `json:"last_work_ns"` // last launch, copy or collective (or first sight)
+	Dropped      uint64   `json:"dropped"`      // ops forgotten because a stream's queue was full
+	Waiters      int      `json:"waiters"`
+	Hung         bool     `json:"hung"`
+	HangKind     HangKind `json:"hang_kind,omitempty"`
 }
 
 // State reports the state of pid at time now.

@@ -155,17 +155,17 @@ func (p *proc) issue(ev *Event) {
 	var ref opRef
 	switch ev.Kind {
 	case KindLaunch:
-		o.Kind, o.Kernel, o.Func, o.Grid, o.Block = "kernel", ev.Kernel, ev.Func, ev.Grid, ev.Block
+		o.Kind, o.Kernel, o.Func, o.Grid, o.Block = OpKernel, ev.Kernel, ev.Func, ev.Grid, ev.Block
 		ref = opRef{valid: true, name: p.kernelName(ev.Kernel, ev.Func)}
 	case KindGraphLaunch:
-		o.Kind, o.Func = "graph", ev.Handle
+		o.Kind, o.Func = OpGraph, ev.Handle
 	case KindMemcpyAsync:
-		o.Kind, o.Bytes = "memcpy", ev.Bytes
+		o.Kind, o.Bytes = OpMemcpy, ev.Bytes
 	case KindCollective:
 		c := p.comm(ev.Comm)
 		c.issued++
 		c.lastOp = ev.Op.String()
-		o.Kind, o.Op, o.Dtype, o.Count, o.Peer = "collective", ev.Op.String(), DtypeName(ev.Dtype), ev.Count, ev.Peer
+		o.Kind, o.Op, o.Dtype, o.Count, o.Peer = OpCollective, ev.Op.String(), DtypeName(ev.Dtype), ev.Count, ev.Peer
 		o.Bytes = ev.Count * DtypeSize(ev.Dtype)
 		o.Comm, o.Seq, o.NRanks = c.id, c.issued, c.nranks
 		q.comm = c
@@ -232,9 +232,9 @@ func (p *proc) retire(s *stream, pos uint64, t int64) {
 func (p *proc) completed(q *qop, dur int64) {
 	o := &q.op
 	switch o.Kind {
-	case "kernel":
+	case OpKernel:
 		p.stats.kernel(p.kernelName(o.Kernel, o.Func)).observed.add(dur)
-	case "collective":
+	case OpCollective:
 		if c := q.comm; c != nil && o.Seq > c.completed {
 			c.completed = o.Seq
 		}
@@ -250,7 +250,7 @@ func (p *proc) memcpy(ev *Event) {
 	th := p.thread(ev.TID)
 	if ev.Phase == PhaseEnter {
 		s := p.stream(0)
-		o := qop{op: Op{Kind: "memcpy", Vendor: ev.Vendor.String(), TID: ev.TID, Issued: ev.Time, Bytes: ev.Bytes}}
+		o := qop{op: Op{Kind: OpMemcpy, Vendor: ev.Vendor.String(), TID: ev.TID, Issued: ev.Time, Bytes: ev.Bytes}}
 		p.enqueue(s, &o, ev.Time)
 		s.last = opRef{}
 		th.wait = &blockWait{kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}

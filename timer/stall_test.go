@@ -36,8 +36,8 @@ func (l *looker) tick(looks ...Look) []Hang {
 	return l.e.Check(l.now)
 }
 
-func kinds(hs []Hang) map[int]string {
-	m := map[int]string{}
+func kinds(hs []Hang) map[int]HangKind {
+	m := map[int]HangKind{}
 	for _, h := range hs {
 		m[h.PID] = h.Kind
 	}
@@ -49,7 +49,7 @@ func kinds(hs []Hang) map[int]string {
 func TestStalledAllAsleep(t *testing.T) {
 	l := newLooker(5 * time.Second)
 	wentToSleep := l.now - 2*sec // before the first look
-	var fired map[int]string
+	var fired map[int]HangKind
 	firedAt := int64(0)
 	for i := 0; i < 10 && fired == nil; i++ {
 		hs := l.tick(asleep(1, 7, "futex A", wentToSleep), asleep(2, 9, "futex B", wentToSleep), asleep(3, 4, "nanosleep", wentToSleep))
@@ -127,12 +127,12 @@ func TestShortWaitAndRecovery(t *testing.T) {
 // is the culprit: "host", spinning; the peers are "stalled".
 func TestSpinningCulprit(t *testing.T) {
 	l := newLooker(3 * time.Second)
-	var got map[int]string
+	var got map[int]HangKind
 	for i := 0; i < 10; i++ {
 		hs := l.tick(asleep(1, 5, "allreduce", l.now-sec), running(2, uint64(100+i), int64(i)*sec, "busy@job.py;main@job.py"), asleep(3, 6, "allreduce", l.now-sec))
 		for pid, k := range kinds(hs) {
 			if got == nil {
-				got = map[int]string{}
+				got = map[int]HangKind{}
 			}
 			got[pid] = k
 		}
@@ -192,7 +192,7 @@ func TestStalledYieldsToHostRule(t *testing.T) {
 	slept := l.now // rank 1 stops before its collective; rank 2 issues it and waits
 	l.e.Handle(Event{Kind: KindCollective, PID: 2, TID: 2, Time: l.now + sec/2, Stream: 7, Handle: 0xc, Op: OpAllReduce, Count: 1, Dtype: 7})
 	l.e.Handle(Event{Kind: KindStreamSynchronize, PID: 2, TID: 2, Time: l.now + sec/2, Stream: 7})
-	var got map[int]string
+	var got map[int]HangKind
 	for i := 0; i < 8 && got == nil; i++ {
 		if hs := l.tick(asleep(1, 5, "sleep", slept), asleep(2, 5, "ioctl", slept)); len(hs) > 0 {
 			got = kinds(hs)

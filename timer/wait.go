@@ -185,7 +185,7 @@ func (p *proc) awaitedColls(targets []target, into map[string]uint64) *qop {
 			if o.pos >= t.pos {
 				break
 			}
-			if o.op.Kind != "collective" {
+			if o.op.Kind != OpCollective {
 				continue
 			}
 			if o.op.Seq > into[o.op.Comm] {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer/protodump"
 )
 
@@ -44,27 +44,18 @@ type loaded struct {
 	err      error
 }
 
-// list returns the dump files of dir, sorted, and the entries named
-// *.stacktrace that are not regular files, each with the reason.
+// list returns the dump files of dir (timeline.List), sorted, and the
+// entries named *.stacktrace that are not regular files, each with the
+// reason.
 func list(dir string) ([]string, []Skipped, error) {
-	ents, err := os.ReadDir(dir)
+	paths, odd, err := timeline.List(dir)
 	if err != nil {
-		return nil, nil, fmt.Errorf("read %s: %w", dir, err)
+		return nil, nil, err
 	}
-	var paths []string
 	var skipped []Skipped
-	for _, e := range ents {
-		if filepath.Ext(e.Name()) != dumpfile.Ext {
-			continue
-		}
-		p := filepath.Join(dir, e.Name())
-		if e.Type().IsRegular() {
-			paths = append(paths, p)
-			continue
-		}
-		skipped = append(skipped, Skipped{Path: p, Err: fmt.Errorf("%s: %w: %s", p, ErrNotRegular, kind(dir, p, e.Type()))})
+	for _, e := range odd {
+		skipped = append(skipped, Skipped{Path: e.Path, Err: fmt.Errorf("%s: %w: %s", e.Path, ErrNotRegular, kind(dir, e.Path, e.Mode))})
 	}
-	slices.Sort(paths)
 	return paths, skipped, nil
 }
 

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/internal/atomicfile"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/pprof"
 	"github.com/xpu-timer/xpu-timer/viewer/svg"
@@ -82,7 +82,7 @@ func Run(o Options) (*Result, error) {
 // the shared dump directory, where a symbolic link planted under an
 // output's name must be replaced, never followed.
 func writeFile(path string, write func(io.Writer) error) error {
-	return dumpfile.WriteAtomicFunc(path, write)
+	return atomicfile.WriteFunc(path, write)
 }
 
 func summary(res *Result) string {

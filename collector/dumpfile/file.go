@@ -1,7 +1,6 @@
 package dumpfile
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/xpu-timer/xpu-timer/internal/atomicfile"
 )
 
 // Ext is the file name extension of a dump; TextExt that of its readable twin.
@@ -82,66 +83,14 @@ func Write(dir string, f *File) (string, error) {
 	}
 	data := buf.Bytes()
 	path := filepath.Join(dir, Name(f.Rank, f.WorldSize))
-	if err := WriteAtomic(path, data); err != nil {
+	if err := atomicfile.Write(path, data); err != nil {
 		return "", err
 	}
 	txt := strings.TrimSuffix(path, Ext) + TextExt
-	if err := WriteAtomic(txt, []byte(Text(f))); err != nil {
+	if err := atomicfile.Write(txt, []byte(Text(f))); err != nil {
 		return path, err
 	}
 	return path, nil
-}
-
-// WriteAtomic writes data to path as WriteAtomicFunc does.
-func WriteAtomic(path string, data []byte) error {
-	return WriteAtomicFunc(path, func(w io.Writer) error {
-		_, err := w.Write(data)
-		return err
-	})
-}
-
-// WriteAtomicFunc writes what write writes to path through a temporary
-// file in the same directory (created anew, mode 0644), synced, and a
-// rename: a reader sees the old file or the new one, never a part, and a
-// symbolic link at path is replaced, never followed.
-func WriteAtomicFunc(path string, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("create temporary file in %s: %w", dir, err)
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 1<<16)
-	if err := write(bw); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
-	}
-	ok = true
-	if d, err := os.Open(dir); err == nil {
-		d.Sync() // make the rename durable; best effort
-		d.Close()
-	}
-	return nil
 }
 
 // Read loads and validates the dump at path. Errors wrap ErrEmpty,

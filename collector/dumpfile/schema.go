@@ -42,7 +42,7 @@ type File struct {
 	// Python is the CPython version, for a CPython process.
 	Python string `json:"python,omitempty"`
 
-	Reason       string        `json:"reason"` // one of the Reason constants
+	Reason       Reason        `json:"reason"`
 	DumpedAt     time.Time     `json:"dumped_at"`
 	DumpDuration time.Duration `json:"dump_duration_ns"`
 	StoppedFor   time.Duration `json:"stopped_for_ns"` // longest time any thread was stopped

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Text renders f for a person, in the spirit of gdb's `thread apply all bt`
@@ -25,7 +26,7 @@ func Text(f *File) string {
 			h.Kind, time.Duration(h.AgeNs), time.Duration(h.Timeout), h.Pending)
 		if op := h.Oldest; op != nil {
 			switch {
-			case op.Kind == "collective":
+			case op.Kind == timer.OpCollective:
 				fmt.Fprintf(&b, "  oldest: %s #%d on comm %s (%d %s, %d ranks) on stream %#x, thread %d\n",
 					op.Op, op.Seq, op.Comm, op.Count, op.Dtype, op.NRanks, op.Stream, op.TID)
 			case op.Kernel != "":

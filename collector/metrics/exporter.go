@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Exporter serves the metrics of the snapshots its source returns.
@@ -229,11 +231,11 @@ func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank, top int) {
 	gauge(c.startDump, b2f(r.DumpStarted))
 	gauge(c.endDump, r.DumpSeconds)
 	kind := r.HangKind
-	if kind != KindHost && kind != KindStalled {
-		kind = KindGPU // a hang of unknown kind counts as a GPU hang
+	if kind != timer.HangHost && kind != timer.HangStalled {
+		kind = timer.HangGPU // a hang of unknown kind counts as a GPU hang
 	}
-	for _, k := range []string{KindGPU, KindHost, KindStalled} {
-		gauge(c.rankHung, b2f(r.Hung && kind == k), k)
+	for _, k := range []timer.HangKind{timer.HangGPU, timer.HangHost, timer.HangStalled} {
+		gauge(c.rankHung, b2f(r.Hung && kind == k), string(k))
 	}
 	for _, d := range []string{DetectorGPU, DetectorStacks} {
 		gauge(c.detectors, b2f(slices.Contains(r.Detectors, d)), d)

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker-1"}
@@ -39,7 +40,7 @@ func hungSnapshot() Snapshot {
 				},
 				GPU:       &dumpfile.GPU{Index: 0, UUID: "GPU-a", Name: "H100", Utilization: 97, MemoryUsed: 1 << 30, MemoryTotal: 80 << 30},
 				Detectors: []string{DetectorGPU, DetectorStacks}},
-			{Rank: 1, LocalRank: 1, PID: 101, Hung: true, HangKind: KindGPU, DumpStarted: true, DumpSeconds: 0.5, PendingOps: 3, OldestAgeSeconds: 301,
+			{Rank: 1, LocalRank: 1, PID: 101, Hung: true, HangKind: timer.HangGPU, DumpStarted: true, DumpSeconds: 0.5, PendingOps: 3, OldestAgeSeconds: 301,
 				Detectors: []string{DetectorStacks}},
 		},
 	}
@@ -241,7 +242,7 @@ func lastNumber(s string) string {
 
 func TestDLRoverRule(t *testing.T) {
 	allHung := hungSnapshot()
-	allHung.Ranks[0].Hung, allHung.Ranks[0].HangKind = true, KindHost
+	allHung.Ranks[0].Hung, allHung.Ranks[0].HangKind = true, timer.HangHost
 	healthy := hungSnapshot()
 	healthy.Ranks[1].Hung = false
 	for _, tc := range []struct {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/push"
+
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Pusher pushes hang events to a Prometheus Pushgateway, one group per rank
@@ -163,9 +165,9 @@ func (h *hangEvent) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(pushHang, prometheus.GaugeValue, 1, l...)
 	kind := h.r.HangKind
 	if kind == "" {
-		kind = KindGPU
+		kind = timer.HangGPU
 	}
-	ch <- prometheus.MustNewConstMetric(pushRankHung, prometheus.GaugeValue, 1, with(l, kind)...)
+	ch <- prometheus.MustNewConstMetric(pushRankHung, prometheus.GaugeValue, 1, with(l, string(kind))...)
 	ch <- prometheus.MustNewConstMetric(pushOldestAge, prometheus.GaugeValue, h.r.OldestAgeSeconds, l...)
 	ch <- prometheus.MustNewConstMetric(pushTime, prometheus.GaugeValue, float64(h.now.UnixNano())/1e9, l...)
 }

@@ -9,7 +9,10 @@
 // Prometheus conventions (xpu_timer_*, base units).
 package metrics
 
-import "github.com/xpu-timer/xpu-timer/collector/dumpfile"
+import (
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
 
 // NotSet is the label value xpu_timer uses for an unknown ip, job or pod.
 const NotSet = "NOT_SET"
@@ -33,13 +36,6 @@ type Snapshot struct {
 	Xids []dumpfile.Xid // GPU Xid events still inside their reporting window
 }
 
-// Hang kinds, as in timer.Hang.Kind.
-const (
-	KindGPU     = "gpu"     // GPU work outstanding past the timeout while the host waits
-	KindHost    = "host"    // the host issued nothing past the timeout while peers wait, or spins while they are stuck
-	KindStalled = "stalled" // the main thread waits in place past the timeout while no peer progresses (no GPU call needed)
-)
-
 // Detectors, as in Rank.Detectors.
 const (
 	DetectorGPU    = "gpu"    // eBPF probes on a CUDA/NCCL (MACA/MCCL) library the rank maps
@@ -52,7 +48,7 @@ type Rank struct {
 	PID             int
 
 	Hung     bool
-	HangKind string // KindGPU, KindHost or KindStalled while Hung
+	HangKind timer.HangKind // timer.HangGPU, HangHost or HangStalled while Hung
 
 	// Detectors that watch the rank now (DetectorGPU, DetectorStacks): a
 	// rank without DetectorGPU maps no probed library, and only a stall

@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
@@ -37,7 +38,7 @@ type Rank struct {
 	Rank    int
 	File    string // dump file name
 	State   string // "S (sleeping)", ...
-	Reason  string
+	Reason  dumpfile.Reason
 	Hang    *timer.Hang
 	Comms   []timer.CommState
 	Threads []Thread
@@ -479,20 +480,20 @@ func majority(c *Comm, seq uint64) string {
 // at all, they are named, while the others have none in flight.
 func (r *Report) kernels(ranks []Rank) {
 	desc := func(op *timer.Op) string {
-		if op.Kind == "collective" {
+		if op.Kind == timer.OpCollective {
 			return fmt.Sprintf("%s #%d on comm %s", op.Op, op.Seq, Short(op.Comm))
 		}
 		if op.Kernel != "" {
-			return op.Kind + " " + op.Kernel
+			return string(op.Kind) + " " + op.Kernel
 		}
-		return op.Kind
+		return string(op.Kind)
 	}
 	by := map[string][]int{}
 	ops := map[string]*timer.Op{}
 	hangs := map[int]*timer.Hang{}
 	n := 0
 	for _, x := range ranks {
-		if x.Hang == nil || x.Hang.Kind != "gpu" || x.Hang.Oldest == nil {
+		if x.Hang == nil || x.Hang.Kind != timer.HangGPU || x.Hang.Oldest == nil {
 			continue // a host decision's oldest op is not what it waits on
 		}
 		d := desc(x.Hang.Oldest)
@@ -508,7 +509,7 @@ func (r *Report) kernels(ranks []Rank) {
 	if len(by) == 1 {
 		for d, rs := range by {
 			op := ops[d]
-			if op.Kind == "collective" || len(rs) > max(1, len(ranks)/4) {
+			if op.Kind == timer.OpCollective || len(rs) > max(1, len(ranks)/4) {
 				return
 			}
 			what := fmt.Sprintf(" hangs in %s (stream %#x, not a collective)", d, op.Stream)
@@ -535,7 +536,7 @@ func (r *Report) kernels(ranks []Rank) {
 	}
 	for _, d := range slices.Sorted(maps.Keys(by)) {
 		op, rs := ops[d], by[d]
-		if d == top || op.Kind == "collective" || len(rs) > max(1, n/4) {
+		if d == top || op.Kind == timer.OpCollective || len(rs) > max(1, n/4) {
 			continue
 		}
 		for _, rank := range rs {
@@ -591,17 +592,17 @@ func (r *Report) waiter(x Rank) {
 func (r *Report) hosts(ranks []Rank) {
 	inColl := false // a rank is stuck on the GPU in a collective
 	for _, x := range ranks {
-		if h := x.Hang; h != nil && h.Kind == "gpu" && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == "collective") {
+		if h := x.Hang; h != nil && h.Kind == timer.HangGPU && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == timer.OpCollective) {
 			inColl = true
 			break
 		}
 	}
 	for _, x := range ranks {
 		h := x.Hang
-		if h != nil && h.Kind == "stalled" && waits(x) != "" {
+		if h != nil && h.Kind == timer.HangStalled && waits(x) != "" {
 			r.waiter(x) // no progress, and its stack shows on what
 		}
-		if h == nil || h.Kind != "host" {
+		if h == nil || h.Kind != timer.HangHost {
 			continue
 		}
 		silent := float64(h.AgeNs) / 1e9

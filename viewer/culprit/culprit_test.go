@@ -35,7 +35,7 @@ func job(world int, edit func(i int, r *Rank)) []Rank {
 // glooKernel is the H100 hang: world ranks over gloo, no communicator;
 // rank hung in a kernel, its gloo thread in a CUDA synchronize; the
 // others decided kind, their gloo threads waiting in the collective.
-func glooKernel(world, rank int, kind string) []Rank {
+func glooKernel(world, rank int, kind timer.HangKind) []Rank {
 	return job(world, func(i int, r *Rank) {
 		r.Comms = nil
 		r.Hang = &timer.Hang{Kind: kind, AgeNs: 11e9, Timeout: 10e9}

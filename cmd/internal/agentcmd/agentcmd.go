@@ -56,9 +56,7 @@ the pod UID from its cgroup.`,
 		}
 		defer closer.Close()
 		log = log.With("component", "agent")
-		mo := cfg.Monitor()
-		mo.Logger = log
-		mon, err := agent.OpenMonitor(mo)
+		mon, err := agent.OpenMonitor(agent.Options{Settings: cfg.Settings, Logger: log})
 		if err != nil {
 			if errors.Is(err, agent.ErrNotPermitted) {
 				return exitcode.With(exitcode.NotPermitted, fmt.Errorf("the agent needs eBPF: run as root or grant CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE: %w", err))
@@ -68,7 +66,7 @@ the pod UID from its cgroup.`,
 		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 		defer stop()
 		mon.Start(ctx)
-		Follow(ctx, mon.Agent, Finder{Libraries: cfg.Libraries, Scope: cfg.Scope()}, scan, log)
+		Follow(ctx, mon.Agent, Finder{Libraries: cfg.Libraries, Scope: cfg.Scope}, scan, log)
 		return mon.Close()
 	}
 	return cmd

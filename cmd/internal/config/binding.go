@@ -231,3 +231,11 @@ func (b *Binding) Lookup(env string) (Setting, bool) {
 	}
 	return Setting{}, false
 }
+
+// Environ resolves the configuration of a process with environment env,
+// without flags: what the launcher would have used had it run that process.
+func Environ(env map[string]string) (Config, error) {
+	b := Bind(pflag.NewFlagSet("environ", pflag.ContinueOnError))
+	b.lookup = func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	return b.Load()
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -34,13 +35,28 @@ func load(t *testing.T, args []string, env map[string]string) (Config, *Binding,
 	return c, b, err
 }
 
+// defaults is the configuration with nothing set.
+func defaults() Config {
+	return Config{
+		Settings: agent.Settings{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, Port: DefaultBasePort + 1,
+			PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes,
+			StallWatch: true, Retain: timeline.Retention{Count: timeline.DefaultRetainCount}},
+		BasePort: DefaultBasePort, LogFormat: LogFormatText,
+	}
+}
+
 func TestDefaults(t *testing.T) {
 	c, b, err := load(t, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
-	if !reflect.DeepEqual(c, want) {
+	// The defaults spelled out: they are the documented ones.
+	want := Config{
+		Settings: agent.Settings{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", Port: 18889, PushInterval: 15 * time.Second,
+			SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, StallWatch: true, Retain: timeline.Retention{Count: 10}},
+		BasePort: 18888, LogFormat: "logfmt",
+	}
+	if !reflect.DeepEqual(c, want) || !reflect.DeepEqual(c, defaults()) {
 		t.Fatalf("got %+v\nwant %+v", c, want)
 	}
 	if got := c.ListenAddresses(); !reflect.DeepEqual(got, []string{":18889"}) {
@@ -104,7 +120,7 @@ func TestPrecedence(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := Config{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", BasePort: 18888, Port: 18889, PushInterval: 15 * time.Second, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
+			want := defaults()
 			tc.want(&want)
 			if !reflect.DeepEqual(c, want) {
 				t.Fatalf("got  %+v\nwant %+v", c, want)
@@ -268,8 +284,8 @@ func TestEnviron(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l := cfg.Labels(); l.JobName != "llama" || l.PodName != "w-1" || l.IP != "10.0.0.7" || cfg.HangTimeout != 5*time.Second {
-		t.Errorf("labels %+v, timeout %v", l, cfg.HangTimeout)
+	if cfg.JobName != "llama" || cfg.PodName != "w-1" || cfg.IP != "10.0.0.7" || cfg.HangTimeout != 5*time.Second {
+		t.Errorf("labels %q %q %q, timeout %v", cfg.JobName, cfg.PodName, cfg.IP, cfg.HangTimeout)
 	}
 }
 
@@ -306,7 +322,7 @@ func TestLoadLenient(t *testing.T) {
 			b := Bind(fs)
 			b.lookup = func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
 			c, bad := b.LoadLenient()
-			want := Config{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, BasePort: DefaultBasePort, Port: DefaultBasePort + 1, PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, LogFormat: "logfmt", StallWatch: true, RetainCount: agent.DefaultRetainCount}
+			want := defaults()
 			if tc.want != nil {
 				tc.want(&want)
 			}

@@ -9,76 +9,95 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // The retention settings (every command that dumps) and the node agent's
 // process filters (agent only).
 var (
-	retainCount = variable{env: "XPU_TIMER_RETAIN_COUNT", flag: "retain-count", def: strconv.Itoa(agent.DefaultRetainCount), kind: "int",
+	retainCount = variable{env: "XPU_TIMER_RETAIN_COUNT", flag: "retain-count", def: strconv.Itoa(timeline.DefaultRetainCount), kind: "int",
 		usage: "earlier incarnations of each job kept under TIMELINE_PATH/incarnations, newest first (0: no limit); the current ones are never deleted",
 		set: func(c *Config, v string) error {
 			n, err := strconv.Atoi(strings.TrimSpace(v))
 			if err != nil || n < 0 {
 				return fmt.Errorf("%q: want a count, 0 for no limit", v)
 			}
-			c.RetainCount = n
+			c.Retain.Count = n
 			return nil
 		}}
 	retainBytes = variable{env: "XPU_TIMER_RETAIN_BYTES", flag: "retain-bytes", def: "0", kind: "bytes",
 		usage: "bytes all earlier incarnations under TIMELINE_PATH/incarnations may take, oldest deleted first (or with a KiB, MiB, GiB suffix; 0: no limit)",
 		set: func(c *Config, v string) (err error) {
 			if strings.TrimSpace(v) == "0" {
-				c.RetainBytes = 0
+				c.Retain.Bytes = 0
 				return nil
 			}
-			c.RetainBytes, err = parseBytes(v)
+			c.Retain.Bytes, err = parseBytes(v)
 			return err
 		}}
 	retainAge = variable{env: "XPU_TIMER_RETAIN_AGE", flag: "retain-age", def: "0", kind: "duration",
 		usage: "age (of its newest file) past which an earlier incarnation under TIMELINE_PATH/incarnations is deleted (seconds, a duration like 72h, or days like 7d; 0: no limit)",
 		set: func(c *Config, v string) (err error) {
-			c.RetainAge, err = parseAge(v)
+			c.Retain.Age, err = parseAge(v)
 			return err
 		}}
 
 	namespaces = variable{env: "XPU_TIMER_NAMESPACES", flag: "namespaces", kind: "strings", agent: true,
 		usage: "follow only processes of these Kubernetes namespaces, comma-separated (from the process's POD_NAMESPACE or KUBERNETES_POD_NAMESPACE, set from the downward API)",
 		set: func(c *Config, v string) error {
-			c.Namespaces = nil
+			var ns []string
 			for _, n := range list(v) {
 				if !dnsLabel.MatchString(n) {
 					return fmt.Errorf("%q: not a Kubernetes namespace name", n)
 				}
-				c.Namespaces = append(c.Namespaces, n)
+				ns = append(ns, n)
 			}
+			c.scope(func(s *agent.Scope) { s.Namespaces = ns })
 			return nil
 		}}
 	podRegex = variable{env: "XPU_TIMER_POD_REGEX", flag: "pod-regex", kind: "string", agent: true,
 		usage: "follow only processes whose pod name matches this RE2 regexp, anywhere unless anchored (from the process's POD_NAME or KUBERNETES_POD_NAME)",
-		set: func(c *Config, v string) (err error) {
-			c.PodRegex, err = compile(v)
+		set: func(c *Config, v string) error {
+			re, err := compile(v)
+			c.scope(func(s *agent.Scope) { s.Pod = re })
 			return err
 		}}
 	podUIDs = variable{env: "XPU_TIMER_POD_UIDS", flag: "pod-uids", kind: "strings", agent: true,
 		usage: "follow only processes of these pod UIDs, comma-separated (from the process's cgroup, else its POD_UID)",
 		set: func(c *Config, v string) error {
-			c.PodUIDs = nil
+			var uids []string
 			for _, u := range list(v) {
 				n, ok := procfs.NormalPodUID(u)
 				if !ok {
 					return fmt.Errorf("%q: not a pod UID", u)
 				}
-				c.PodUIDs = append(c.PodUIDs, n)
+				uids = append(uids, n)
 			}
+			c.scope(func(s *agent.Scope) { s.PodUIDs = uids })
 			return nil
 		}}
 	commandRegex = variable{env: "XPU_TIMER_COMMAND_REGEX", flag: "command-regex", kind: "string", agent: true,
 		usage: "follow only processes whose command line (arguments joined by spaces) or executable path matches this RE2 regexp, anywhere unless anchored",
-		set: func(c *Config, v string) (err error) {
-			c.CommandRegex, err = compile(v)
+		set: func(c *Config, v string) error {
+			re, err := compile(v)
+			c.scope(func(s *agent.Scope) { s.Command = re })
 			return err
 		}}
 )
+
+// scope applies one filter to c.Scope, which stays nil while no filter is
+// set.
+func (c *Config) scope(set func(*agent.Scope)) {
+	s := c.Scope
+	if s == nil {
+		s = &agent.Scope{}
+	}
+	set(s)
+	if s.Empty() {
+		s = nil
+	}
+	c.Scope = s
+}
 
 // dnsLabel is a Kubernetes namespace name (an RFC 1123 label).
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
@@ -121,18 +140,4 @@ func parseAge(v string) (time.Duration, error) {
 		return time.Duration(n) * 24 * time.Hour, nil
 	}
 	return parseSeconds(v)
-}
-
-// Scope is the node agent's process filter; nil when none is set.
-func (c Config) Scope() *agent.Scope {
-	s := &agent.Scope{Namespaces: c.Namespaces, Pod: c.PodRegex, PodUIDs: c.PodUIDs, Command: c.CommandRegex}
-	if s.Empty() {
-		return nil
-	}
-	return s
-}
-
-// Retention is how much of earlier incarnations the timeline path keeps.
-func (c Config) Retention() agent.Retention {
-	return agent.Retention{Count: c.RetainCount, Bytes: c.RetainBytes, Age: c.RetainAge}
 }

@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/xpu-timer/xpu-timer/agent"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // loadAgent is load for the node agent's binding.
@@ -27,18 +27,18 @@ func TestRetention(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		env  map[string]string
-		want agent.Retention
+		want timeline.Retention
 	}{
-		{want: agent.Retention{Count: agent.DefaultRetainCount}},
+		{want: timeline.Retention{Count: timeline.DefaultRetainCount}},
 		{env: map[string]string{"XPU_TIMER_RETAIN_COUNT": "0", "XPU_TIMER_RETAIN_BYTES": "20GiB", "XPU_TIMER_RETAIN_AGE": "7d"},
-			want: agent.Retention{Bytes: 20 << 30, Age: 7 * 24 * time.Hour}},
+			want: timeline.Retention{Bytes: 20 << 30, Age: 7 * 24 * time.Hour}},
 		{args: []string{"--retain-count=3", "--retain-age=72h", "--retain-bytes=0"}, env: map[string]string{"XPU_TIMER_RETAIN_COUNT": "5", "XPU_TIMER_RETAIN_AGE": "1d"},
-			want: agent.Retention{Count: 3, Age: 72 * time.Hour}},
-		{env: map[string]string{"XPU_TIMER_RETAIN_AGE": "3600", "XPU_TIMER_RETAIN_BYTES": "1000"}, want: agent.Retention{Count: agent.DefaultRetainCount, Bytes: 1000, Age: time.Hour}},
+			want: timeline.Retention{Count: 3, Age: 72 * time.Hour}},
+		{env: map[string]string{"XPU_TIMER_RETAIN_AGE": "3600", "XPU_TIMER_RETAIN_BYTES": "1000"}, want: timeline.Retention{Count: timeline.DefaultRetainCount, Bytes: 1000, Age: time.Hour}},
 	} {
 		c, _, err := load(t, tc.args, tc.env)
-		if err != nil || c.Retention() != tc.want {
-			t.Errorf("%v %v: %+v, %v; want %+v", tc.args, tc.env, c.Retention(), err, tc.want)
+		if err != nil || c.Retain != tc.want {
+			t.Errorf("%v %v: %+v, %v; want %+v", tc.args, tc.env, c.Retain, err, tc.want)
 		}
 	}
 }
@@ -49,13 +49,13 @@ func TestScopeSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := c.Scope()
+	s := c.Scope
 	if s == nil || !reflect.DeepEqual(s.Namespaces, []string{"train", "dev"}) || s.Pod.String() != "^llama-" ||
 		!reflect.DeepEqual(s.PodUIDs, []string{"1f3c9a8e-2b7d-4e61-9c0a-5d8e7f6a4b21"}) || s.Command.String() != `train\.py` {
 		t.Fatalf("scope %+v", s)
 	}
-	if c, err := loadAgent(t, nil, nil); err != nil || c.Scope() != nil {
-		t.Fatalf("no filter: scope %+v, %v", c.Scope(), err)
+	if c, err := loadAgent(t, nil, nil); err != nil || c.Scope != nil {
+		t.Fatalf("no filter: scope %+v, %v", c.Scope, err)
 	}
 	// The launcher has no filters: its binding does not know them.
 	if _, _, err := load(t, []string{"--namespaces=train"}, nil); err == nil {

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -24,43 +23,18 @@ import (
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
-// Config is the resolved configuration.
+// Config is the resolved configuration: the monitor's settings, which the
+// variables fill directly and the commands open the monitor with, and the
+// commands' own (ports, logging, the settings file).
 type Config struct {
-	HangTimeout  time.Duration // XPU_TIMER_HANG_TIMEOUT, default timer.DefaultHangTimeout
-	TimelinePath string        // XPU_TIMER_TIMELINE_PATH, default agent.DefaultTimelinePath
-	HangKill     bool          // XPU_TIMER_HANG_KILL
-	StallWatch   bool          // XPU_TIMER_STALL_WATCH, default true: look at every rank's /proc and Python frames each check
-	Port         int           // XPU_TIMER_PORT, default BasePort+1
-	BasePort     int           // XPU_TIMER_BASEPORT, default DefaultBasePort
-	ConfigFile   string        // XPU_TIMER_CONFIG
-	LoggingDir   string        // XPU_TIMER_LOGGING_DIR; "stdout" logs to stdout, "" to stderr
-	DebugMode    bool          // XPU_TIMER_DEBUG_MODE
+	agent.Settings // every XPU_TIMER_* the monitor reads (see agent.Settings)
 
-	Pushgateway  string        // XPU_TIMER_PUSHGATEWAY: Pushgateway URL, "" disables pushing
-	PushInterval time.Duration // XPU_TIMER_PUSH_INTERVAL, default metrics.DefaultPushInterval: re-push period while hung
-	Libraries    []string      // XPU_TIMER_LIBRARIES: extra vendor library paths
-
-	SymbolCacheBytes   int64      // XPU_TIMER_SYMBOL_CACHE_BYTES, default symbols.DefaultCacheBytes
-	ProbeRingBytes     int64      // XPU_TIMER_PROBE_RING_BYTES, default ebpf.DefaultRingBytes: the probes' call rings
-	WebListenAddresses []string   // XPU_TIMER_WEB_LISTEN_ADDRESS: where /metrics is served; default ":<Port>"
-	WebConfigFile      string     // XPU_TIMER_WEB_CONFIG_FILE: exporter-toolkit TLS and basic auth file
-	TopKernels         int        // XPU_TIMER_METRICS_TOP_KERNELS: kernels named in the metrics besides their class
-	LogLevel           slog.Level // XPU_TIMER_LOG_LEVEL, default info
-	LogFormat          string     // XPU_TIMER_LOG_FORMAT: LogFormatText (default) or LogFormatJSON
-
-	RetainCount int           // XPU_TIMER_RETAIN_COUNT, default agent.DefaultRetainCount: earlier incarnations kept per job
-	RetainBytes int64         // XPU_TIMER_RETAIN_BYTES: bytes earlier incarnations may take; 0 no limit
-	RetainAge   time.Duration // XPU_TIMER_RETAIN_AGE: age past which an earlier incarnation goes; 0 no limit
-
-	// The node agent's process filters (BindAgent only; see agent.Scope).
-	Namespaces   []string       // XPU_TIMER_NAMESPACES
-	PodRegex     *regexp.Regexp // XPU_TIMER_POD_REGEX
-	PodUIDs      []string       // XPU_TIMER_POD_UIDS
-	CommandRegex *regexp.Regexp // XPU_TIMER_COMMAND_REGEX
-
-	JobName string // XPU_TIMER_JOB_NAME, else ELASTIC_JOB_NAME, else JOB_NAME
-	PodName string // XPU_TIMER_POD_NAME, else POD_NAME, else HOSTNAME
-	IP      string // XPU_TIMER_IP, else POD_IP
+	BasePort   int        // XPU_TIMER_BASEPORT, default DefaultBasePort; Port defaults to BasePort+1
+	ConfigFile string     // XPU_TIMER_CONFIG
+	LoggingDir string     // XPU_TIMER_LOGGING_DIR; "stdout" logs to stdout, "" to stderr
+	DebugMode  bool       // XPU_TIMER_DEBUG_MODE
+	LogLevel   slog.Level // XPU_TIMER_LOG_LEVEL, default info
+	LogFormat  string     // XPU_TIMER_LOG_FORMAT: LogFormatText (default) or LogFormatJSON
 }
 
 // DefaultBasePort is the base port of DLRover's xpu_timer; the metrics
@@ -319,13 +293,4 @@ func parseBytes(v string) (int64, error) {
 		return 0, fmt.Errorf("%q: want a positive number of bytes (268435456, 256MiB)", v)
 	}
 	return n << shift, nil
-}
-
-// ListenAddresses are where /metrics is served: WebListenAddresses, else
-// every interface on Port.
-func (c Config) ListenAddresses() []string {
-	if len(c.WebListenAddresses) > 0 {
-		return c.WebListenAddresses
-	}
-	return []string{":" + strconv.Itoa(c.Port)}
 }

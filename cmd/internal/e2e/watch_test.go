@@ -32,7 +32,7 @@ func reports(t *testing.T, p *proc) []agent.Report {
 	return out
 }
 
-func events(rs []agent.Report, kind string) []agent.Report {
+func events(rs []agent.Report, kind agent.Event) []agent.Report {
 	var out []agent.Report
 	for _, r := range rs {
 		if r.Event == kind {

@@ -106,11 +106,9 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		ctx = context.Background()
 	}
 	var root int
-	mo := cfg.Monitor()
-	mo.Logger = log
 	// The job runs in the launcher's process group: end the job's tree.
-	mo.Kill = func(int) error { return agent.KillTree(root) }
-	mon, err := agent.OpenMonitor(mo)
+	kill := func(int) error { return agent.KillTree(root) }
+	mon, err := agent.OpenMonitor(agent.Options{Settings: cfg.Settings, Logger: log, Kill: kill})
 	if err != nil {
 		if errors.Is(err, agent.ErrNotPermitted) {
 			fmt.Fprint(st.Err, Notice)

@@ -119,7 +119,7 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		mu.Lock()
 		_ = enc.Encode(r)
 		mu.Unlock()
-		if r.Event == "hang" {
+		if r.Event == agent.EventHang {
 			select {
 			case hung <- struct{}{}:
 			default:
@@ -127,7 +127,9 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		}
 	}
 	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
-	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log, Looker: &agent.ProcLooker{}})
+	// The settings the launcher and the agent open their monitor with; with
+	// no capturer, watch dumps nothing and leaves the timeline path alone.
+	a := agent.New(agent.Options{Settings: cfg.Settings, Tracer: tr, Interval: interval, OnReport: emit, Logger: log})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -171,7 +173,7 @@ loop:
 			}
 		case code = <-childDone:
 			c := code
-			last = &agent.Report{Event: "exit", Time: time.Now(), PID: pids[0], ExitCode: &c}
+			last = &agent.Report{Event: agent.EventExit, Time: time.Now(), PID: pids[0], ExitCode: &c}
 			break loop
 		case <-poll.C:
 			if child != nil {
@@ -184,7 +186,7 @@ loop:
 				}
 			}
 			if live == 0 {
-				last = &agent.Report{Event: "exit", Time: time.Now()}
+				last = &agent.Report{Event: agent.EventExit, Time: time.Now()}
 				break loop
 			}
 		case err := <-done:

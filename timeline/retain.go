@@ -1,4 +1,4 @@
-package agent
+package timeline
 
 import (
 	"cmp"
@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -19,7 +18,7 @@ import (
 
 // Retention bounds what earlier incarnations leave in the timeline path
 // (the agent's --retain-count, --retain-bytes and --retain-age). It only
-// ever looks under IncarnationsDir, where moveAside puts an earlier
+// ever looks under IncarnationsDir, where WriteDump moves an earlier
 // incarnation's dumps when a newer one dumps the same rank name, and only
 // deletes whole incarnations there, oldest first: the files of the current
 // incarnations, in the timeline path itself, are never touched, nor an
@@ -31,7 +30,8 @@ import (
 // .txt and .trace.json twins), in directories named <job>.<incarnation>
 // directly under IncarnationsDir. Symbolic links are never followed nor
 // removed, directories are removed only once empty, and it never leaves
-// the timeline path (os.Root). Errors are logged; nothing stops the loop.
+// the timeline path (os.Root). Errors are returned (Retained.Errs); nothing
+// stops the run.
 //
 // The zero Retention keeps everything.
 type Retention struct {
@@ -40,12 +40,9 @@ type Retention struct {
 	Age   time.Duration // an incarnation whose newest file is older goes; 0: no limit
 }
 
-// Defaults of the commands' retention settings.
-const (
-	DefaultRetainCount = 10               // earlier incarnations kept per job
-	RetainInterval     = 10 * time.Minute // how often retention runs besides after dumps
-	retainBudget       = 10 * time.Second // the longest one retention run may take
-)
+// DefaultRetainCount is the commands' default Retention.Count: earlier
+// incarnations kept per job.
+const DefaultRetainCount = 10
 
 // Zero says whether r keeps everything.
 func (r Retention) Zero() bool { return r.Count <= 0 && r.Bytes <= 0 && r.Age <= 0 }
@@ -96,15 +93,15 @@ func expired(dirs []incDir, r Retention, now time.Time) []incDir {
 	return out
 }
 
-// incarnationName is the directory under IncarnationsDir of a job's
+// IncarnationName is the directory under IncarnationsDir of a job's
 // incarnation: the job made safe for a file name, "default" when none.
-func incarnationName(job string, inc int) string {
+func IncarnationName(job string, inc int) string {
 	sub := strings.TrimSuffix(strings.TrimPrefix(dumpfile.MarkerName(job), "hang-"), ".marker")
 	return fmt.Sprintf("%s.%d", sub, inc)
 }
 
 // parseIncarnation reads the job part back from a directory name
-// incarnationName makes; ok is false for any other name.
+// IncarnationName makes; ok is false for any other name.
 func parseIncarnation(name string) (job string, ok bool) {
 	i := strings.LastIndexByte(name, '.')
 	if i <= 0 || i == len(name)-1 {
@@ -137,24 +134,24 @@ func ours(name string) bool {
 	return ok
 }
 
-// retained is what one retention run did.
-type retained struct {
-	removed []string // incarnation directories emptied of our files
-	files   int
-	bytes   int64
-	errs    []error
+// Retained is what one retention run did.
+type Retained struct {
+	Removed []string // incarnation directories emptied of our files
+	Files   int
+	Bytes   int64
+	Errs    []error // what it could not do; the run goes on past each
 }
 
-// retain applies r to dir's IncarnationsDir, sparing the incarnation
-// directories named in keep, within ctx.
-func retain(ctx context.Context, dir string, r Retention, keep map[string]bool, now time.Time) (res retained) {
+// Retain applies r to dir's IncarnationsDir, sparing the incarnation
+// directories named in keep (IncarnationName), within ctx.
+func Retain(ctx context.Context, dir string, r Retention, keep map[string]bool, now time.Time) (res Retained) {
 	if r.Zero() {
 		return res
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			res.errs = append(res.errs, err)
+			res.Errs = append(res.Errs, err)
 		}
 		return res
 	}
@@ -162,33 +159,33 @@ func retain(ctx context.Context, dir string, r Retention, keep map[string]bool, 
 	inc, err := openDir(root, IncarnationsDir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
-			res.errs = append(res.errs, err)
+			res.Errs = append(res.Errs, err)
 		}
 		return res
 	}
 	defer inc.Close()
 	dirs, errs := listIncarnations(ctx, inc, keep)
-	res.errs = append(res.errs, errs...)
+	res.Errs = append(res.Errs, errs...)
 	for _, d := range expired(dirs, r, now) {
 		if ctx.Err() != nil {
-			res.errs = append(res.errs, fmt.Errorf("retention stopped after %d incarnations: %w", len(res.removed), ctx.Err()))
+			res.Errs = append(res.Errs, fmt.Errorf("retention stopped after %d incarnations: %w", len(res.Removed), ctx.Err()))
 			break
 		}
 		sub, err := openDir(inc, d.name)
 		if err != nil {
-			res.errs = append(res.errs, err)
+			res.Errs = append(res.Errs, err)
 			continue
 		}
 		for _, f := range d.files {
 			if err := sub.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				res.errs = append(res.errs, fmt.Errorf("remove %s/%s: %w", d.name, f, err))
+				res.Errs = append(res.Errs, fmt.Errorf("remove %s/%s: %w", d.name, f, err))
 				continue
 			}
-			res.files++
+			res.Files++
 		}
 		sub.Close()
-		res.bytes += d.bytes
-		res.removed = append(res.removed, d.name)
+		res.Bytes += d.bytes
+		res.Removed = append(res.Removed, d.name)
 		// Removed only when nothing else is left in it.
 		_ = inc.Remove(d.name)
 	}
@@ -277,51 +274,4 @@ func readDir(r *os.Root) ([]fs.DirEntry, error) {
 	}
 	defer f.Close()
 	return f.ReadDir(-1)
-}
-
-// retainLoop runs retention at start, after each dump round (retainSoon)
-// and every RetainInterval, one run at a time, each within retainBudget,
-// until ctx is done.
-func (a *Agent) retainLoop(ctx context.Context) {
-	if a.o.Retain.Zero() {
-		return
-	}
-	t := time.NewTicker(RetainInterval)
-	defer t.Stop()
-	for {
-		a.retainOnce(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-a.retainCh:
-		}
-	}
-}
-
-// retainSoon asks the retention loop for a run (after a dump round moved
-// an earlier incarnation aside); it never blocks.
-func (a *Agent) retainSoon() {
-	select {
-	case a.retainCh <- struct{}{}:
-	default:
-	}
-}
-
-// retainOnce runs retention once, sparing the incarnations of the live ranks.
-func (a *Agent) retainOnce(ctx context.Context) {
-	keep := map[string]bool{}
-	for _, p := range a.ranks() {
-		keep[incarnationName(p.id.Job, max(p.id.Incarnation, 0))] = true
-	}
-	ctx, cancel := context.WithTimeout(ctx, retainBudget)
-	defer cancel()
-	res := retain(ctx, a.o.TimelinePath, a.o.Retain, keep, a.o.Now())
-	if len(res.removed) > 0 {
-		a.log.Info("retention removed earlier incarnations' dumps", "incarnations", res.removed, "files", res.files, "bytes", res.bytes,
-			"path", filepath.Join(a.o.TimelinePath, IncarnationsDir))
-	}
-	for _, err := range res.errs {
-		a.log.Warn("retention", "path", a.o.TimelinePath, "err", err)
-	}
 }

@@ -1,4 +1,4 @@
-package agent
+package timeline
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 func TestExpired(t *testing.T) {
@@ -56,7 +57,7 @@ func TestParseIncarnationAndOurs(t *testing.T) {
 		ok        bool
 	}{
 		{"default.0", "default", true}, {"llama_run.3", "llama_run", true}, {"10.0.0.1_29500.12", "10.0.0.1_29500", true},
-		{incarnationName("run/x:y", 4), "run_x_y", true},
+		{IncarnationName("run/x:y", 4), "run_x_y", true},
 		{".3", "", false}, {"job.", "", false}, {"job", "", false}, {"job.-1", "", false}, {"job.1a", "", false}, {"jo b.1", "", false},
 	} {
 		job, ok := parseIncarnation(tc.name)
@@ -75,25 +76,6 @@ func TestParseIncarnationAndOurs(t *testing.T) {
 	}
 }
 
-// tree writes files under dir: name → content ("" makes a directory).
-func tree(t *testing.T, dir string, files map[string]string, mtime time.Time) {
-	t.Helper()
-	for name, content := range files {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if content == "" {
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				t.Fatal(err)
-			}
-		} else if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		os.Chtimes(p, mtime, mtime)
-	}
-}
-
 func exists(p string) bool { _, err := os.Lstat(p); return err == nil }
 
 // Retention deletes only our files of expired earlier incarnations, and
@@ -102,8 +84,8 @@ func TestRetainLeavesStrangersAlone(t *testing.T) {
 	now := time.Now()
 	dir, outside := t.TempDir(), t.TempDir()
 	old := now.Add(-48 * time.Hour)
-	tree(t, outside, map[string]string{"00000-00002.stacktrace": "precious", "victim/00000-00002.stacktrace": "precious"}, old)
-	tree(t, dir, map[string]string{
+	testutil.Tree(t, outside, map[string]string{"00000-00002.stacktrace": "precious", "victim/00000-00002.stacktrace": "precious"}, old)
+	testutil.Tree(t, dir, map[string]string{
 		dumpfile.Name(0, 2): "current", "00000-00002.txt": "current", "00000-00002.trace.json": "current", // the current incarnation
 		"incarnations/job.0/00000-00002.stacktrace": "old", "incarnations/job.0/00000-00002.txt": "old",
 		"incarnations/job.0/00001-00002.trace.json":    "old",
@@ -123,12 +105,12 @@ func TestRetainLeavesStrangersAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	res := retain(context.Background(), dir, Retention{Age: time.Hour}, nil, now)
-	if len(res.errs) != 0 {
-		t.Errorf("errors %v", res.errs)
+	res := Retain(context.Background(), dir, Retention{Age: time.Hour}, nil, now)
+	if len(res.Errs) != 0 {
+		t.Errorf("errors %v", res.Errs)
 	}
-	if !slices.Equal(res.removed, []string{"job.0", "job.1"}) && !slices.Equal(res.removed, []string{"job.1", "job.0"}) || res.files != 4 {
-		t.Errorf("removed %v, %d files", res.removed, res.files)
+	if !slices.Equal(res.Removed, []string{"job.0", "job.1"}) && !slices.Equal(res.Removed, []string{"job.1", "job.0"}) || res.Files != 4 {
+		t.Errorf("removed %v, %d files", res.Removed, res.Files)
 	}
 	for _, gone := range []string{"incarnations/job.0/00000-00002.stacktrace", "incarnations/job.0/00000-00002.txt",
 		"incarnations/job.0/00001-00002.trace.json", "incarnations/job.1/00000-00002.stacktrace"} {
@@ -152,8 +134,8 @@ func TestRetainLeavesStrangersAlone(t *testing.T) {
 		t.Error("job.1 removed with a stranger's symlink in it")
 	}
 	// An emptied incarnation directory goes too.
-	tree(t, dir, map[string]string{"incarnations/job.2/00000-00002.stacktrace": "old"}, old)
-	if res := retain(context.Background(), dir, Retention{Age: time.Hour}, nil, now); res.files != 1 || exists(filepath.Join(dir, "incarnations/job.2")) {
+	testutil.Tree(t, dir, map[string]string{"incarnations/job.2/00000-00002.stacktrace": "old"}, old)
+	if res := Retain(context.Background(), dir, Retention{Age: time.Hour}, nil, now); res.Files != 1 || exists(filepath.Join(dir, "incarnations/job.2")) {
 		t.Errorf("job.2: %+v, directory kept", res)
 	}
 }
@@ -164,29 +146,29 @@ func TestRetainSymlinkedRootAndKeep(t *testing.T) {
 	now := time.Now()
 	dir, outside := t.TempDir(), t.TempDir()
 	old := now.Add(-48 * time.Hour)
-	tree(t, outside, map[string]string{"job.0/00000-00002.stacktrace": "precious"}, old)
+	testutil.Tree(t, outside, map[string]string{"job.0/00000-00002.stacktrace": "precious"}, old)
 	if err := os.Symlink(outside, filepath.Join(dir, IncarnationsDir)); err != nil {
 		t.Fatal(err)
 	}
-	res := retain(context.Background(), dir, Retention{Count: 1, Age: time.Second}, nil, now)
-	if res.files != 0 || !exists(filepath.Join(outside, "job.0/00000-00002.stacktrace")) || len(res.errs) != 1 {
+	res := Retain(context.Background(), dir, Retention{Count: 1, Age: time.Second}, nil, now)
+	if res.Files != 0 || !exists(filepath.Join(outside, "job.0/00000-00002.stacktrace")) || len(res.Errs) != 1 {
 		t.Fatalf("followed the symlinked incarnations directory: %+v", res)
 	}
 	dir = t.TempDir()
-	tree(t, dir, map[string]string{"incarnations/job.0/00000-00002.stacktrace": "live", "incarnations/job.1/00000-00002.stacktrace": "old"}, old)
-	res = retain(context.Background(), dir, Retention{Age: time.Second}, map[string]bool{"job.0": true}, now)
-	if res.files != 1 || !exists(filepath.Join(dir, "incarnations/job.0/00000-00002.stacktrace")) {
+	testutil.Tree(t, dir, map[string]string{"incarnations/job.0/00000-00002.stacktrace": "live", "incarnations/job.1/00000-00002.stacktrace": "old"}, old)
+	res = Retain(context.Background(), dir, Retention{Age: time.Second}, map[string]bool{"job.0": true}, now)
+	if res.Files != 1 || !exists(filepath.Join(dir, "incarnations/job.0/00000-00002.stacktrace")) {
 		t.Fatalf("keep: %+v", res)
 	}
 	// Nothing there, or no timeline path at all: nothing to do, no error.
-	if res := retain(context.Background(), filepath.Join(dir, "nope"), Retention{Count: 1}, nil, now); len(res.errs) != 0 {
-		t.Fatalf("missing path: %v", res.errs)
+	if res := Retain(context.Background(), filepath.Join(dir, "nope"), Retention{Count: 1}, nil, now); len(res.Errs) != 0 {
+		t.Fatalf("missing path: %v", res.Errs)
 	}
 	// A cancelled run deletes nothing.
-	tree(t, dir, map[string]string{"incarnations/job.3/00000-00002.stacktrace": "old"}, old)
+	testutil.Tree(t, dir, map[string]string{"incarnations/job.3/00000-00002.stacktrace": "old"}, old)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if res := retain(ctx, dir, Retention{Age: time.Second}, nil, now); res.files != 0 || len(res.errs) == 0 {
+	if res := Retain(ctx, dir, Retention{Age: time.Second}, nil, now); res.Files != 0 || len(res.Errs) == 0 {
 		t.Fatalf("cancelled: %+v", res)
 	}
 }
@@ -197,43 +179,13 @@ func TestRetainOtherUsersFile(t *testing.T) {
 	now := time.Now()
 	dir := t.TempDir()
 	old := now.Add(-48 * time.Hour)
-	tree(t, dir, map[string]string{"incarnations/job.0/00000-00002.stacktrace": "theirs", "incarnations/job.0/00001-00002.stacktrace": "ours"}, old)
+	testutil.Tree(t, dir, map[string]string{"incarnations/job.0/00000-00002.stacktrace": "theirs", "incarnations/job.0/00001-00002.stacktrace": "ours"}, old)
 	theirs := filepath.Join(dir, "incarnations/job.0/00000-00002.stacktrace")
 	if err := os.Lchown(theirs, 4242, 4242); err != nil {
 		t.Fatal(err)
 	}
-	res := retain(context.Background(), dir, Retention{Age: time.Hour}, nil, now)
-	if res.files != 1 || !exists(theirs) || exists(filepath.Join(dir, "incarnations/job.0/00001-00002.stacktrace")) {
+	res := Retain(context.Background(), dir, Retention{Age: time.Hour}, nil, now)
+	if res.Files != 1 || !exists(theirs) || exists(filepath.Join(dir, "incarnations/job.0/00001-00002.stacktrace")) {
 		t.Fatalf("%+v; theirs kept %v", res, exists(theirs))
-	}
-}
-
-// Through the agent: retention keeps Count earlier incarnations per job
-// and the live rank's own, however old; a dump round asks for a run.
-func TestRetentionThroughAgent(t *testing.T) {
-	dir := t.TempDir()
-	old := time.Now().Add(-time.Hour)
-	for inc := range 4 {
-		name := filepath.Join(IncarnationsDir, incarnationName("10.0.0.1:29500", inc), dumpfile.Name(0, 1))
-		tree(t, dir, map[string]string{name: "old"}, old.Add(time.Duration(inc)*time.Minute))
-	}
-	b := newBed(t, "node-a", dir, map[int]map[string]string{100: env(0, 1)}, func(o *Options) { o.Retain = Retention{Count: 2} })
-	work(b.Agent, 100, sec, false) // rank 0 of 1, incarnation 0 of job 10.0.0.1:29500: alive
-	b.retainOnce(context.Background())
-	left, _ := os.ReadDir(filepath.Join(dir, IncarnationsDir))
-	var names []string
-	for _, e := range left {
-		names = append(names, e.Name())
-	}
-	if !slices.Equal(names, []string{"10.0.0.1_29500.0", "10.0.0.1_29500.2", "10.0.0.1_29500.3"}) {
-		t.Fatalf("left %v", names)
-	}
-	if len(b.retainCh) != 0 {
-		t.Fatal("retention asked for before any dump")
-	}
-	b.at(4 * sec)
-	b.Tick(context.Background())
-	if b.capture.count(100) != 1 || len(b.retainCh) != 1 {
-		t.Fatalf("dumps %d, retention requests %d; want 1 and 1", b.capture.count(100), len(b.retainCh))
 	}
 }

@@ -1,0 +1,36 @@
+package agent
+
+import "testing"
+
+// The settings' stall watch gives the loop a ProcLooker unless the command
+// chose a Looker; off, the loop looks at nothing.
+func TestSettingsStallWatch(t *testing.T) {
+	lk := &fakeLooker{}
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want Looker
+	}{
+		{"off", Options{}, nil},
+		{"on", Options{Settings: Settings{StallWatch: true}}, &ProcLooker{}},
+		{"chosen", Options{Settings: Settings{StallWatch: true}, Looker: lk}, lk},
+		{"chosen while off", Options{Looker: lk}, lk},
+	} {
+		tc.o.Tracer = &fakeTracer{}
+		got := New(tc.o).o.Looker
+		switch want := tc.want.(type) {
+		case nil:
+			if got != nil {
+				t.Errorf("%s: looker %T, want none", tc.name, got)
+			}
+		case *ProcLooker:
+			if _, ok := got.(*ProcLooker); !ok {
+				t.Errorf("%s: looker %T, want *ProcLooker", tc.name, got)
+			}
+		default:
+			if got != want {
+				t.Errorf("%s: looker %T %p, want the chosen one", tc.name, got, got)
+			}
+		}
+	}
+}
