@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -259,14 +257,14 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 }
 
 // parentOf reads pid's parent and whether its executable is a Python
-// interpreter (python3, python3.11, ...).
+// interpreter.
 func parentOf(pid int) (int, bool) {
 	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, false
 	}
-	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	return st.PPID, strings.HasPrefix(filepath.Base(exe), "python")
+	exe, _ := procfs.Exe(pid)
+	return st.PPID, procfs.RunsPython(exe)
 }
 
 // HandleNotice consumes one tracer notice (the tracer's callback).
