@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 	"github.com/xpu-timer/xpu-timer/timer"
@@ -103,4 +104,62 @@ func firstCallSeen(t *testing.T, args []string) bool {
 		}
 	}
 	return false
+}
+
+// BenchmarkCommInitSeen starts a 4-rank testbed job (run.py's ranks load
+// the fake NCCL and call ncclCommInitRank at once) under a new tracer
+// that follows the launcher as xpu_timer_launch does, with nothing probed
+// ahead: each start is the first job on the node. It reports the share
+// of starts in which every rank's communicator was seen
+// (whole-starts/op, 1 is every one) and of ranks seen (ranks-seen/op);
+// run it with -benchtime=100x for the measurement of issue 27.
+func BenchmarkCommInitSeen(b *testing.B) {
+	bed := testbed.Build(b)
+	const nproc = 4
+	whole, seen := 0, 0
+	for i := 0; i < b.N; i++ {
+		n := commInitsSeen(b, bed, nproc)
+		seen += n
+		if n == nproc {
+			whole++
+		}
+	}
+	b.Logf("every communicator known with all %d ranks in %d of %d starts; %d of %d ranks' ncclCommInitRank seen", nproc, whole, b.N, seen, b.N*nproc)
+	b.ReportMetric(float64(whole)/float64(b.N), "whole-starts/op")
+	b.ReportMetric(float64(seen)/float64(b.N*nproc), "ranks-seen/op")
+}
+
+// commInitsSeen runs one job and counts its ranks whose ncclCommInitRank
+// the tracer saw.
+func commInitsSeen(b *testing.B, bed *testbed.Bed, nproc int) int {
+	tr := newTracer(b, Options{})
+	defer tr.Close()
+	rec := record(b, tr)
+	defer rec.cancel()
+	job := bed.StartJob(b, testbed.JobOptions{NProc: nproc, Steps: 1, Args: []string{"--step-ms", "5"}})
+	if err := tr.Follow(job.Cmd.Process.Pid); err != nil {
+		b.Fatal(err)
+	}
+	pids, err := job.RankPIDs(30 * time.Second)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if code, err := job.Wait(60 * time.Second); err != nil || code != 0 {
+		b.Fatalf("job: code %d, %v\n%s", code, err, job.Output())
+	}
+	rec.waitFor(b, "every rank's exit", func(evs []timer.Event, _ []Notice) bool {
+		for _, pid := range pids {
+			if !hasEvent(evs, pid, timer.KindProcessExit) {
+				return false
+			}
+		}
+		return true
+	})
+	n := 0
+	for _, pid := range pids {
+		if hasEvent(rec.of(pid), pid, timer.KindCommInit) {
+			n++
+		}
+	}
+	return n
 }
