@@ -147,4 +147,3 @@ func attachLate(t *testing.T, b *testbed.Bed, fault, target string, decide bool)
 	}
 	return found, decided
 }
-
