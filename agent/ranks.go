@@ -73,7 +73,7 @@ type procInfo struct {
 	python    bool // runs a Python interpreter
 	ppid      int  // parent process, 0 when unknown
 	forkedBy  int  // the process that forked it, as the fork was traced (0 when not seen)
-	seen      uint64
+	seen      uint64 // when the book first knew it (rankBook.created)
 	announced bool
 
 	role     election.Role // from the last election (see package election)
