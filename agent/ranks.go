@@ -68,11 +68,11 @@ type procInfo struct {
 	pid       int
 	id        Identity
 	idTries   int
-	gpu       bool // made a GPU call
-	comm      bool // created a communicator
-	python    bool // runs a Python interpreter
-	ppid      int  // parent process, 0 when unknown
-	forkedBy  int  // the process that forked it, as the fork was traced (0 when not seen)
+	gpu       bool   // made a GPU call
+	comm      bool   // created a communicator
+	python    bool   // runs a Python interpreter
+	ppid      int    // parent process, 0 when unknown
+	forkedBy  int    // the process that forked it, as the fork was traced (0 when not seen)
 	seen      uint64 // when the book first knew it (rankBook.created)
 	announced bool
 
