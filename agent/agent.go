@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"strings"
 	"sync"
 	"time"
 
@@ -46,14 +44,15 @@ type Options struct {
 	Looker   Looker          // nil: a ProcLooker with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 
 	// Injected for tests.
-	Monotonic func() int64     // CLOCK_MONOTONIC ns
-	Now       func() time.Time // wall clock
-	Environ   func(pid int) (map[string]string, error)
-	Parent    func(pid int) (ppid int, python bool) // its parent process (0 unknown), whether it runs Python
-	Alive     func(pid int) bool                    // the process still exists
-	Inspect   func(pid int) Process                 // cgroup, command line, executable for Scope (Env is filled in)
-	Kill      func(pid int) error                   // end the process group of pid (HangKill)
-	Hostname  string
+	Monotonic   func() int64     // CLOCK_MONOTONIC ns
+	Now         func() time.Time // wall clock
+	Environ     func(pid int) (map[string]string, error)
+	Parent      func(pid int) (ppid int, python bool) // its parent process (0 unknown), whether it runs Python
+	Descendants func(pid int) []int                   // the processes under pid, parents first (Follow)
+	Alive       func(pid int) bool                    // the process still exists
+	Inspect     func(pid int) Process                 // cgroup, command line, executable for Scope (Env is filled in)
+	Kill        func(pid int) error                   // end the process group of pid (HangKill)
+	Hostname    string
 }
 
 // Agent is the node loop. Create with New, feed pids with Follow, run with Run.
@@ -119,6 +118,9 @@ func New(o Options) *Agent {
 	if o.Parent == nil {
 		o.Parent = parentOf
 	}
+	if o.Descendants == nil {
+		o.Descendants = procfs.Descendants
+	}
 	if o.Inspect == nil {
 		o.Inspect = Inspect
 	}
@@ -163,10 +165,22 @@ func alive(pid int) bool {
 	return err == nil && st.State != 'Z' && st.State != 'X'
 }
 
-// Follow traces pid and its descendants.
+// Follow traces pid and its descendants, present and future. The
+// processes already running under pid (children, grandchildren) are taken
+// at once, parents first, as a fork traced from now on would be: the
+// tracer probes the libraries they map, and their identity is read, so
+// that those that name a rank in their environment are ranks from now,
+// not from a next GPU call that a rank hung before we came never makes
+// (an agent or a `watch --pid` attached to a job that runs, or a launcher
+// that follows its child after the start). A process with no rank in its
+// environment is a rank from its first GPU call, as before: mapping a GPU
+// library says nothing (a launcher that imports torch maps CUDA).
 func (a *Agent) Follow(pid int) error {
 	if err := a.o.Tracer.Follow(pid); err != nil {
 		return fmt.Errorf("follow %d: %w", pid, err)
+	}
+	for _, p := range append([]int{pid}, a.o.Descendants(pid)...) {
+		a.see(p, false, false)
 	}
 	return nil
 }
@@ -240,14 +254,14 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 }
 
 // parentOf reads pid's parent and whether its executable is a Python
-// interpreter (python3, python3.11, ...).
+// interpreter.
 func parentOf(pid int) (int, bool) {
 	st, err := procfs.ReadStat(pid)
 	if err != nil {
 		return 0, false
 	}
-	exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	return st.PPID, strings.HasPrefix(filepath.Base(exe), "python")
+	exe, _ := procfs.Exe(pid)
+	return st.PPID, procfs.RunsPython(exe)
 }
 
 // HandleNotice consumes one tracer notice (the tracer's callback).

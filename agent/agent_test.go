@@ -578,3 +578,35 @@ func TestDLRoverRuleOnOurMetrics(t *testing.T) {
 		}
 	}
 }
+
+// Follow takes the processes already under the followed pid at once: the
+// ranks among them (RANK in their environment) are announced at the next
+// tick though none makes a GPU call after the attach (a job hung before
+// the agent came); the launcher above them, with no rank, is none.
+func TestFollowTakesRunningRanks(t *testing.T) {
+	envs := map[int]map[string]string{10: {"PATH": "/bin"}, 11: env(0, 2), 12: env(1, 2), 13: env(1, 2)}
+	b := newBed(t, "node-a", t.TempDir(), envs, func(o *Options) {
+		// 13 is a DataLoader worker of rank 1 (12).
+		o.Descendants = func(pid int) []int {
+			if pid != 10 {
+				t.Errorf("descendants of %d asked, want 10's", pid)
+			}
+			return []int{11, 12, 13}
+		}
+		o.Parent = func(pid int) (int, bool) { return map[int]int{11: 10, 12: 10, 13: 12}[pid], pid != 10 }
+	})
+	if err := b.Follow(10); err != nil {
+		t.Fatal(err)
+	}
+	b.Tick(context.Background())
+	var got []string
+	for _, r := range b.events("rank") {
+		got = append(got, fmt.Sprintf("%d:%d", r.PID, *r.Rank))
+	}
+	if want := []string{"11:0", "12:1"}; !slices.Equal(got, want) {
+		t.Fatalf("ranks announced %v, want %v", got, want)
+	}
+	if h := b.book.helpers(12); !slices.Equal(h, []int{13}) {
+		t.Fatalf("helpers of rank 1: %v, want [13]", h)
+	}
+}

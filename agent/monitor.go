@@ -11,6 +11,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/gpu"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/internal/caps"
 )
 
 // Monitor is what xpu_timer_launch and `xpu-timer agent` run: the tracer,
@@ -45,7 +46,7 @@ func OpenMonitor(o Options) (*Monitor, error) {
 	}
 	capt := NewCapturer(tr)
 	dump.Shared().Cache().SetLimit(o.SymbolCacheBytes)
-	if ok, why := PtraceAllowed(); !ok {
+	if ok, why := caps.PtraceAllowed(); !ok {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")
 		capt = StateOnly("ptrace not permitted: " + why)

@@ -2,11 +2,11 @@ package agent
 
 import (
 	"context"
-	"iter"
 	"log/slog"
 	"slices"
 	"sync"
 
+	"github.com/xpu-timer/xpu-timer/agent/election"
 	"github.com/xpu-timer/xpu-timer/agent/identity"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -18,16 +18,11 @@ import (
 // the Agent reads environments, tells the engine and reports (ranks.go's
 // Agent methods).
 //
-// A rank is one process. Processes that share one identity (job, rank,
-// world size) are one rank and its company: the rank is the one that made
-// GPU calls or created a communicator, else the one running Python, else
-// any, the outermost of those in the process tree (between two the book
-// knows no kinship of, the one it knew first; the other is its shadow, a
-// rank only once alone); those it forked (a DataLoader's workers,
-// pin-memory and compile workers: they inherit its environment, RANK
-// included) are its helpers, followed and dumped inside its dump, never a
-// rank of their own; the others (a shell that runs the rank's python) are
-// wrappers, neither ranks nor dumped.
+// A rank is one process. Which process of those that share an identity
+// is the rank, and which are its helpers, wrappers and shadows, is
+// decided by package election, from what the book knows of each; the
+// book stores each process's Role and calls election.Elect after every
+// change that may move one.
 //
 // Incarnations: where the launcher sets no restart count
 // (TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT), the book counts restarts itself, per job:
@@ -73,28 +68,28 @@ type procInfo struct {
 	pid       int
 	id        Identity
 	idTries   int
-	gpu       bool // made a GPU call: a rank
-	comm      bool // created a communicator
-	exited    bool
-	exitSeq   uint64 // b.exits at its exit
+	gpu       bool   // made a GPU call
+	comm      bool   // created a communicator
+	python    bool   // runs a Python interpreter
+	ppid      int    // parent process, 0 when unknown
+	forkedBy  int    // the process that forked it, as the fork was traced (0 when not seen)
+	seen      uint64 // when the book first knew it (rankBook.created)
 	announced bool
+
+	role     election.Role // from the last election (see package election)
+	helperOf int           // the rank a Helper helps
+	last     election.Role // the role it held when it exited (role is Exited)
+	exitSeq  uint64        // b.exits at its exit
 
 	counted bool // its incarnation was counted here (the launcher sets none)
 	inc     int  // that incarnation
 
-	ppid     int    // parent process, 0 when unknown
-	forkedBy int    // the process that forked it, as the fork was traced (0 when not seen)
-	python   bool   // runs a Python interpreter
-	helperOf int    // the rank it helps (a process it forked), 0 when none
-	wrapper  bool   // shares a rank's identity without being it or its helper
-	demoted  bool   // was a helper or wrapper: never a rank again (until it execs)
-	outside  bool   // out of the agent's Scope: never a rank (until it execs)
-	seen     uint64 // when the book first knew it (rankBook.created)
-	shadow   bool   // shares a rank's identity, no kin of the rank's as far as the book knows: not the rank while that one lives
-
 	dumpStarted bool
 	dumpSeconds float64
 }
+
+// exited says whether p exited.
+func (p *procInfo) exited() bool { return p.role == election.Exited }
 
 func newRankBook() *rankBook {
 	return &rankBook{procs: make(map[int]*procInfo), restarts: make(map[string]int), holders: make(map[rankSlot]*holding)}
@@ -118,7 +113,7 @@ func (b *rankBook) see(pid int, gpu, reread bool) (changed, fresh, firstGPU bool
 	}
 	if reread {
 		// A new image: its part is decided again (see elect).
-		p.exited, p.demoted, p.outside, p.wrapper, p.helperOf = false, false, false, false, 0
+		p.role, p.helperOf = election.Candidate, 0
 	}
 	p.gpu = p.gpu || gpu
 	return true, fresh, firstGPU
@@ -158,7 +153,7 @@ func (b *rankBook) resolved(pid int, env map[string]string, err error, final boo
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	if p == nil || p.exited || p.outside {
+	if p == nil || p.exited() || p.role == election.Outside {
 		return Identity{}, false
 	}
 	p.idTries++
@@ -191,7 +186,7 @@ func (b *rankBook) fromComm(pid, rank, world int) (Identity, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	if p == nil || p.exited {
+	if p == nil || p.exited() {
 		return Identity{}, false
 	}
 	first := !p.comm
@@ -211,7 +206,7 @@ func (b *rankBook) fromComm(pid, rank, world int) (Identity, bool) {
 // counts for its job when its environment gives none (see rankBook); b.mu
 // held.
 func (b *rankBook) incarnate(p *procInfo) {
-	if p.exited || p.id.Rank < 0 || !(p.id.FromEnv || p.id.Source == "nccl") {
+	if p.exited() || p.id.Rank < 0 || !(p.id.FromEnv || p.id.Source == "nccl") {
 		return
 	}
 	if p.counted {
@@ -243,25 +238,15 @@ func (b *rankBook) incarnate(p *procInfo) {
 	p.counted, p.inc, p.id.Incarnation = true, h.incarnation, h.incarnation
 }
 
-// lineage yields the pids of p's parent, its parent's, and so on, through
-// exited processes too (a shell's subshell that forked p and is gone), as
-// far as the record knows them: the last one yielded may be a pid the
-// record has forgotten. At most len(b.procs) steps, so that pids reused
-// into a cycle end the walk; b.mu held.
-func (b *rankBook) lineage(p *procInfo) iter.Seq[int] {
-	return func(yield func(int) bool) {
-		for seen := 0; p != nil && p.ppid != 0 && seen <= len(b.procs); seen++ {
-			if !yield(p.ppid) {
-				return
-			}
-			p = b.procs[p.ppid]
-		}
-	}
-}
-
 // descends says whether p descends from the process pid; b.mu held.
 func (b *rankBook) descends(p *procInfo, pid int) bool {
-	for a := range b.lineage(p) {
+	parent := func(pid int) int {
+		if q := b.procs[pid]; q != nil {
+			return q.ppid
+		}
+		return 0
+	}
+	for a := range election.Lineage(parent, p.pid, len(b.procs)) {
 		if a == pid {
 			return true
 		}
@@ -276,101 +261,46 @@ func (b *rankBook) assignOrder(p *procInfo) {
 	b.order++
 }
 
-// isRank says whether p is a live rank; b.mu held.
-func (p *procInfo) isRank() bool {
-	return !p.exited && (p.gpu || p.comm || p.id.FromEnv) && !p.demoted && !p.outside && !p.shadow
-}
+// isRank says whether p is a live rank.
+func (p *procInfo) isRank() bool { return p.role == election.Rank }
 
-// elect decides, among live processes that share an identity, which is the
-// rank, which are its helpers and which are wrappers (see rankBook); b.mu
-// held.
+// elect gives every process its role (package election); a process that
+// is not the rank is announced again should it be the rank after (it
+// execs Python after its helper that ran Python, and was the rank
+// meanwhile, exited: the last announcement of a rank names its process);
+// b.mu held.
 func (b *rankBook) elect() {
-	type key struct {
-		job         string
-		rank, world int
-	}
-	groups := map[key][]*procInfo{}
+	infos := make([]*procInfo, 0, len(b.procs))
+	ps := make([]election.Process, 0, len(b.procs))
 	for _, p := range b.procs {
-		p.shadow = false // decided again below
-		if p.exited || p.outside || !(p.id.FromEnv || p.id.Source == "nccl") {
-			continue
-		}
-		k := key{p.id.Job, p.id.Rank, p.id.World}
-		groups[k] = append(groups[k], p)
+		infos = append(infos, p)
+		ps = append(ps, p.voter())
 	}
-	for k, g := range groups {
-		for _, p := range g {
-			// Forked by the rank of its identity that has exited since (a
-			// DataLoader worker first looked at after its rank died): a
-			// helper still, never the rank.
-			if a := b.exitedRankAbove(p, k.job, k.rank, k.world); a != nil && !p.demoted {
-				p.helperOf, p.demoted, p.announced = a.pid, true, false
-			}
-		}
-		if len(g) < 2 {
+	for i, v := range election.Elect(ps) {
+		p := infos[i]
+		if p.exited() {
 			continue
 		}
-		// Between processes alike, the outer; between processes with no
-		// kinship the book knows of (a parent it never saw fork), the one
-		// it knew first: a rank's process comes before what its tree
-		// runs, and the choice must not turn on map order.
-		var owner *procInfo
-		for _, p := range g {
-			switch {
-			case p.demoted:
-			case owner == nil, rankLike(p) > rankLike(owner):
-				owner = p
-			case rankLike(p) == rankLike(owner) && (b.descends(owner, p.pid) || !b.descends(p, owner.pid) && p.seen < owner.seen):
-				owner = p
-			}
+		if v.Role != election.Rank {
+			p.announced = false
 		}
-		if owner == nil {
-			continue // the rank is gone; its helpers and wrappers stay what they were
-		}
-		// A process demoted after it was announced as the rank is
-		// announced again should it be the rank again (it execs Python
-		// after its helper that ran Python, and was the rank meanwhile,
-		// exited): the last announcement of a rank names its process.
-		for _, p := range g {
-			switch {
-			case p == owner:
-			case b.descends(p, owner.pid):
-				p.helperOf, p.demoted, p.announced = owner.pid, true, false
-			case b.descends(owner, p.pid) || rankLike(p) < rankLike(owner):
-				p.wrapper, p.demoted, p.announced = true, true, false
-			case !p.demoted:
-				// Alike and no kin: not the rank while the owner lives,
-				// and announced should it be the rank after.
-				p.shadow, p.announced = true, false
-			}
-		}
+		p.role, p.helperOf = v.Role, v.Of
 	}
 }
 
-// rankLike ranks how much p looks like the rank of its identity: it made
-// GPU calls or created a communicator (2), it runs Python (1), neither (0).
-func rankLike(p *procInfo) int {
-	switch {
-	case p.gpu || p.comm:
-		return 2
-	case p.python:
-		return 1
+// voter is what the election knows of p.
+func (p *procInfo) voter() election.Process {
+	role := p.role
+	if p.exited() {
+		role = p.last
 	}
-	return 0
-}
-
-// exitedRankAbove returns the nearest exited ancestor of p that was the
-// rank of the identity (job, rank, world): not a wrapper, running Python
-// or the GPU; nil when none; b.mu held.
-func (b *rankBook) exitedRankAbove(p *procInfo, job string, rank, world int) *procInfo {
-	for pid := range b.lineage(p) {
-		a := b.procs[pid]
-		if a != nil && a.exited && !a.wrapper && rankLike(a) > 0 &&
-			a.id.Job == job && a.id.Rank == rank && a.id.World == world && (a.id.FromEnv || a.id.Source == "nccl") {
-			return a
-		}
+	return election.Process{
+		PID: p.pid, Parent: p.ppid,
+		Key:   election.Key{Job: p.id.Job, Rank: p.id.Rank, World: p.id.World},
+		Known: p.id.FromEnv || p.id.Source == "nccl", Env: p.id.FromEnv,
+		GPU: p.gpu, Comm: p.comm, Python: p.python, Seen: p.seen,
+		Exited: p.exited(), Role: role, Of: p.helperOf,
 	}
-	return nil
 }
 
 // helpers lists the live helpers of rank pid.
@@ -379,7 +309,7 @@ func (b *rankBook) helpers(pid int) []int {
 	defer b.mu.Unlock()
 	var out []int
 	for _, p := range b.procs {
-		if !p.exited && !p.outside && p.helperOf == pid {
+		if p.role == election.Helper && p.helperOf == pid {
 			out = append(out, p.pid)
 		}
 	}
@@ -415,7 +345,7 @@ func (b *rankBook) unsettled() (pids []int, final []bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for pid, p := range b.procs {
-		if !p.exited && !p.outside && (p.gpu || p.comm) && !p.id.FromEnv && p.id.Rank < 0 {
+		if !p.exited() && p.role != election.Outside && (p.gpu || p.comm) && !p.id.FromEnv && p.id.Rank < 0 {
 			pids = append(pids, pid)
 			final = append(final, p.idTries >= 2)
 		}
@@ -440,11 +370,11 @@ func (b *rankBook) exit(pid int) (id Identity, rank, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	if p == nil || p.exited {
+	if p == nil || p.exited() {
 		return Identity{}, false, false
 	}
 	rank = p.isRank()
-	p.exited = true
+	p.last, p.role = p.role, election.Exited
 	b.exits++
 	p.exitSeq = b.exits
 	if h := b.holders[rankSlot{p.id.Job, p.id.Rank}]; rank && p.counted && h != nil && !h.exited && h.incarnation == p.inc {
@@ -496,7 +426,7 @@ func (b *rankBook) prune() {
 	parents := make(map[int]bool, len(b.procs))
 	for _, p := range b.procs {
 		parents[p.ppid] = true
-		if p.exited {
+		if p.exited() {
 			gone = append(gone, p)
 		}
 	}
@@ -516,7 +446,7 @@ func (b *rankBook) gone(pid int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	return p == nil || p.exited
+	return p == nil || p.exited()
 }
 
 // setDumpStarted sets the dump-started flag of the ranks pids.
@@ -599,10 +529,10 @@ func (b *rankBook) exclude(pid int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	if p == nil || p.exited {
+	if p == nil || p.exited() {
 		return false
 	}
-	p.outside, p.announced = true, false
+	p.role, p.helperOf = election.Outside, 0
 	b.elect()
 	return true
 }
@@ -612,7 +542,7 @@ func (b *rankBook) outside(pid int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	p := b.procs[pid]
-	return p != nil && p.outside
+	return p != nil && p.role == election.Outside
 }
 
 // see records that pid is traced and, when that tells something new, warms

@@ -2,10 +2,8 @@ package agent
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
@@ -66,7 +64,7 @@ func Inspect(pid int) Process {
 	p := Process{PID: pid}
 	p.Cgroup, _ = procfs.ReadCgroup(pid)
 	p.Cmdline, _ = procfs.Cmdline(pid)
-	p.Exe, _ = os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	p.Exe, _ = procfs.Exe(pid)
 	return p
 }
 

@@ -68,29 +68,29 @@ func (t *Tracer) detach(links []link.Link) {
 }
 
 // acquire takes a reference on a library for pid, attaching its probes
-// when it is not attached yet; t.mu held.
-func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) error {
+// when it is not attached yet (attached says so); t.mu held.
+func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) (attached bool, err error) {
 	if l := t.libs[m.Key]; l != nil {
 		l.refs++
 		l.idle = time.Time{}
-		return nil
+		return false, nil
 	}
 	file := m.Path // preloaded (pid 0): as named here
 	if pid != 0 {
 		file = procPath(pid, m.Path)
 	}
-	l, attached, missing, err := t.attach(file, syms)
+	l, probed, missing, err := t.attach(file, syms)
 	if err != nil {
-		return err
+		return false, err
 	}
 	l.path = m.Path
 	l.refs = 1
 	t.libs[m.Key] = l
-	t.notice(Notice{Kind: NoticeAttach, PID: pid, Library: m.Path, Attached: attached})
+	t.notice(Notice{Kind: NoticeAttach, PID: pid, Library: m.Path, Attached: probed})
 	if len(missing) > 0 {
 		t.notice(Notice{Kind: NoticeMissing, PID: pid, Library: m.Path, Missing: missing})
 	}
-	return nil
+	return true, nil
 }
 
 // preload probes a library named by its path before any process maps it.
@@ -118,7 +118,7 @@ func (t *Tracer) preload(path string) {
 		fail(fmt.Errorf("preload %s: %w", path, ErrNoProbedSymbols))
 		return
 	}
-	if err := t.acquire(0, mappedLib{Key: k, Path: path}, syms); err != nil {
+	if _, err := t.acquire(0, mappedLib{Key: k, Path: path}, syms); err != nil {
 		fail(err)
 	}
 }

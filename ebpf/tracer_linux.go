@@ -248,16 +248,39 @@ func (t *Tracer) removeProcess(pid int) {
 	t.followed.remove(pid)
 }
 
+// maxScanPasses bounds the reads of one scan (see scan).
+const maxScanPasses = 3
+
 // scan reads the maps of a followed process and probes the libraries it
 // has not been probed for; t.mu held.
+//
+// The loader probe reports a process's library changes from the moment
+// it is attached, not before: a library the process loads between the
+// read of its maps and the attach of the loader probe that read found
+// (a C program that dlopens the driver at its start, or is linked to it
+// and is followed while ld.so maps it) would be seen by neither. So a
+// scan that attaches a loader probe reads the maps again once it is in
+// place: what was loaded before is in that read, what is loaded after
+// fires the probe.
 func (t *Tracer) scan(pid int) {
+	for range maxScanPasses {
+		if !t.scanOnce(pid) {
+			return
+		}
+	}
+}
+
+// scanOnce is one read of pid's maps and the probes it takes; it says
+// whether it attached a loader probe, so that the maps are to be read
+// again; t.mu held.
+func (t *Tracer) scanOnce(pid int) (again bool) {
 	p := t.procs[pid]
 	if p == nil {
-		return
+		return false
 	}
 	libs, err := execMappings(pid)
 	if err != nil {
-		return // exited: its exit event releases it
+		return false // exited: its exit event releases it
 	}
 	// Known vendor libraries first: a symbol scan of a large unknown
 	// library (libtorch) must not delay the probes of the CUDA runtime
@@ -273,7 +296,7 @@ func (t *Tracer) scan(pid int) {
 			if t.opts.wanted(m.Path) {
 				s, err := exportedProbeSymbols(procPath(pid, m.Path))
 				if gone(err) {
-					return // it exited (or exec'd) meanwhile: nothing to say, and nothing learnt of the file
+					return false // it exited (or exec'd) meanwhile: nothing to say, and nothing learnt of the file
 				}
 				if err != nil {
 					t.notice(Notice{Kind: NoticeError, PID: pid, Library: m.Path, Err: err})
@@ -286,14 +309,19 @@ func (t *Tracer) scan(pid int) {
 		if len(syms) == 0 {
 			continue
 		}
-		if err := t.acquire(pid, m, syms); err != nil {
+		attached, err := t.acquire(pid, m, syms)
+		if err != nil {
 			if !gone(err) {
 				t.notice(Notice{Kind: NoticeError, PID: pid, Library: m.Path, Err: err})
 			}
 			continue
 		}
 		p.libs[m.Key] = true
+		if _, ld := syms[loaderProbe.Symbol]; ld && attached {
+			again = true
+		}
 	}
+	return again
 }
 
 // gone says whether err comes from a process that exited or exec'd while

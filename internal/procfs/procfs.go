@@ -272,6 +272,17 @@ func Cmdline(pid int) ([]string, error) {
 	return ParseCmdline(b), nil
 }
 
+// Exe reads the path of pid's executable (the /proc/PID/exe link).
+func Exe(pid int) (string, error) {
+	return os.Readlink(path(pid, "exe"))
+}
+
+// RunsPython says whether the executable at exe is a Python interpreter
+// by its name (python3, python3.11, python3.14t, ...).
+func RunsPython(exe string) bool {
+	return strings.HasPrefix(filepath.Base(exe), "python")
+}
+
 // ParseCmdline splits a cmdline file into its NUL-terminated arguments.
 func ParseCmdline(b []byte) []string {
 	b = bytes.TrimRight(b, "\x00")

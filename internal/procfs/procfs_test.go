@@ -91,3 +91,18 @@ func TestSelfAndChild(t *testing.T) {
 		t.Fatalf("missing pid: %v", err)
 	}
 }
+
+func TestExeAndRunsPython(t *testing.T) {
+	exe, err := Exe(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if self, _ := os.Executable(); exe != self {
+		t.Fatalf("Exe(self) = %q, want %q", exe, self)
+	}
+	for path, want := range map[string]bool{"/usr/bin/python3.11": true, "/opt/py/bin/python3.14t": true, "/usr/bin/bash": false, "/home/python/bin/ls": false, "": false} {
+		if got := RunsPython(path); got != want {
+			t.Errorf("RunsPython(%q) = %v, want %v", path, got, want)
+		}
+	}
+}

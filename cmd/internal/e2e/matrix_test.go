@@ -102,6 +102,7 @@ func TestFaultMatrix(t *testing.T) {
 	b := testbed.Build(t)
 	runs := matrixRuns()
 	cells := matrixCells(t)
+	noise := matrixNoise(t)
 	var mu sync.Mutex
 	results := map[cell][]outcome{}
 	t.Run("runs", func(t *testing.T) {
@@ -126,7 +127,7 @@ func TestFaultMatrix(t *testing.T) {
 	for _, c := range cells {
 		all = append(all, cellRuns{c, results[c]})
 	}
-	t.Logf("fault matrix on the default path:\n%s", matrixTable(all))
+	t.Logf("fault matrix on the default path %s:\n%s", noise, matrixTable(all))
 	if out := os.Getenv("XPU_TIMER_MATRIX_OUT"); out != "" {
 		data, err := json.Marshal(all)
 		if err != nil {

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
+)
+
+// lateStep is the step at which the jobs attached late hang; the attach
+// comes once every rank finished the step before and the fault struck.
+const lateStep = 2
+
+// hungJob starts j (its fault at lateStep) in namespace ns, waits until
+// every rank finished the step before the fault and the faulty rank
+// stopped there, and returns it with its ranks' pids.
+func hungJob(t *testing.T, b *testbed.Bed, j job, ns string) (*proc, map[int]int) {
+	t.Helper()
+	at := lateStep
+	j.at = &at
+	p := start(t, j.args(b), "POD_NAMESPACE="+ns)
+	p.until(fmt.Sprintf("every rank done with step %d", lateStep-1), 60*time.Second, func() bool {
+		return len(p.stepDone(lateStep-1)) == nproc
+	})
+	// The fault strikes at the start of lateStep: a second later the job
+	// is hung before anything attaches (the faulty rank never says it is
+	// done with lateStep; the others may not either).
+	time.Sleep(time.Second)
+	if done := p.stepDone(lateStep); len(done) == nproc {
+		t.Fatalf("every rank finished step %d: the fault did not strike\n%s", lateStep, p.output())
+	}
+	return p, p.rankPIDs()
+}
+
+// TestAttachLate: `watch --pid` on the launcher or on one rank, and the
+// agent, started after the job hung, take the ranks that already run at
+// once (a rank that makes no GPU call after the attach included: the
+// Python straggler of python-sleep) and decide a hang the engine decides
+// from what it sees after the attach (kernel-hang, whose watchdog keeps
+// polling) within timeout + slack of the attach. XPU_TIMER_MATRIX_RUNS
+// sets the runs of each case (default 3).
+func TestAttachLate(t *testing.T) {
+	privileged.Root(t)
+	b := testbed.Build(t)
+	runs := matrixRuns()
+	for _, c := range []struct {
+		fault  string
+		target string // "launcher", "rank" (the faulty rank's pid) or "agent"
+		decide bool   // a hang must be decided
+	}{
+		{testbed.FaultPythonSleep, "launcher", false},
+		{testbed.FaultKernelHang, "launcher", true},
+		{testbed.FaultPythonSleep, "rank", false},
+		{testbed.FaultKernelHang, "rank", false},
+		{testbed.FaultPythonSleep, "agent", false},
+		{testbed.FaultKernelHang, "agent", true},
+	} {
+		t.Run(c.fault+"/"+c.target, func(t *testing.T) {
+			found, decided := 0, 0
+			for i := range runs {
+				t.Run(fmt.Sprintf("run%d", i), func(t *testing.T) {
+					r, d := attachLate(t, b, c.fault, c.target, c.decide)
+					if r {
+						found++
+					}
+					if d {
+						decided++
+					}
+				})
+			}
+			t.Logf("%s attached late by %s: every rank found in %d of %d runs, a hang decided within timeout+%v in %d of %d", c.fault, c.target, found, runs, slack, decided, runs)
+		})
+	}
+}
+
+var (
+	watchRankRe = regexp.MustCompile(`^\{"event":"rank".*?"pid":(\d+)`)
+	agentRankRe = regexp.MustCompile(`msg=rank .*? pid=(\d+) rank=`)
+	agentHangRe = regexp.MustCompile(`msg=hang .*? pid=(\d+) rank=`)
+	followingRe = regexp.MustCompile(`msg="following training process"`)
+)
+
+// attachLate runs one case and says whether every rank under the target
+// was announced within slack of the attach, and whether a hang was
+// decided within timeout + slack; it fails the test when either is
+// missing where wanted.
+func attachLate(t *testing.T, b *testbed.Bed, fault, target string, decide bool) (found, decided bool) {
+	ns := "late-" + strconv.Itoa(time.Now().Nanosecond())
+	job, ranks := hungJob(t, b, job{fault: fault, rank: 2}, ns)
+	want := slices.Sorted(maps.Values(ranks))
+	var p *proc
+	var rankRe, hangRe *regexp.Regexp
+	switch target {
+	case "launcher", "rank":
+		pid := job.cmd.Process.Pid
+		if target == "rank" {
+			pid, want = ranks[2], []int{ranks[2]}
+		}
+		p = start(t, []string{bins.xpu, "watch", "--timeout", timeout.String(), "--exit-on-hang", "--pid", strconv.Itoa(pid)})
+		rankRe, hangRe = watchRankRe, regexp.MustCompile(`^\{"event":"hang".*?"pid":(\d+)`)
+	case "agent":
+		p = start(t, []string{bins.xpu, "agent", "--hang-timeout", timeout.String(), "--timeline-path", t.TempDir(),
+			"--port", "0", "--scan-interval", "1s", "--namespaces", ns})
+		rankRe, hangRe = agentRankRe, agentHangRe
+	}
+	began := time.Now()
+	if target == "agent" {
+		began = p.waitRe(followingRe, 30*time.Second).At
+	}
+	announced := func() []int {
+		var got []int
+		for _, l := range p.matching(rankRe) {
+			pid, _ := strconv.Atoi(rankRe.FindStringSubmatch(l.Text)[1])
+			if !slices.Contains(got, pid) {
+				got = append(got, pid)
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+	_ = p.Until(slack+time.Second, func() bool { return slices.Equal(announced(), want) })
+	found = slices.Equal(announced(), want)
+	if !found {
+		t.Errorf("ranks announced %v within %v of the attach, want %v\n%s", announced(), slack+time.Second, want, p.output())
+	}
+	var hang testutil.Line
+	_ = p.Until(timeout+slack, func() bool {
+		if ls := p.matching(hangRe); len(ls) > 0 {
+			hang = ls[0]
+			return true
+		}
+		return false
+	})
+	decided = !hang.At.IsZero() && hang.At.Sub(began) <= timeout+slack
+	switch {
+	case decide && !decided:
+		t.Errorf("no hang decided within %v of the attach\n%s", timeout+slack, p.output())
+	case decided:
+		t.Logf("decided %.1fs after the attach: %s", hang.At.Sub(began).Seconds(), hang.Text)
+	}
+	return found, decided
+}
