@@ -3,7 +3,7 @@ package timer
 // Hang is the engine's decision that a process is stuck, and on what.
 // Durations are nanoseconds so the struct serialises without loss.
 type Hang struct {
-	Kind       string `json:"kind"` // "gpu": a thread waits on GPU work outstanding past the timeout; "host": no CUDA/NCCL call for longer than the timeout while peers wait, or spinning in the same Python frames while peers are stuck; "stalled": the main thread has waited at one place longer than the timeout while no peer progresses
+	Kind       string `json:"kind"` // "gpu": a thread waits on GPU work outstanding past the timeout (or, by its native stack, has waited in one GPU wait past the timeout); "host": no CUDA/NCCL call for longer than the timeout while peers wait, or spinning in the same Python frames while peers are stuck; "stalled": the main thread has waited at one place longer than the timeout while no peer progresses
 	PID        int    `json:"pid"`
 	Rank       int    `json:"rank"`           // -1 if unknown
 	DetectedAt int64  `json:"detected_at_ns"` // monotonic ns
@@ -28,6 +28,10 @@ type Hang struct {
 	// Stall is set for decisions made on looks at the main thread
 	// ("stalled", and "host" when it spins): where and since when.
 	Stall *Stall `json:"stall,omitempty"`
+
+	// StackWait is set for "gpu" decisions made on native stacks: the
+	// thread, the wait and since when (Waiters then holds that thread).
+	StackWait *StackWait `json:"stack_wait,omitempty"`
 }
 
 // Lag says how far a host-stalled process trails a waiting peer on one

@@ -111,7 +111,7 @@ func (p *proc) stillSince() int64 {
 func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 	p := v.p
 	since := p.stillSince()
-	if since == 0 || now-since <= e.timeout || len(v.waiters) > 0 {
+	if since == 0 || now-since <= e.timeout || len(v.waiters) > 0 || p.stackWaiting() {
 		return nil, false
 	}
 	stuckPeer, peers := false, 0
@@ -125,7 +125,7 @@ func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 			// itself, or never looked at: not a rank
 		case q.hang != nil:
 			stuckPeer = true
-		case len(views[i].waiters) > 0:
+		case len(views[i].waiters) > 0 || q.stackWaiting():
 			return nil, false // a peer waits on the GPU: the "gpu" and "host" rules judge, with sequence numbers
 		case q.stillSince() == 0 || now-q.stillSince() <= e.timeout:
 			return nil, false // a peer progresses, or did within the timeout
