@@ -48,6 +48,7 @@ type Options struct {
 	Pusher   *metrics.Pusher // nil: no push
 	GPU      GPUSource       // nil: no GPU facts
 	Looker   Looker          // nil: no looks, so no decisions on silent ranks (see timer's "Silent ranks")
+	Sampler  Sampler         // nil: no native samples, so no waits known by their stack (see timer's "Waits known by their stack")
 	Scope    *Scope          // nil: every process may be a rank; one out of scope is never a rank, its events are dropped
 	Retain   Retention       // what earlier incarnations may leave in the timeline path (retain.go); zero keeps everything
 
@@ -82,6 +83,7 @@ type Agent struct {
 	markers   markerState
 	lastTick  int64
 	watched   map[int]*watchState // detectors watching each rank (look.go)
+	sampled   map[int]int64       // when each rank was last sampled (sample.go)
 
 	pushCh   chan struct{}
 	retainCh chan struct{}

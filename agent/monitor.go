@@ -72,7 +72,8 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	}
 	capt := NewCapturer(tr)
 	dump.Shared().Cache().SetLimit(mo.SymbolCache)
-	if ok, why := PtraceAllowed(); !ok {
+	ptraceOK, why := PtraceAllowed()
+	if !ptraceOK {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")
 		capt = StateOnly("ptrace not permitted: " + why)
@@ -85,6 +86,9 @@ func OpenMonitor(mo MonitorOptions) (*Monitor, error) {
 	}
 	if mo.StallWatch {
 		o.Looker = &ProcLooker{}
+		if ptraceOK {
+			o.Sampler = NewSampler(tr)
+		}
 	} else {
 		log.Info("stall watch off: only GPU calls decide hangs; a rank silent with no GPU call in flight goes unseen")
 	}

@@ -53,7 +53,7 @@ func TestRealStacks(t *testing.T) {
 	}
 }
 
-func frames(spec ...string) []stack.Frame {
+func stackOf(spec ...string) []stack.Frame {
 	var out []stack.Frame
 	for i := 0; i < len(spec); i += 2 {
 		out = append(out, stack.Frame{Func: spec[i], Module: spec[i+1]})
@@ -77,19 +77,19 @@ func TestClassify(t *testing.T) {
 		want  string // Wait.String(); "" when no wait
 		role  Role
 	}{
-		{"sleeping in the runtime's synchronize", frames("??", libc, "ioctl", libc, "??", libcuda, "cuStreamSynchronize", libcuda, "cudaStreamSynchronize", cudart, "step", app, "main", app),
+		{"sleeping in the runtime's synchronize", stackOf("??", libc, "ioctl", libc, "??", libcuda, "cuStreamSynchronize", libcuda, "cudaStreamSynchronize", cudart, "step", app, "main", app),
 			"cuStreamSynchronize from step", Block},
-		{"MACA twin", frames("??", mcrt, "mcDeviceSynchronize", mcrt, "train", app),
+		{"MACA twin", stackOf("??", mcrt, "mcDeviceSynchronize", mcrt, "train", app),
 			"mcDeviceSynchronize from train", Block},
-		{"event query polled", frames("cudaEventQuery", cudart, "poll_done", app, "main", app),
+		{"event query polled", stackOf("cudaEventQuery", cudart, "poll_done", app, "main", app),
 			"cudaEventQuery from poll_done", Poll},
-		{"c10d work wait sleeping between polls", frames("clock_nanosleep", libc, "std::this_thread::sleep_for", app, "c10d::ProcessGroupNCCL::WorkNCCL::synchronizeInternal", torch, "c10d::ProcessGroupNCCL::WorkNCCL::wait", torch, "pybind", app),
+		{"c10d work wait sleeping between polls", stackOf("clock_nanosleep", libc, "std::this_thread::sleep_for", app, "c10d::ProcessGroupNCCL::WorkNCCL::synchronizeInternal", torch, "c10d::ProcessGroupNCCL::WorkNCCL::wait", torch, "pybind", app),
 			"c10d::ProcessGroupNCCL::WorkNCCL::synchronizeInternal from c10d::ProcessGroupNCCL::WorkNCCL::wait", Work},
-		{"split-off part", frames("??", libcuda, "cuCtxSynchronize_v2 [clone .cold]", libcuda, "main", app),
+		{"split-off part", stackOf("??", libcuda, "cuCtxSynchronize_v2 [clone .cold]", libcuda, "main", app),
 			"cuCtxSynchronize_v2 from main", Block},
-		{"a callback run from inside a call is the thread's own work", frames("compute", app, "??", libcuda, "cuStreamSynchronize", libcuda, "main", app), "", 0},
-		{"gloo over CUDA waiting on the network", frames("recv", libc, "gloo::allreduce", torch, "c10d::AsyncAllreduceCUDAHostWork::run", torch), "", 0},
-		{"computing", frames("gemm", app, "main", app), "", 0},
+		{"a callback run from inside a call is the thread's own work", stackOf("compute", app, "??", libcuda, "cuStreamSynchronize", libcuda, "main", app), "", 0},
+		{"gloo over CUDA waiting on the network", stackOf("recv", libc, "gloo::allreduce", torch, "c10d::AsyncAllreduceCUDAHostWork::run", torch), "", 0},
+		{"computing", stackOf("gemm", app, "main", app), "", 0},
 		{"no frames", nil, "", 0},
 	} {
 		w, ok := Classify(tc.stack)

@@ -127,7 +127,7 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		}
 	}
 	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
-	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log, Looker: &agent.ProcLooker{}})
+	a := agent.New(agent.Options{Tracer: tr, HangTimeout: cfg.HangTimeout, Interval: interval, OnReport: emit, Logger: log, Looker: &agent.ProcLooker{}, Sampler: agent.NewSampler(tr)})
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

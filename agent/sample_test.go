@@ -1,0 +1,92 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// fakeSampler sees thread pid+1 of every rank spinning in the driver's
+// synchronize from waitAt on, and counts samples per rank.
+type fakeSampler struct {
+	mu     sync.Mutex
+	waitAt int64
+	times  map[int][]int64
+	forgot []int
+}
+
+func (f *fakeSampler) Sample(pid int, now int64) (timer.Sample, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.times == nil {
+		f.times = map[int][]int64{}
+	}
+	f.times[pid] = append(f.times[pid], now)
+	s := timer.Sample{PID: pid, Time: now}
+	if now >= f.waitAt {
+		s.Waits = []timer.ThreadWait{{TID: pid + 1, Call: "cuCtxSynchronize_v2", From: "wait_device", State: 'R'}}
+	}
+	return s, nil
+}
+
+func (f *fakeSampler) Forget(pid int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgot = append(f.forgot, pid)
+}
+
+// A lone rank (world size 1) whose thread spins in a GPU wait is decided
+// gpu on its stack, at the first sample past the timeout, sampled no more
+// often than SamplePeriod; the sampler forgets a rank that exits.
+func TestLoneRankDecidedByStack(t *testing.T) {
+	sp := &fakeSampler{waitAt: 3 * sec}
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 1)},
+		func(o *Options) { o.Sampler = sp; o.HangTimeout = 10 * time.Second })
+	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
+	var decidedAt int64
+	for ts := 2 * sec; ts <= 30*sec && decidedAt == 0; ts += sec {
+		b.at(ts)
+		b.Tick(context.Background())
+		if len(b.events("hang")) > 0 {
+			decidedAt = ts
+		}
+	}
+	// Samples at 2 s (no wait), 7 s (the wait, first seen), 12 s, then
+	// 17 s + 1 ns, the first tick past 7 + 10 s: at 18 s.
+	if decidedAt != 18*sec {
+		t.Fatalf("decided at %v, want 18s; samples at %v", time.Duration(decidedAt), sp.times[100])
+	}
+	ts := sp.times[100]
+	for i := 1; i < len(ts); i++ {
+		if ts[i]-ts[i-1] < int64(SamplePeriod(10*time.Second)) {
+			t.Errorf("samples %v apart, under the period", time.Duration(ts[i]-ts[i-1]))
+		}
+	}
+	h := b.events("hang")[0]
+	if h.Kind != "gpu" || h.StackWait == nil || h.StackWait.TID != 101 || len(h.Waiters) != 1 ||
+		h.Waiters[0].Call != "cuCtxSynchronize_v2 from wait_device (seen on its stack)" {
+		t.Errorf("report %+v", h)
+	}
+	b.HandleEvent(timer.Event{Time: 19 * sec, PID: 100, TID: 100, Kind: timer.KindProcessExit})
+	if len(sp.forgot) == 0 || sp.forgot[len(sp.forgot)-1] != 100 {
+		t.Errorf("sampler forgot %v", sp.forgot)
+	}
+}
+
+func TestNextSample(t *testing.T) {
+	const p, to = 5 * sec, 10 * sec
+	for _, c := range []struct{ last, since, want int64 }{
+		{0, 0, 0},                       // never sampled: now
+		{7 * sec, 0, 12 * sec},          // no wait: a period on
+		{7 * sec, 7 * sec, 12 * sec},    // the confirming sample (17 s) is two periods on: one between
+		{12 * sec, 7 * sec, 17*sec + 1}, // it falls within the second period: taken then, not at 22 s
+		{12 * sec, 2 * sec, 17 * sec},   // it is due already: a period on
+	} {
+		if got := nextSample(c.last, p, c.since, to); got != c.want {
+			t.Errorf("nextSample(last %v, since %v) = %v, want %v", time.Duration(c.last), time.Duration(c.since), time.Duration(got), time.Duration(c.want))
+		}
+	}
+}
