@@ -7,7 +7,11 @@ package timer
 type Sample struct {
 	PID   int
 	Time  int64        // monotonic ns of the sample
-	Waits []ThreadWait // the threads seen inside a GPU wait; the others are not
+	Waits []ThreadWait // the threads seen inside a GPU wait; the others are not, except
+	// Unseen lists the threads whose stacks the sample could not read (not
+	// stopped in time on a loaded machine): what an earlier sample saw of
+	// them stands, neither confirmed nor cleared.
+	Unseen []int
 }
 
 // ThreadWait is one thread a sample saw inside a GPU wait.
@@ -90,6 +94,11 @@ func (e *Engine) ObserveSample(s Sample) {
 			cur.since = old.since // the same wait, and the probes saw no return from it
 		}
 		sw.waits[w.TID] = cur
+	}
+	for _, tid := range s.Unseen {
+		if old := prev[tid]; old != nil && sw.waits[tid] == nil {
+			sw.waits[tid] = old
+		}
 	}
 }
 

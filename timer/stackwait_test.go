@@ -210,3 +210,23 @@ func TestStackWaitNoWaitNoDecision(t *testing.T) {
 		}
 	}
 }
+
+// A sample that could not read the waiting thread's stack (not stopped in
+// time) neither clears nor confirms its wait: the next one that reads it
+// does.
+func TestStackWaitUnseen(t *testing.T) {
+	s := newSampled(t)
+	s.sample(101, 886, deviceSync)
+	s.e.ObserveSample(Sample{PID: 886, Time: at(106), Unseen: []int{886}})
+	s.e.ObserveSample(Sample{PID: 886, Time: at(111.5), Unseen: []int{886}})
+	if d := s.check(111.6); len(d) != 0 {
+		t.Fatalf("decided %v on unseen samples", d)
+	}
+	if since := s.e.StackWaitSince(886); since != at(101) {
+		t.Fatalf("wait since %v, want the first sample's", time.Duration(since))
+	}
+	s.sample(116.5, 886, deviceSync)
+	if d := s.check(116.6); d[886] != "gpu" {
+		t.Errorf("decisions %v", d)
+	}
+}

@@ -43,6 +43,7 @@ type pyState struct {
 // Result is one sample of a process.
 type Result struct {
 	Waits      []timer.ThreadWait // the threads inside a GPU wait
+	Unseen     []int              // the threads whose stacks could not be read (not stopped within MaxStop)
 	Threads    int                // threads sampled
 	StoppedFor time.Duration      // longest time a thread was stopped
 	Partial    bool               // MaxStop ran out before every thread stopped: the threads not stopped were not seen
@@ -63,6 +64,10 @@ func (s *Sampler) Take(pid int) (Result, error) {
 	}
 	out := Result{Threads: len(res.Threads), StoppedFor: res.StoppedFor, Partial: res.Partial}
 	for _, th := range res.Threads {
+		if len(th.Native) == 0 && th.Error != "" {
+			out.Unseen = append(out.Unseen, th.TID)
+			continue
+		}
 		w, ok := Classify(th.Native)
 		if !ok {
 			continue
@@ -86,7 +91,7 @@ func (s *Sampler) Sample(pid int, now int64) (timer.Sample, error) {
 	if err != nil {
 		return timer.Sample{}, err
 	}
-	return timer.Sample{PID: pid, Time: now, Waits: r.Waits}, nil
+	return timer.Sample{PID: pid, Time: now, Waits: r.Waits, Unseen: r.Unseen}, nil
 }
 
 // Forget drops what is kept of pid (it exited or exec'd).
