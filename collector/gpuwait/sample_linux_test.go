@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/native"
-	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/spinwait"
 )
 
