@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"fmt"
+	"os"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dump"
@@ -34,20 +36,24 @@ func NewSampler(tr Tracer) Sampler {
 // whatever the timeout.
 const minSamplePeriod = 5 * time.Second
 
-// SamplePeriod is the least time between two native samples of one rank:
-// a fifth of the hang timeout, and at least 5 s.
+// SamplePeriod is the least time between two native samples of one rank
+// (give or take half a check interval: samples are taken at checks): a
+// fifth of the hang timeout, and at least 5 s.
 func SamplePeriod(timeout time.Duration) time.Duration { return max(timeout/5, minSamplePeriod) }
 
 // nextSample is when a rank last sampled at last (0: never) is sampled
 // next: a period later, or, when a wait first seen at since can be
 // confirmed (a sample past since + timeout) before a second period ends,
 // just then, so that a wait is decided within one check of the timeout
-// without sampling more often.
-func nextSample(last, period, since, timeout int64) int64 {
+// without sampling more often. Samples are taken at checks, whose times
+// wander by a few milliseconds against each other: slack (half a check
+// interval) lets the check due a period on take it rather than the one
+// after.
+func nextSample(last, period, slack, since, timeout int64) int64 {
 	if last == 0 {
 		return 0
 	}
-	next := last + period
+	next := last + period - slack
 	if since > 0 {
 		if c := since + timeout + 1; c > next && c < next+period {
 			next = c
@@ -63,15 +69,16 @@ func (a *Agent) sampleAll(now int64) {
 	if a.o.Sampler == nil {
 		return
 	}
-	period, timeout := int64(SamplePeriod(a.o.HangTimeout)), int64(a.o.HangTimeout)
+	period, timeout, slack := int64(SamplePeriod(a.o.HangTimeout)), int64(a.o.HangTimeout), int64(a.o.Interval/2)
 	for _, pid := range a.book.live() {
 		a.mu.Lock()
 		last := a.sampled[pid]
 		a.mu.Unlock()
-		if now < nextSample(last, period, a.engine.StackWaitSince(pid), timeout) {
+		if now < nextSample(last, period, slack, a.engine.StackWaitSince(pid), timeout) {
 			continue
 		}
 		s, err := a.o.Sampler.Sample(pid, now)
+		fmt.Fprintf(os.Stderr, "DBG sample pid %d now %.3f since %.3f err %v waits %d unseen %v\n", pid, float64(now)/1e9, float64(a.engine.StackWaitSince(pid))/1e9, err, len(s.Waits), s.Unseen)
 		a.mu.Lock()
 		if a.sampled == nil {
 			a.sampled = make(map[int]int64)

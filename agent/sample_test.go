@@ -61,7 +61,7 @@ func TestLoneRankDecidedByStack(t *testing.T) {
 	}
 	ts := sp.times[100]
 	for i := 1; i < len(ts); i++ {
-		if ts[i]-ts[i-1] < int64(SamplePeriod(10*time.Second)) {
+		if ts[i]-ts[i-1] < int64(SamplePeriod(10*time.Second))-int64(DefaultInterval/2) {
 			t.Errorf("samples %v apart, under the period", time.Duration(ts[i]-ts[i-1]))
 		}
 	}
@@ -77,15 +77,16 @@ func TestLoneRankDecidedByStack(t *testing.T) {
 }
 
 func TestNextSample(t *testing.T) {
-	const p, to = 5 * sec, 10 * sec
+	const p, to, slack = 5 * sec, 10 * sec, sec / 2
 	for _, c := range []struct{ last, since, want int64 }{
-		{0, 0, 0},                       // never sampled: now
-		{7 * sec, 0, 12 * sec},          // no wait: a period on
-		{7 * sec, 7 * sec, 12 * sec},    // the confirming sample (17 s) is two periods on: one between
-		{12 * sec, 7 * sec, 17*sec + 1}, // it falls within the second period: taken then, not at 22 s
-		{12 * sec, 2 * sec, 17 * sec},   // it is due already: a period on
+		{0, 0, 0},                              // never sampled: now
+		{7 * sec, 0, 11*sec + sec/2},           // no wait: a period on, less the slack
+		{7 * sec, 7 * sec, 11*sec + sec/2},     // the confirming sample (17 s) is two periods on: one between
+		{12 * sec, 7 * sec, 17*sec + 1},        // it falls within the second period: taken then, not at 22 s
+		{12*sec + sec/10, 7 * sec, 17*sec + 1}, // the same, the check a little late
+		{12 * sec, 2 * sec, 16*sec + sec/2},    // it is due already: a period on
 	} {
-		if got := nextSample(c.last, p, c.since, to); got != c.want {
+		if got := nextSample(c.last, p, slack, c.since, to); got != c.want {
 			t.Errorf("nextSample(last %v, since %v) = %v, want %v", time.Duration(c.last), time.Duration(c.since), time.Duration(got), time.Duration(c.want))
 		}
 	}

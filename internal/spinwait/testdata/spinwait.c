@@ -7,8 +7,9 @@
  *                      (from wait_device), thread "sleeper" sleeps in
  *                      cuStreamSynchronize (from wait_stream), "busy"
  *                      computes, "idle" sleeps in nanosleep; forever
- *   spinwait job N H   forks N ranks (RANK, WORLD_SIZE, LOCAL_RANK,
- *                      LOCAL_WORLD_SIZE set; each runs "spinwait rank H"):
+ *   spinwait job N H   after a second, forks N ranks (RANK, WORLD_SIZE,
+ *                      LOCAL_RANK, LOCAL_WORLD_SIZE set; each execs
+ *                      "spinwait rank H"):
  *                      rank H spins in cuCtxSynchronize_v2 forever, the
  *                      others sleep in a barrier that never opens
  *   spinwait steps MS  a healthy loop: each step computes 20 ms and
@@ -129,6 +130,9 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 4 && strcmp(argv[1], "job") == 0) {
 		int n = atoi(argv[2]);
+		/* A tracer that follows this process from outside may come a
+		 * moment after it started: the ranks start once it is there. */
+		sleep(1);
 		for (int r = 0; r < n; r++) {
 			if (fork() == 0) {
 				char rank[16], world[16];
