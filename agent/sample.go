@@ -1,8 +1,6 @@
 package agent
 
 import (
-	"fmt"
-	"os"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dump"
@@ -78,7 +76,6 @@ func (a *Agent) sampleAll(now int64) {
 			continue
 		}
 		s, err := a.o.Sampler.Sample(pid, now)
-		fmt.Fprintf(os.Stderr, "DBG sample pid %d now %.3f since %.3f err %v waits %d unseen %v\n", pid, float64(now)/1e9, float64(a.engine.StackWaitSince(pid))/1e9, err, len(s.Waits), s.Unseen)
 		a.mu.Lock()
 		if a.sampled == nil {
 			a.sampled = make(map[int]int64)
