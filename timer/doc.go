@@ -88,8 +88,10 @@
 // engine keeps, per process, since when the main thread has made no
 // progress:
 //   - asleep ('S', 'D' or 'T') and not put on a CPU since the previous
-//     look, waiting at the same place: no progress since it went to sleep
-//     (Look.LastRan when known, else the first look that saw it asleep);
+//     look (or only by a native sample taken meanwhile, see "Waits known
+//     by their stack": it stops and resumes every thread), waiting at the
+//     same place: no progress since it went to sleep (Look.LastRan when
+//     known, else the first look that saw it asleep);
 //   - running, in the same Python frames as at the previous look, for at
 //     least half the time between the two looks: spinning, no progress
 //     since the first of those looks;

@@ -122,6 +122,9 @@ func (e *Engine) StackWaitSince(pid int) int64 {
 	return since
 }
 
+// sampledSince says whether a native sample of p was taken at or after t.
+func (p *proc) sampledSince(t int64) bool { return p.sample != nil && p.sample.last >= t }
+
 // stackWaiting says whether the latest sample saw a thread of p in a GPU
 // wait, for however long.
 func (p *proc) stackWaiting() bool { return p.sample != nil && len(p.sample.waits) > 0 }

@@ -230,3 +230,31 @@ func TestStackWaitUnseen(t *testing.T) {
 		t.Errorf("decisions %v", d)
 	}
 }
+
+// A native sample stops and resumes every thread: a peer asleep in place
+// is put on a CPU by it, which is no progress.
+func TestSampleIsNoProgress(t *testing.T) {
+	s := newSampled(t)
+	runs := uint64(40)
+	for now := 101.0; now <= 115; now++ {
+		l := asleep(1, runs, "34 0x0", at(100))
+		l.LastRan = at(now - 0.5)
+		if now > 101 && int(now)%5 == 1 {
+			l.LastRan = at(now - 1) // the sample at the previous look's tick woke it
+		}
+		s.look(now, l)
+		s.look(now, asleep(2, 7, "futex", at(100)))
+		if int(now)%5 == 0 {
+			s.sample(now, 1)
+			s.sample(now, 2)
+			runs += 2 // stopped and resumed
+		}
+		if d := s.check(now + 0.01); len(d) > 0 {
+			if now <= 110 || d[1] != "stalled" || d[2] != "stalled" {
+				t.Fatalf("decisions %v at %v", d, now)
+			}
+			return
+		}
+	}
+	t.Fatal("the sampled rank was never stalled: the samples read as progress")
+}

@@ -63,8 +63,10 @@ func (e *Engine) Observe(l Look) {
 	prev, first := s.last, s.last.Time == 0
 	s.last = l
 	switch {
-	case blocked(l.State) && !first && blocked(prev.State) && l.Runs == prev.Runs && l.Site == prev.Site:
-		// Not on a CPU since the previous look, waiting at the same place.
+	case blocked(l.State) && !first && blocked(prev.State) && (l.Runs == prev.Runs || p.sampledSince(prev.Time)) && l.Site == prev.Site:
+		// Not on a CPU since the previous look, waiting at the same place
+		// (or put on one only by a native sample, which stops and resumes
+		// every thread: the wait goes on).
 		if s.since == 0 || s.spinning {
 			s.since, s.spinning = prev.Time, false
 		}
