@@ -27,15 +27,15 @@ var (
 
 // stackWatch runs `xpu-timer watch --timeout 10s --exit-on-hang --
 // spinwait ARGS...` with env, and returns the first hang line, how long
-// after the job's first "ready" line (its waits begin then) it came, and
-// the ready pids.
+// after watch announced the hung rank (its "rank" line: watch knows it
+// from then on, as after a late attach; the wait began up to a check
+// before) it came, and the ready pids.
 func stackWatch(t *testing.T, ranks int, args []string, env ...string) (agent.Report, time.Duration, []int, *proc) {
 	t.Helper()
 	p := spinwait.Build(t)
 	w := start(t, append([]string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--exit-on-hang", "--", p.Bin}, args...),
 		append(env, p.Env())...)
 	pids := readyPIDs(t, w, ranks)
-	ready := w.matching(readyRe)[0].At
 	l := w.wait("a hang line", stackTimeout+20*time.Second, func(l testutil.Line) bool {
 		return !l.Stderr && hangLineRe.MatchString(l.Text)
 	})
@@ -43,7 +43,11 @@ func stackWatch(t *testing.T, ranks int, args []string, env ...string) (agent.Re
 	if err := json.Unmarshal([]byte(l.Text), &r); err != nil {
 		t.Fatal(err)
 	}
-	return r, l.At.Sub(ready), pids, w
+	for _, rl := range w.matching(regexp.MustCompile(fmt.Sprintf(`"event":"rank",.*"pid":%d,`, r.PID))) {
+		return r, l.At.Sub(rl.At), pids, w
+	}
+	t.Fatalf("no rank line for pid %d:\n%s", r.PID, w.output())
+	return r, 0, pids, w
 }
 
 // TestStackWaitLoneRank: one rank alone (world size 1) spinning in the
@@ -56,14 +60,14 @@ func TestStackWaitLoneRank(t *testing.T) {
 	for run := 0; run < matrixRuns(); run++ {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			r, after, pids, w := stackWatch(t, 1, []string{"job", "1", "0"})
-			t.Logf("run %d: decided %v after the wait began, past the %v timeout by %v", run, after.Round(10*time.Millisecond), stackTimeout, (after - stackTimeout).Round(10*time.Millisecond))
+			t.Logf("run %d: decided %v after the rank was known, past the %v timeout by %v", run, after.Round(10*time.Millisecond), stackTimeout, (after - stackTimeout).Round(10*time.Millisecond))
 			if r.PID != pids[0] || r.Kind != "gpu" || r.StackWait == nil || r.StackWait.TID != pids[0] ||
 				r.StackWait.Call != "cuCtxSynchronize_v2" || r.StackWait.From != "wait_device" || r.StackWait.State != "R" {
 				b, _ := json.Marshal(r)
 				t.Errorf("hang line %s", b)
 			}
 			if after > stackTimeout+2*time.Second {
-				t.Errorf("decided %v after the wait began, past the timeout + 2 s", after)
+				t.Errorf("decided %v after the rank was known, past the timeout + 2 s", after)
 			}
 			if code := w.waitExit(30 * time.Second); code != 3 {
 				t.Errorf("watch exited %d, want 3", code)
@@ -91,13 +95,13 @@ func TestStackWaitFourRanks(t *testing.T) {
 					rank2 = pid
 				}
 			}
-			t.Logf("run %d: rank %v decided %s %v after the wait began", run, rankOf(r), r.Kind, after.Round(10*time.Millisecond))
+			t.Logf("run %d: rank %v decided %s %v after the rank was known", run, rankOf(r), r.Kind, after.Round(10*time.Millisecond))
 			if r.PID != rank2 || r.Kind != "gpu" || r.StackWait == nil || r.StackWait.Call != "cuCtxSynchronize_v2" {
 				b, _ := json.Marshal(r)
 				t.Errorf("first hang line %s, want rank 2 (pid %d) gpu on its stack", b, rank2)
 			}
 			if after > stackTimeout+2*time.Second {
-				t.Errorf("decided %v after the wait began, past the timeout + 2 s", after)
+				t.Errorf("decided %v after the rank was known, past the timeout + 2 s", after)
 			}
 			w.waitExit(30 * time.Second)
 		})
