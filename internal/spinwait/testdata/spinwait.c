@@ -11,7 +11,8 @@
  *                      LOCAL_RANK, LOCAL_WORLD_SIZE set; each execs
  *                      "spinwait rank H"):
  *                      rank H spins in cuCtxSynchronize_v2 forever, the
- *                      others sleep in a barrier that never opens
+ *                      others sleep in a barrier that never opens; the
+ *                      job kills its ranks when it gets SIGTERM
  *   spinwait steps MS  a healthy loop: each step computes 20 ms and
  *                      synchronizes MS milliseconds, spinning
  *
@@ -20,6 +21,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +112,17 @@ static void *idle(void *arg)
 	return 0;
 }
 
+static pid_t ranks[64];
+static int nranks;
+
+/* The job ends its ranks when it is told to end (as torchrun does). */
+static void end_job(int sig)
+{
+	for (int i = 0; i < nranks; i++)
+		kill(ranks[i], SIGKILL);
+	_exit(128 + sig);
+}
+
 static void ready(void)
 {
 	printf("ready %d\n", getpid());
@@ -130,11 +143,19 @@ int main(int argc, char **argv)
 	}
 	if (argc >= 4 && strcmp(argv[1], "job") == 0) {
 		int n = atoi(argv[2]);
+		if (n < 1 || n > 64) {
+			fprintf(stderr, "job: 1 to 64 ranks\n");
+			return 2;
+		}
+		signal(SIGTERM, end_job);
 		/* A tracer that follows this process from outside may come a
 		 * moment after it started: the ranks start once it is there. */
 		sleep(1);
 		for (int r = 0; r < n; r++) {
-			if (fork() == 0) {
+			pid_t pid = fork();
+			if (pid > 0)
+				ranks[nranks++] = pid;
+			if (pid == 0) {
 				char rank[16], world[16];
 				snprintf(rank, sizeof rank, "%d", r);
 				snprintf(world, sizeof world, "%d", n);
