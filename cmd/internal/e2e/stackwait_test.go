@@ -148,3 +148,39 @@ func rankOf(r agent.Report) any {
 	}
 	return *r.Rank
 }
+
+// TestStackWaitRealPyTorch: a real PyTorch process (CPU) whose worker
+// thread spins in the emulated driver's cuCtxSynchronize_v2 (called
+// through ctypes, testdata/torch_gpuwait.py) while its main thread waits
+// in join(): the rank is decided gpu on the worker thread's stack, its
+// Python frames named. This proves the sampling of every thread of a
+// torch process (its 120 MB libtorch, its interpreter) and the Python
+// frames of a thread that is not the main one; the wait itself is
+// emulated (no GPU, no CUDA runtime: the caller is ctypes, not c10).
+func TestStackWaitRealPyTorch(t *testing.T) {
+	privileged.Root(t)
+	requireTorch(t)
+	p := spinwait.Build(t)
+	for run := 0; run < matrixRuns(); run++ {
+		t.Run(fmt.Sprint(run), func(t *testing.T) {
+			w := start(t, []string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--exit-on-hang", "--",
+				"sh", "-c", "sleep 1; exec " + torchPython + " testdata/torch_gpuwait.py"},
+				p.Env(), "RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=1", "LOCAL_WORLD_SIZE=1")
+			pid := readyPIDs(t, w, 1)[0]
+			l := w.wait("a hang line", stackTimeout+30*time.Second, func(l testutil.Line) bool {
+				return !l.Stderr && hangLineRe.MatchString(l.Text)
+			})
+			var r agent.Report
+			if err := json.Unmarshal([]byte(l.Text), &r); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := json.Marshal(r.StackWait)
+			t.Logf("run %d: %s", run, b)
+			if r.PID != pid || r.Kind != "gpu" || r.StackWait == nil || r.StackWait.TID == pid ||
+				r.StackWait.Call != "cuCtxSynchronize_v2" || !regexp.MustCompile(`^synchronize@\S*torch_gpuwait\.py:\d+;run@\S*threading\.py`).MatchString(r.StackWait.Python) {
+				t.Errorf("hang line %s: want pid %d gpu, the sync thread in cuCtxSynchronize_v2 from synchronize()", l.Text, pid)
+			}
+			w.waitExit(30 * time.Second)
+		})
+	}
+}
