@@ -71,13 +71,7 @@ type stackWait struct {
 func (e *Engine) ObserveSample(s Sample) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := e.procs[s.PID]
-	if p == nil {
-		// Known from samples only: its GPU silence counts from its first
-		// event (Handle), not from this sample.
-		p = e.proc(s.PID, s.Time)
-		p.lastWork, p.lastActivity = 0, 0
-	}
+	p := e.observed(s.PID, s.Time)
 	sw := p.sample
 	if sw == nil {
 		sw = &sampleWaits{}

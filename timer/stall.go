@@ -46,13 +46,7 @@ const spinShare = 0.5
 func (e *Engine) Observe(l Look) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := e.procs[l.PID]
-	if p == nil {
-		// Known from looks only: its GPU silence counts from its first
-		// event (Handle), not from this look.
-		p = e.proc(l.PID, l.Time)
-		p.lastWork, p.lastActivity = 0, 0
-	}
+	p := e.observed(l.PID, l.Time)
 	s := p.still
 	if s == nil {
 		s = &still{}
@@ -84,6 +78,18 @@ func (e *Engine) Observe(l Look) {
 	default:
 		s.since, s.spinning = 0, false
 	}
+}
+
+// observed returns pid's process for a look or a sample taken at t. One
+// known from looks and samples only is created with no GPU silence: that
+// counts from its first event (Handle), not from this look.
+func (e *Engine) observed(pid int, t int64) *proc {
+	p := e.procs[pid]
+	if p == nil {
+		p = e.proc(pid, t)
+		p.lastWork, p.lastActivity = 0, 0
+	}
+	return p
 }
 
 // stillSince is when p last progressed, as far as looks and GPU work tell,
