@@ -20,7 +20,7 @@ import (
 
 // startSpinwait runs spinwait with args and returns its pid once it is
 // ready; the test kills it at the end.
-func startSpinwait(t *testing.T, args ...string) int {
+func startSpinwait(t testing.TB, args ...string) int {
 	t.Helper()
 	p := spinwait.Build(t)
 	cmd := exec.Command(p.Bin, args...)
