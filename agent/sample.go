@@ -61,8 +61,10 @@ func nextSample(last, period, slack, since, timeout int64) int64 {
 }
 
 // sampleAll samples each live rank that is due and hands the samples to
-// the engine. A sample that fails (the rank exited, or is being dumped)
-// waits for the next period.
+// the engine. A rank the probes saw issue GPU work within the last period
+// is not sampled (it is not stuck, and a healthy probed job costs no
+// stop); one that stops issuing is sampled at once. A sample that fails
+// (the rank exited, or is being dumped) waits for the next period.
 func (a *Agent) sampleAll(now int64) {
 	if a.o.Sampler == nil {
 		return
@@ -73,6 +75,9 @@ func (a *Agent) sampleAll(now int64) {
 		last := a.sampled[pid]
 		a.mu.Unlock()
 		if now < nextSample(last, period, slack, a.engine.StackWaitSince(pid), timeout) {
+			continue
+		}
+		if lw := a.engine.LastWork(pid); lw > 0 && now-lw < period {
 			continue
 		}
 		s, err := a.o.Sampler.Sample(pid, now)

@@ -91,3 +91,26 @@ func TestNextSample(t *testing.T) {
 		}
 	}
 }
+
+// A rank the probes see launching is not sampled: a healthy probed job
+// costs no stop. Once it stops launching for a period, it is.
+func TestBusyRankNotSampled(t *testing.T) {
+	sp := &fakeSampler{waitAt: 1 << 62}
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 2)},
+		func(o *Options) { o.Sampler = sp; o.HangTimeout = 10 * time.Second })
+	for ts := 2 * sec; ts <= 20*sec; ts += sec {
+		work(b.Agent, 100, ts-sec/2, true)
+		b.at(ts)
+		b.Tick(context.Background())
+	}
+	if n := len(sp.times[100]); n != 0 {
+		t.Fatalf("a launching rank sampled %d times", n)
+	}
+	for ts := 21 * sec; ts <= 26*sec; ts += sec {
+		b.at(ts)
+		b.Tick(context.Background())
+	}
+	if ts := sp.times[100]; len(ts) != 1 || ts[0] != 25*sec {
+		t.Errorf("samples at %v, want one, a period after its last launch (19.5 s)", ts)
+	}
+}

@@ -123,6 +123,17 @@ func (p *proc) sampledSince(t int64) bool { return p.sample != nil && p.sample.l
 // wait, for however long.
 func (p *proc) stackWaiting() bool { return p.sample != nil && len(p.sample.waits) > 0 }
 
+// LastWork is when pid last issued GPU work (a launch, copy or
+// collective) as the probes saw it; 0 when never or unknown.
+func (e *Engine) LastWork(pid int) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.procs[pid]; p != nil && p.gseq > 0 {
+		return p.lastWork
+	}
+	return 0
+}
+
 // returned is when the probes last saw thread tid come back from a
 // blocking call or get a ready answer to a query; 0 when never.
 func (p *proc) returned(tid int) int64 {
