@@ -2,7 +2,8 @@
 // fake GPU the way they do on a real one: testdata/spinwait.c, whose
 // driver (testdata/cuda.c, built as libcuda.so.1) spins in
 // cuCtxSynchronize_v2 and sleeps in cuStreamSynchronize behind a kernel
-// that never ends. It stands in for the fake GPU testbed's spinning
+// that never ends, under a runtime (testdata/rt.c, libcudart.so.13) whose
+// cudaDeviceSynchronize calls it. It stands in for the fake GPU testbed's spinning
 // synchronize where a test needs no more than those two waits; the usage
 // line of spinwait.c lists its modes.
 package spinwait
@@ -20,6 +21,7 @@ import (
 type Program struct {
 	Bin string // spinwait
 	Lib string // libcuda.so.1: set SPINWAIT_LIB to it
+	RT  string // libcudart.so.13 beside it, whose cudaDeviceSynchronize calls the driver's
 }
 
 // Env is the environment entry that points the program at its driver.
@@ -46,9 +48,10 @@ func Build(t testing.TB) Program {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := Program{Bin: filepath.Join(dir, "spinwait"), Lib: filepath.Join(dir, "libcuda.so.1")}
+	p := Program{Bin: filepath.Join(dir, "spinwait"), Lib: filepath.Join(dir, "libcuda.so.1"), RT: filepath.Join(dir, "libcudart.so.13")}
 	for _, args := range [][]string{
 		{"gcc", "-O2", "-g", "-shared", "-fPIC", "-o", p.Lib, filepath.Join(src, "cuda.c")},
+		{"gcc", "-O2", "-g", "-shared", "-fPIC", "-o", p.RT, filepath.Join(src, "rt.c"), p.Lib, "-Wl,-rpath," + dir},
 		{"gcc", "-O2", "-g", "-pthread", "-o", p.Bin, filepath.Join(src, "spinwait.c"), "-ldl"},
 	} {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {

@@ -109,13 +109,17 @@ func TestStackWaitFourRanks(t *testing.T) {
 }
 
 // TestStackWaitHealthySteps: a lone rank whose every step synchronizes for
-// 7 s of the 10 s timeout, spinning, at one place, is never decided.
+// 7 s of the 10 s timeout, spinning, at one place (the runtime's
+// cudaDeviceSynchronize, whose returns the probes see), is sampled in the
+// wait and never decided.
 func TestStackWaitHealthySteps(t *testing.T) {
 	privileged.Root(t)
 	p := spinwait.Build(t)
-	w := start(t, []string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--exit-on-hang", "--", p.Bin, "steps", "7000"},
-		p.Env(), "RANK=0", "WORLD_SIZE=1")
+	w := start(t, []string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--exit-on-hang", "--",
+		"sh", "-c", "sleep 1; exec " + p.Bin + " steps 7000"}, p.Env(), "RANK=0", "WORLD_SIZE=1")
 	readyPIDs(t, w, 1)
+	w.waitRe(regexp.MustCompile(`"event":"rank"`), 20*time.Second) // a rank, so sampled: else this proves nothing
+	w.waitRe(regexp.MustCompile(`"event":"attach".*libcudart`), 20*time.Second)
 	time.Sleep(3 * stackTimeout)
 	for _, l := range w.stdout() {
 		if hangLineRe.MatchString(l) {

@@ -14,7 +14,9 @@
  *                      others sleep in a barrier that never opens; the
  *                      job kills its ranks when it gets SIGTERM
  *   spinwait steps MS  a healthy loop: each step computes 20 ms and
- *                      synchronizes MS milliseconds, spinning
+ *                      synchronizes MS milliseconds, spinning, through the
+ *                      runtime's cudaDeviceSynchronize (libcudart.so.13
+ *                      beside $SPINWAIT_LIB)
  *
  * Each process prints "ready PID" once its threads run.
  */
@@ -33,6 +35,7 @@
 static int (*ctx_sync)(void);
 static int (*stream_sync)(void *);
 static void (*set_deadline)(int64_t);
+static int (*device_sync)(void);
 static volatile uint64_t sink;
 
 static int64_t now_ns(void)
@@ -62,6 +65,26 @@ static void load(void)
 __attribute__((noinline)) static void wait_device(void)
 {
 	ctx_sync();
+	__asm__ volatile("" ::: "memory");
+}
+
+/* load_runtime opens libcudart.so.13 from $SPINWAIT_LIB's directory. */
+static void load_runtime(void)
+{
+	const char *lib = getenv("SPINWAIT_LIB");
+	char path[4096];
+	const char *slash = lib ? strrchr(lib, '/') : 0;
+	snprintf(path, sizeof path, "%.*slibcudart.so.13", slash ? (int)(slash - lib + 1) : 0, lib ? lib : "");
+	void *h = dlopen(path, RTLD_NOW);
+	if (!h || !(device_sync = (int (*)(void))dlsym(h, "cudaDeviceSynchronize"))) {
+		fprintf(stderr, "runtime: %s\n", dlerror());
+		exit(2);
+	}
+}
+
+__attribute__((noinline)) static void step_sync(void)
+{
+	device_sync();
 	__asm__ volatile("" ::: "memory");
 }
 
@@ -184,11 +207,12 @@ int main(int argc, char **argv)
 	if (argc >= 3 && strcmp(argv[1], "steps") == 0) {
 		int64_t ms = atoll(argv[2]);
 		load();
+		load_runtime();
 		ready();
 		for (;;) {
 			compute(20000000);
 			set_deadline(now_ns() + ms * 1000000);
-			wait_device();
+			step_sync();
 		}
 	}
 	fprintf(stderr, "usage: spinwait threads | job N H | rank H | steps MS\n");
