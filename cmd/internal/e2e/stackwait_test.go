@@ -60,7 +60,7 @@ func TestStackWaitLoneRank(t *testing.T) {
 	for run := 0; run < matrixRuns(); run++ {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			r, after, pids, w := stackWatch(t, 1, []string{"job", "1", "0"})
-			t.Logf("run %d: decided %v after the rank was known, past the %v timeout by %v", run, after.Round(10*time.Millisecond), stackTimeout, (after - stackTimeout).Round(10*time.Millisecond))
+			t.Logf("run %d: decided %v after the rank was known, past the %v timeout by %v%s", run, after.Round(10*time.Millisecond), stackTimeout, (after - stackTimeout).Round(10*time.Millisecond), samples(r))
 			if r.PID != pids[0] || r.Kind != "gpu" || r.StackWait == nil || r.StackWait.TID != pids[0] ||
 				r.StackWait.Call != "cuCtxSynchronize_v2" || r.StackWait.From != "wait_device" || r.StackWait.State != "R" {
 				b, _ := json.Marshal(r)
@@ -95,7 +95,7 @@ func TestStackWaitFourRanks(t *testing.T) {
 					rank2 = pid
 				}
 			}
-			t.Logf("run %d: rank %v decided %s %v after the rank was known", run, rankOf(r), r.Kind, after.Round(10*time.Millisecond))
+			t.Logf("run %d: rank %v decided %s %v after the rank was known%s", run, rankOf(r), r.Kind, after.Round(10*time.Millisecond), samples(r))
 			if r.PID != rank2 || r.Kind != "gpu" || r.StackWait == nil || r.StackWait.Call != "cuCtxSynchronize_v2" {
 				b, _ := json.Marshal(r)
 				t.Errorf("first hang line %s, want rank 2 (pid %d) gpu on its stack", b, rank2)
@@ -144,6 +144,16 @@ func readyPIDs(t *testing.T, job *proc, n int) []int {
 		return len(pids) >= n
 	})
 	return pids
+}
+
+// samples says how far apart the samples that decided were: just past the
+// timeout when the sample due then read the waiting thread, a period more
+// when it could not (not stopped in time on a loaded machine).
+func samples(r agent.Report) string {
+	if r.StackWait == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (the confirming sample %v after the first that saw the wait)", time.Duration(r.StackWait.Seen-r.StackWait.Since).Round(10*time.Millisecond))
 }
 
 func rankOf(r agent.Report) any {
