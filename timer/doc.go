@@ -129,9 +129,10 @@
 // ObserveSample, each with its call, the routine it waits for, and its
 // Python frames. One thread is in the same wait across samples when they
 // name the same routine (else the same call) and the same Python frames,
-// and the probes saw it neither return from a blocking call nor get a
-// ready answer to a query in between (a loop of long synchronizes at one
-// place is many waits); a thread missing from a sample is not waiting.
+// and the probes saw it neither enter nor return from a blocking call nor
+// get a ready answer to a query in between (a loop of long synchronizes
+// at one place is many waits, even when the probes came in the middle of
+// one); a thread missing from a sample is not waiting.
 //
 // A process is hung on the GPU ("gpu", Hang.StackWait) when a sample saw
 // a thread in the same wait as a sample more than the timeout earlier,

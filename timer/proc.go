@@ -255,6 +255,7 @@ func (p *proc) memcpy(ev *Event) {
 		p.enqueue(s, &o, ev.Time)
 		s.last = opRef{}
 		th.wait = &blockWait{kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}
+		th.returned = ev.Time
 		return
 	}
 	w := th.wait
@@ -338,7 +339,7 @@ func (p *proc) blocking(ev *Event) {
 			w.stream = 0
 			w.targets = p.snapshot()
 		}
-		th.wait = w
+		th.wait, th.returned = w, ev.Time
 		return
 	}
 	w := th.wait

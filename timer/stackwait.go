@@ -134,8 +134,10 @@ func (e *Engine) LastWork(pid int) int64 {
 	return 0
 }
 
-// returned is when the probes last saw thread tid come back from a
-// blocking call or get a ready answer to a query; 0 when never.
+// returned is when the probes last saw thread tid enter or come back from
+// a blocking call, or get a ready answer to a query: any wait it was in
+// before had ended by then (an entry counts: the return of a call entered
+// before the probes were attached is not seen); 0 when never.
 func (p *proc) returned(tid int) int64 {
 	if th := p.threads[tid]; th != nil {
 		return th.returned

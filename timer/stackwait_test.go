@@ -258,3 +258,19 @@ func TestSampleIsNoProgress(t *testing.T) {
 	}
 	t.Fatal("the sampled rank was never stalled: the samples read as progress")
 }
+
+// The probes came in the middle of a synchronize: its return is not seen
+// (its entry came before them), but the next one's entry is: the wait the
+// samples saw before it ended.
+func TestStackWaitProbesMidCall(t *testing.T) {
+	s := newSampled(t)
+	s.sample(101, 886, deviceSync) // inside a call entered before the probes
+	feed(s.e, enter(105, 886, 886, KindDeviceSynchronize, 0, 0))
+	s.sample(111.5, 886, deviceSync) // inside the next one, 6.5 s old
+	if d := s.check(111.6); len(d) != 0 {
+		t.Fatalf("decided %v: two synchronizes taken for one wait", d)
+	}
+	if since := s.e.StackWaitSince(886); since != at(111.5) {
+		t.Errorf("wait since %v, want the sample after the entry", time.Duration(since))
+	}
+}

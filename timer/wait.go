@@ -14,7 +14,7 @@ type target struct {
 type thread struct {
 	wait     *blockWait
 	polls    []pollStreak
-	returned int64 // latest return from a blocking call, or ready answer to a query: the thread's wait ended then
+	returned int64 // latest entry to or return from a blocking call, or ready answer to a query: a wait it was in before ended by then
 }
 
 // blockWait is a thread inside a blocking call.
