@@ -42,6 +42,7 @@ type Options struct {
 	Pusher   *metrics.Pusher // nil: no push
 	GPU      GPUSource       // nil: no GPU facts
 	Looker   Looker          // nil: a ProcLooker with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
+	Sampler  Sampler         // nil: no native samples, so no waits known by their stack (see timer's "Waits known by their stack")
 
 	// Injected for tests.
 	Monotonic   func() int64     // CLOCK_MONOTONIC ns
@@ -75,6 +76,7 @@ type Agent struct {
 	markers   markerState
 	lastTick  int64
 	watched   map[int]*watchState // detectors watching each rank (look.go)
+	sampled   map[int]int64       // when each rank was last sampled (sample.go)
 
 	pushCh   chan struct{}
 	retainCh chan struct{}

@@ -141,6 +141,7 @@ func (a *Agent) forgetLooks(pid int) {
 	if a.o.Looker != nil {
 		a.o.Looker.Forget(pid)
 	}
+	a.forgetSamples(pid)
 	a.mu.Lock()
 	delete(a.watched, pid)
 	a.mu.Unlock()

@@ -46,13 +46,17 @@ func OpenMonitor(o Options) (*Monitor, error) {
 	}
 	capt := NewCapturer(tr)
 	dump.Shared().Cache().SetLimit(o.SymbolCacheBytes)
-	if ok, why := caps.PtraceAllowed(); !ok {
+	ptraceOK, why := caps.PtraceAllowed()
+	if !ptraceOK {
 		log.Warn("stack capture is off: ptrace is not permitted; dumps will hold the hang decision and process state only",
 			"reason", why, "grant", "run as root or grant CAP_SYS_PTRACE")
 		capt = StateOnly("ptrace not permitted: " + why)
 	}
 	m := &Monitor{Tracer: tr, log: log, done: make(chan struct{})}
 	o.Tracer, o.Capturer, o.GPU, o.Pusher = tr, capt, nil, nil
+	if o.StallWatch && ptraceOK {
+		o.Sampler = NewSampler(tr)
+	}
 	if !o.StallWatch {
 		log.Info("stall watch off: only GPU calls decide hangs; a rank silent with no GPU call in flight goes unseen")
 	}

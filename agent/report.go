@@ -58,8 +58,9 @@ type Report struct {
 	Waiters    []timer.Waiter    `json:"waiters,omitempty"`
 	Comms      []timer.CommState `json:"comms,omitempty"`
 	Lagging    *timer.Lag        `json:"lagging,omitempty"`
-	Stall      *timer.Stall      `json:"stall,omitempty"` // "stalled", or "host" decided on looks: where and since when the main thread stopped progressing
-	Site       string            `json:"site,omitempty"`  // dump: where the main thread is (innermost Python frame, innermost native frame outside the C runtimes)
+	Stall      *timer.Stall      `json:"stall,omitempty"`      // "stalled", or "host" decided on looks: where and since when the main thread stopped progressing
+	StackWait  *timer.StackWait  `json:"stack_wait,omitempty"` // "gpu" decided on native stacks: the thread, its wait and since when
+	Site       string            `json:"site,omitempty"`       // dump: where the main thread is (innermost Python frame, innermost native frame outside the C runtimes)
 	Pending    int               `json:"pending,omitempty"`
 	OldestOp   string            `json:"oldest_op,omitempty"` // the oldest op not known complete (a kernel for a collective hang, usually)
 	Oldest     *timer.Op         `json:"oldest,omitempty"`
@@ -100,7 +101,7 @@ func (r *Report) setRank(id Identity) {
 func hangReport(h timer.Hang, id Identity, known bool) Report {
 	r := Report{Event: EventHang, PID: h.PID, Kind: h.Kind, AgeSeconds: float64(h.AgeNs) / 1e9,
 		Timeout: float64(h.Timeout) / 1e9, Waiters: h.Waiters, Comms: h.Comms, Lagging: h.Lagging,
-		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall}
+		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall, StackWait: h.StackWait}
 	if known {
 		r.setRank(id)
 	} else if h.Rank >= 0 {

@@ -17,6 +17,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.mu.Unlock()
 	a.settle()
 	a.lookAll(now)
+	a.sampleAll(now)
 
 	hangs := a.engine.Check(now)
 	for _, pid := range a.engine.Recovered(now) {
@@ -41,6 +42,9 @@ func (a *Agent) Tick(ctx context.Context) {
 				"age", float64(h.AgeNs) / 1e9, "waiters", len(h.Waiters)}
 			if s := h.Stall; s != nil {
 				attrs = append(attrs, "state", s.State, "spinning", s.Spinning, "syscall", s.Site, "python", s.Python)
+			}
+			if w := h.StackWait; w != nil {
+				attrs = append(attrs, "tid", w.TID, "wait", h.Waiters[0].Call, "state", w.State, "python", w.Python)
 			}
 			a.log.Warn("hang", attrs...)
 			a.report(r)

@@ -50,6 +50,8 @@ Dump	cold-ms	gdb-ms	0.1	first dump, 32 threads, 160 libraries, vs gdb
 Dump	warmed-ms	gdb-ms	-	first dump after Warm vs gdb
 Dump	cached-ms	gdb-ms	-	cached dump vs gdb
 Dump	max-stop-ms	=10	1	longest stop vs 10 ms
+Sample	sample-ms	dump-ms	-	one sample of every thread for GPU waits vs a full dump, same process
+Sample	max-stop-ms	=10	1	longest stop of a GPU-wait sample vs 10 ms
 TorchJob	cli-ms	eu-stack-ms	1	torch rank, first dump by xpu-timer-dump (new process) vs eu-stack
 TorchJob	cli-ms	gdb-ms	0.05	torch rank, first dump (new process) vs gdb
 TorchJob	cli-ms	eu-stack-lines-ms	-	torch rank, first dump (new process) vs eu-stack -i -s (inlined frames and lines, as ours)

@@ -65,6 +65,8 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 		if h := p.hang; h != nil {
 			var still bool
 			switch {
+			case h.StackWait != nil:
+				still = v.stuck != nil || p.stackStill(h.StackWait)
 			case h.Kind == HangGPU:
 				still = v.stuck != nil
 			case h.Stall != nil:
@@ -94,6 +96,13 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			for _, w := range v.waiters {
 				h.Waiters = append(h.Waiters, w.Waiter)
 			}
+			p.hang = &h
+			out = append(out, h)
+			continue
+		}
+		if w, ok := e.stackHung(views, v, now); ok {
+			h := e.decision(p, "gpu", now)
+			p.stackDecision(&h, w, now)
 			p.hang = &h
 			out = append(out, h)
 			continue
@@ -153,7 +162,7 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 	if v.stuck != nil || now-p.lastWork <= e.timeout || (p.gseq == 0 && len(p.comms) == 0) {
 		return nil, false // busy on the GPU, recently active, or never a GPU user (a launcher, a data loader)
 	}
-	if p.waitsOnGPU(v.waiters) {
+	if p.waitsOnGPU(v.waiters) || p.stackWaiting() {
 		return nil, false // waiting on it, not yet for the timeout
 	}
 	for i := range views {

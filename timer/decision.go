@@ -26,7 +26,7 @@ const (
 // Hang is the engine's decision that a process is stuck, and on what.
 // Durations are nanoseconds so the struct serialises without loss.
 type Hang struct {
-	Kind       HangKind `json:"kind"` // HangGPU "gpu": a thread waits on GPU work outstanding past the timeout; "host": no CUDA/NCCL call for longer than the timeout while peers wait, or spinning in the same Python frames while peers are stuck; "stalled": the main thread has waited at one place longer than the timeout while no peer progresses
+	Kind       HangKind `json:"kind"` // HangGPU "gpu": a thread waits on GPU work outstanding past the timeout (or, by its native stack, has waited in one GPU wait past the timeout); "host": no CUDA/NCCL call for longer than the timeout while peers wait, or spinning in the same Python frames while peers are stuck; "stalled": the main thread has waited at one place longer than the timeout while no peer progresses
 	PID        int      `json:"pid"`
 	Rank       int      `json:"rank"`           // -1 if unknown
 	DetectedAt int64    `json:"detected_at_ns"` // monotonic ns
@@ -52,6 +52,10 @@ type Hang struct {
 	// ("stalled", and "host" when it spins, the only evidence of a "host"
 	// decision without Lagging): where and since when.
 	Stall *Stall `json:"stall,omitempty"`
+
+	// StackWait is set for "gpu" decisions made on native stacks: the
+	// thread, the wait and since when (Waiters then holds that thread).
+	StackWait *StackWait `json:"stack_wait,omitempty"`
 }
 
 // Lag says how far a host-stalled process trails a waiting peer on one

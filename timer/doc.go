@@ -100,8 +100,10 @@
 // engine keeps, per process, since when the main thread has made no
 // progress:
 //   - asleep ('S', 'D' or 'T') and not put on a CPU since the previous
-//     look, waiting at the same place: no progress since it went to sleep
-//     (Look.LastRan when known, else the first look that saw it asleep);
+//     look (or only by a native sample taken meanwhile, see "Waits known
+//     by their stack": it stops and resumes every thread), waiting at the
+//     same place: no progress since it went to sleep (Look.LastRan when
+//     known, else the first look that saw it asleep);
 //   - running, in the same Python frames as at the previous look, for at
 //     least half the time between the two looks: spinning, no progress
 //     since the first of those looks;
@@ -122,6 +124,42 @@
 // "host" (Hang.Stall.Spinning), and only while some peer is stuck rather
 // than spinning: ranks that all compute in one Python function for long
 // are busy, not hung. Either clears when the main thread progresses.
+//
+// A process with a thread in a GPU wait by its latest sample (see "Waits
+// known by their stack") is not stalled, and neither is a peer of such a
+// process until that wait is decided: the "gpu" rule judges it first.
+//
+// # Waits known by their stack
+//
+// On a real GPU a thread waiting on it spins inside the driver (state R,
+// its counters rising), so looks see it busy, and a job hung before
+// tracing began shows the probes no call entry. Its native stack still
+// says where it waits. For those the caller samples, at most once a
+// sample period per process, the native stacks of every thread of a rank
+// and passes the threads inside a GPU wait (a synchronize, a synchronous
+// copy, a polled query, NCCL's blocking calls, a c10d work wait) to
+// ObserveSample, each with its call, the routine it waits for, and its
+// Python frames. One thread is in the same wait across samples when they
+// name the same routine (else the same call) and the same Python frames,
+// and the probes saw it neither enter nor return from a blocking call nor
+// get a ready answer to a query in between (a loop of long synchronizes
+// at one place is many waits, even when the probes came in the middle of
+// one); a thread missing from a sample is not waiting.
+//
+// A process is hung on the GPU ("gpu", Hang.StackWait) when a sample saw
+// a thread in the same wait as a sample more than the timeout earlier,
+// and no other rank progresses: each is decided already, waits on the GPU
+// (probes or stacks), or its main thread has not progressed for longer
+// than the timeout by looks (a rank waiting on the GPU while its peers
+// compute may be waiting for them). A lone rank (world size 1, or the only
+// process looked at) is decided alone: its wait is evidence enough. The
+// decision names the wait (Waiters holds "cuStreamSynchronize from
+// c10d::AsyncAllreduceCUDAHostWork::run (seen on its stack)"), and the
+// oldest outstanding op and collective when the probes saw them. It is
+// made at the first sample past the timeout, so the caller should take
+// one just then (StackWaitSince); it clears when a sample no longer sees
+// that thread in that wait, or the probes see it return. The probe rule,
+// which knows the awaited op, goes first.
 //
 // Check fires a decision once per process; Recovered reports a process
 // whose condition cleared (its waiters' work completed or the waits ended,

@@ -131,6 +131,7 @@ func (e *Engine) Handle(ev Event) {
 		if ev.Ret == 0 {
 			s := p.stream(ev.Stream)
 			p.retire(s, s.next, ev.Time)
+			p.thread(ev.TID).returned = ev.Time
 		}
 	case KindStreamWaitEvent:
 		p.waitEvent(&ev)

@@ -19,9 +19,10 @@ type proc struct {
 	lastActivity int64
 	lastWork     int64
 
-	hang  *Hang
-	still *still // from looks at the main thread (Observe); nil before the first
-	stats procStats
+	hang   *Hang
+	still  *still       // from looks at the main thread (Observe); nil before the first
+	sample *sampleWaits // from native samples of every thread (ObserveSample); nil before the first
+	stats  procStats
 }
 
 func newProc(pid int, t int64, maxOps int) *proc {
@@ -254,10 +255,11 @@ func (p *proc) memcpy(ev *Event) {
 		p.enqueue(s, &o, ev.Time)
 		s.last = opRef{}
 		th.wait = &blockWait{kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}
+		th.returned = ev.Time
 		return
 	}
 	w := th.wait
-	th.wait = nil
+	th.wait, th.returned = nil, ev.Time
 	if w == nil || w.kind != KindMemcpy || ev.Ret != 0 {
 		return
 	}
@@ -311,9 +313,9 @@ func (p *proc) eventQuery(ev *Event) {
 			r.ready = true
 			p.retire(p.stream(r.stream), r.pos, ev.Time)
 		}
-		if th := p.threads[ev.TID]; th != nil {
-			th.clearPoll(ev.Handle)
-		}
+		th := p.thread(ev.TID)
+		th.clearPoll(ev.Handle)
+		th.returned = ev.Time
 	case ev.Ret == RetNotReady && r != nil && !r.ready:
 		p.thread(ev.TID).poll(ev.Handle, r.gen, ev.Time, ev.Vendor)
 	}
@@ -337,11 +339,11 @@ func (p *proc) blocking(ev *Event) {
 			w.stream = 0
 			w.targets = p.snapshot()
 		}
-		th.wait = w
+		th.wait, th.returned = w, ev.Time
 		return
 	}
 	w := th.wait
-	th.wait = nil
+	th.wait, th.returned = nil, ev.Time
 	if w == nil && ev.Kind == KindEventSynchronize && ev.Ret == 0 {
 		// Entry not seen (tracing began inside the call): the event's
 		// latest record is what it waited for.

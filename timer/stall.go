@@ -46,13 +46,7 @@ const spinShare = 0.5
 func (e *Engine) Observe(l Look) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	p := e.procs[l.PID]
-	if p == nil {
-		// Known from looks only: its GPU silence counts from its first
-		// event (Handle), not from this look.
-		p = e.proc(l.PID, l.Time)
-		p.lastWork, p.lastActivity = 0, 0
-	}
+	p := e.observed(l.PID, l.Time)
 	s := p.still
 	if s == nil {
 		s = &still{}
@@ -63,8 +57,10 @@ func (e *Engine) Observe(l Look) {
 	prev, first := s.last, s.last.Time == 0
 	s.last = l
 	switch {
-	case blocked(l.State) && !first && blocked(prev.State) && l.Runs == prev.Runs && l.Site == prev.Site:
-		// Not on a CPU since the previous look, waiting at the same place.
+	case blocked(l.State) && !first && blocked(prev.State) && (l.Runs == prev.Runs || p.sampledSince(prev.Time)) && l.Site == prev.Site:
+		// Not on a CPU since the previous look, waiting at the same place
+		// (or put on one only by a native sample, which stops and resumes
+		// every thread: the wait goes on).
 		if s.since == 0 || s.spinning {
 			s.since, s.spinning = prev.Time, false
 		}
@@ -82,6 +78,18 @@ func (e *Engine) Observe(l Look) {
 	default:
 		s.since, s.spinning = 0, false
 	}
+}
+
+// observed returns pid's process for a look or a sample taken at t. One
+// known from looks and samples only is created with no GPU silence: that
+// counts from its first event (Handle), not from this look.
+func (e *Engine) observed(pid int, t int64) *proc {
+	p := e.procs[pid]
+	if p == nil {
+		p = e.proc(pid, t)
+		p.lastWork, p.lastActivity = 0, 0
+	}
+	return p
 }
 
 // stillSince is when p last progressed, as far as looks and GPU work tell,
@@ -111,7 +119,7 @@ func (p *proc) stillSince() int64 {
 func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 	p := v.p
 	since := p.stillSince()
-	if since == 0 || now-since <= e.timeout || len(v.waiters) > 0 {
+	if since == 0 || now-since <= e.timeout || len(v.waiters) > 0 || p.stackWaiting() {
 		return nil, false
 	}
 	stuckPeer, peers := false, 0
@@ -125,7 +133,7 @@ func (e *Engine) stalled(views []view, v *view, now int64) (*Stall, bool) {
 			// itself, or never looked at: not a rank
 		case q.hang != nil:
 			stuckPeer = true
-		case len(views[i].waiters) > 0:
+		case len(views[i].waiters) > 0 || q.stackWaiting():
 			return nil, false // a peer waits on the GPU: the "gpu" and "host" rules judge, with sequence numbers
 		case q.stillSince() == 0 || now-q.stillSince() <= e.timeout:
 			return nil, false // a peer progresses, or did within the timeout

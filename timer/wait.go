@@ -12,8 +12,9 @@ type target struct {
 
 // thread is the wait state of one thread.
 type thread struct {
-	wait  *blockWait
-	polls []pollStreak
+	wait     *blockWait
+	polls    []pollStreak
+	returned int64 // latest entry to or return from a blocking call, or ready answer to a query: a wait it was in before ended by then
 }
 
 // blockWait is a thread inside a blocking call.

@@ -129,7 +129,11 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
 	// The settings the launcher and the agent open their monitor with; with
 	// no capturer, watch dumps nothing and leaves the timeline path alone.
-	a := agent.New(agent.Options{Settings: cfg.Settings, Tracer: tr, Interval: interval, OnReport: emit, Logger: log})
+	o := agent.Options{Settings: cfg.Settings, Tracer: tr, Interval: interval, OnReport: emit, Logger: log}
+	if cfg.StallWatch {
+		o.Sampler = agent.NewSampler(tr) // waits known by their stack
+	}
+	a := agent.New(o)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 

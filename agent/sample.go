@@ -1,0 +1,106 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/collector/gpuwait"
+	"github.com/xpu-timer/xpu-timer/ebpf"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Sampler takes the native samples of every thread of a rank that the
+// engine's rule for waits known by their stack needs (timer.Sample): a
+// thread spinning or sleeping in a GPU wait, whatever the probes saw.
+type Sampler interface {
+	// Sample samples pid at monotonic time now.
+	Sample(pid int, now int64) (timer.Sample, error)
+	// Forget drops what is kept of pid (it exited or exec'd).
+	Forget(pid int)
+}
+
+// NewSampler returns the Sampler of a live system (collector/gpuwait):
+// it shares the dumps' symbol cache and, with tr from OpenTracer, unwinds
+// past the return probes' trampolines.
+func NewSampler(tr Tracer) Sampler {
+	s := &gpuwait.Sampler{Unwinder: dump.Shared()}
+	if et, ok := tr.(*ebpf.Tracer); ok {
+		s.ReturnAddress = et.ReturnAddress
+	}
+	return s
+}
+
+// minSamplePeriod is the least time between two samples of one rank,
+// whatever the timeout.
+const minSamplePeriod = 5 * time.Second
+
+// SamplePeriod is the least time between two native samples of one rank
+// (give or take half a check interval: samples are taken at checks): a
+// fifth of the hang timeout, and at least 5 s.
+func SamplePeriod(timeout time.Duration) time.Duration { return max(timeout/5, minSamplePeriod) }
+
+// nextSample is when a rank last sampled at last (0: never) is sampled
+// next: a period later, or, when a wait first seen at since can be
+// confirmed (a sample past since + timeout) before a second period ends,
+// just then, so that a wait is decided within one check of the timeout
+// without sampling more often. Samples are taken at checks, whose times
+// wander by a few milliseconds against each other: slack (half a check
+// interval) lets the check due a period on take it rather than the one
+// after.
+func nextSample(last, period, slack, since, timeout int64) int64 {
+	if last == 0 {
+		return 0
+	}
+	next := last + period - slack
+	if since > 0 {
+		if c := since + timeout + 1; c > next && c < next+period {
+			next = c
+		}
+	}
+	return next
+}
+
+// sampleAll samples each live rank that is due and hands the samples to
+// the engine. A rank the probes saw issue GPU work within the last period
+// is not sampled (it is not stuck, and a healthy probed job costs no
+// stop); one that stops issuing is sampled at once. A sample that fails
+// (the rank exited, or is being dumped) waits for the next period.
+func (a *Agent) sampleAll(now int64) {
+	if a.o.Sampler == nil {
+		return
+	}
+	period, timeout, slack := int64(SamplePeriod(a.o.HangTimeout)), int64(a.o.HangTimeout), int64(a.o.Interval/2)
+	for _, pid := range a.book.live() {
+		a.mu.Lock()
+		last := a.sampled[pid]
+		a.mu.Unlock()
+		if now < nextSample(last, period, slack, a.engine.StackWaitSince(pid), timeout) {
+			continue
+		}
+		if lw := a.engine.LastWork(pid); lw > 0 && now-lw < period {
+			continue
+		}
+		s, err := a.o.Sampler.Sample(pid, now)
+		a.mu.Lock()
+		if a.sampled == nil {
+			a.sampled = make(map[int]int64)
+		}
+		a.sampled[pid] = now
+		a.mu.Unlock()
+		if err != nil {
+			a.log.Debug("stack sample failed", "pid", pid, "err", err)
+			continue
+		}
+		a.engine.ObserveSample(s)
+	}
+}
+
+// forgetSamples drops what the samples knew of pid (it exited or exec'd).
+func (a *Agent) forgetSamples(pid int) {
+	if a.o.Sampler != nil {
+		a.o.Sampler.Forget(pid)
+	}
+	a.mu.Lock()
+	delete(a.sampled, pid)
+	a.mu.Unlock()
+}

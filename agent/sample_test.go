@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// fakeSampler sees thread pid+1 of every rank spinning in the driver's
+// synchronize from waitAt on, and counts samples per rank.
+type fakeSampler struct {
+	mu     sync.Mutex
+	waitAt int64
+	times  map[int][]int64
+	forgot []int
+}
+
+func (f *fakeSampler) Sample(pid int, now int64) (timer.Sample, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.times == nil {
+		f.times = map[int][]int64{}
+	}
+	f.times[pid] = append(f.times[pid], now)
+	s := timer.Sample{PID: pid, Time: now}
+	if now >= f.waitAt {
+		s.Waits = []timer.ThreadWait{{TID: pid + 1, Call: "cuCtxSynchronize_v2", From: "wait_device", State: 'R'}}
+	}
+	return s, nil
+}
+
+func (f *fakeSampler) Forget(pid int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.forgot = append(f.forgot, pid)
+}
+
+// A lone rank (world size 1) whose thread spins in a GPU wait is decided
+// gpu on its stack, at the first sample past the timeout, sampled no more
+// often than SamplePeriod; the sampler forgets a rank that exits.
+func TestLoneRankDecidedByStack(t *testing.T) {
+	sp := &fakeSampler{waitAt: 3 * sec}
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 1)},
+		func(o *Options) { o.Sampler = sp; o.HangTimeout = 10 * time.Second })
+	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
+	var decidedAt int64
+	for ts := 2 * sec; ts <= 30*sec && decidedAt == 0; ts += sec {
+		b.at(ts)
+		b.Tick(context.Background())
+		if len(b.events("hang")) > 0 {
+			decidedAt = ts
+		}
+	}
+	// Samples at 2 s (no wait), 7 s (the wait, first seen), 12 s, then
+	// 17 s + 1 ns, the first tick past 7 + 10 s: at 18 s.
+	if decidedAt != 18*sec {
+		t.Fatalf("decided at %v, want 18s; samples at %v", time.Duration(decidedAt), sp.times[100])
+	}
+	ts := sp.times[100]
+	for i := 1; i < len(ts); i++ {
+		if ts[i]-ts[i-1] < int64(SamplePeriod(10*time.Second))-int64(DefaultInterval/2) {
+			t.Errorf("samples %v apart, under the period", time.Duration(ts[i]-ts[i-1]))
+		}
+	}
+	h := b.events("hang")[0]
+	if h.Kind != "gpu" || h.StackWait == nil || h.StackWait.TID != 101 || len(h.Waiters) != 1 ||
+		h.Waiters[0].Call != "cuCtxSynchronize_v2 from wait_device (seen on its stack)" {
+		t.Errorf("report %+v", h)
+	}
+	b.HandleEvent(timer.Event{Time: 19 * sec, PID: 100, TID: 100, Kind: timer.KindProcessExit})
+	if len(sp.forgot) == 0 || sp.forgot[len(sp.forgot)-1] != 100 {
+		t.Errorf("sampler forgot %v", sp.forgot)
+	}
+}
+
+func TestNextSample(t *testing.T) {
+	const p, to, slack = 5 * sec, 10 * sec, sec / 2
+	for _, c := range []struct{ last, since, want int64 }{
+		{0, 0, 0},                              // never sampled: now
+		{7 * sec, 0, 11*sec + sec/2},           // no wait: a period on, less the slack
+		{7 * sec, 7 * sec, 11*sec + sec/2},     // the confirming sample (17 s) is two periods on: one between
+		{12 * sec, 7 * sec, 17*sec + 1},        // it falls within the second period: taken then, not at 22 s
+		{12*sec + sec/10, 7 * sec, 17*sec + 1}, // the same, the check a little late
+		{12 * sec, 2 * sec, 16*sec + sec/2},    // it is due already: a period on
+	} {
+		if got := nextSample(c.last, p, slack, c.since, to); got != c.want {
+			t.Errorf("nextSample(last %v, since %v) = %v, want %v", time.Duration(c.last), time.Duration(c.since), time.Duration(got), time.Duration(c.want))
+		}
+	}
+}
+
+// A rank the probes see launching is not sampled: a healthy probed job
+// costs no stop. Once it stops launching for a period, it is.
+func TestBusyRankNotSampled(t *testing.T) {
+	sp := &fakeSampler{waitAt: 1 << 62}
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 2)},
+		func(o *Options) { o.Sampler = sp; o.HangTimeout = 10 * time.Second })
+	for ts := 2 * sec; ts <= 20*sec; ts += sec {
+		work(b.Agent, 100, ts-sec/2, true)
+		b.at(ts)
+		b.Tick(context.Background())
+	}
+	if n := len(sp.times[100]); n != 0 {
+		t.Fatalf("a launching rank sampled %d times", n)
+	}
+	for ts := 21 * sec; ts <= 26*sec; ts += sec {
+		b.at(ts)
+		b.Tick(context.Background())
+	}
+	if ts := sp.times[100]; len(ts) != 1 || ts[0] != 25*sec {
+		t.Errorf("samples at %v, want one, a period after its last launch (19.5 s)", ts)
+	}
+}

@@ -1,0 +1,150 @@
+package gpuwait
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/collector/native"
+	"github.com/xpu-timer/xpu-timer/collector/python"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/timer"
+)
+
+// Bounds of one sample.
+const (
+	// DefaultMaxStop bounds how long a sample keeps any thread stopped.
+	DefaultMaxStop = 10 * time.Millisecond
+	// maxStack is how much of each stack a sample copies: the innermost
+	// frames, where a wait and its caller are.
+	maxStack = 64 << 10
+)
+
+// Sampler takes native samples of every thread of a process and finds the
+// threads inside a GPU wait. It is safe for concurrent use.
+type Sampler struct {
+	Unwinder      *native.Unwinder         // shared with the dumps (its symbol cache); required
+	ReturnAddress native.ReturnAddressFunc // see native.Options; nil: a stack ends at a return probe's trampoline
+	MaxStop       time.Duration            // default DefaultMaxStop
+
+	mu sync.Mutex
+	py map[int]*pyState
+}
+
+// pyState is the Python reader of one process.
+type pyState struct {
+	r    *python.Reader
+	none bool // not Python, or its interpreter cannot be read: not tried again
+}
+
+// Result is one sample of a process.
+type Result struct {
+	Waits      []timer.ThreadWait // the threads inside a GPU wait
+	Unseen     []int              // the threads whose stacks could not be read (not stopped within MaxStop)
+	Threads    int                // threads sampled
+	StoppedFor time.Duration      // longest time a thread was stopped
+	Partial    bool               // MaxStop ran out before every thread stopped: the threads not stopped were not seen
+}
+
+// Take samples pid: every thread is stopped at once (ptrace, for at most
+// MaxStop), the innermost 64 KiB of each stack copied, the threads
+// released, and the copies unwound and classified. The Python frames of
+// the threads found waiting are read afterwards, without stopping them.
+func (s *Sampler) Take(pid int) (Result, error) {
+	maxStop := s.MaxStop
+	if maxStop <= 0 {
+		maxStop = DefaultMaxStop
+	}
+	res, err := s.Unwinder.Dump(pid, native.Options{MaxStop: maxStop, MaxStack: maxStack, ReturnAddress: s.ReturnAddress})
+	if err != nil {
+		return Result{}, fmt.Errorf("sample %d: %w", pid, err)
+	}
+	out := Result{Threads: len(res.Threads), StoppedFor: res.StoppedFor, Partial: res.Partial}
+	for _, th := range res.Threads {
+		if len(th.Native) == 0 && th.Error != "" {
+			out.Unseen = append(out.Unseen, th.TID)
+			continue
+		}
+		w, ok := Classify(th.Native)
+		if !ok {
+			continue
+		}
+		tw := timer.ThreadWait{TID: th.TID, Call: w.Call, From: w.From}
+		if th.State != "" {
+			tw.State = th.State[0]
+		}
+		out.Waits = append(out.Waits, tw)
+	}
+	if len(out.Waits) > 0 {
+		s.python(pid, out.Waits)
+	}
+	return out, nil
+}
+
+// Sample takes a sample of pid at monotonic time now, as timer.Engine's
+// ObserveSample takes it.
+func (s *Sampler) Sample(pid int, now int64) (timer.Sample, error) {
+	r, err := s.Take(pid)
+	if err != nil {
+		return timer.Sample{}, err
+	}
+	return timer.Sample{PID: pid, Time: now, Waits: r.Waits, Unseen: r.Unseen}, nil
+}
+
+// Forget drops what is kept of pid (it exited or exec'd).
+func (s *Sampler) Forget(pid int) {
+	s.mu.Lock()
+	delete(s.py, pid)
+	s.mu.Unlock()
+}
+
+// python fills the Python frames of the waiting threads.
+func (s *Sampler) python(pid int, waits []timer.ThreadWait) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.py == nil {
+		s.py = map[int]*pyState{}
+	}
+	st := s.py[pid]
+	if st == nil {
+		st = &pyState{}
+		s.py[pid] = st
+		r, err := python.Open(pid)
+		st.r, st.none = r, err != nil
+	}
+	if st.none {
+		return
+	}
+	threads, err := st.r.Threads()
+	if err != nil {
+		st.none = errors.Is(err, python.ErrNotPython) || errors.Is(err, python.ErrUnsupported)
+		return
+	}
+	for i := range waits {
+		for _, th := range threads {
+			if th.TID == waits[i].TID {
+				waits[i].Python = frames(th.Frames)
+				break
+			}
+		}
+	}
+}
+
+// frames writes Python frames as "func@file:line;...", innermost first.
+func frames(fs []stack.Frame) string {
+	var b strings.Builder
+	for i, f := range fs {
+		if i > 0 {
+			b.WriteByte(';')
+		}
+		b.WriteString(f.Func)
+		b.WriteByte('@')
+		b.WriteString(f.File)
+		b.WriteByte(':')
+		b.WriteString(strconv.Itoa(f.Line))
+	}
+	return b.String()
+}

@@ -1,0 +1,224 @@
+package timer
+
+// Sample is one native sample of every thread of a process: the threads
+// its stacks show waiting on the GPU (collector/gpuwait reads them). The
+// caller takes samples at processes it knows are ranks, at most one per
+// sample period, and passes them in time order per process.
+type Sample struct {
+	PID   int
+	Time  int64        // monotonic ns of the sample
+	Waits []ThreadWait // the threads seen inside a GPU wait; the others are not, except
+	// Unseen lists the threads whose stacks the sample could not read (not
+	// stopped in time on a loaded machine): what an earlier sample saw of
+	// them stands, neither confirmed nor cleared.
+	Unseen []int
+}
+
+// ThreadWait is one thread a sample saw inside a GPU wait.
+type ThreadWait struct {
+	TID    int
+	Call   string // the call it waits in, e.g. "cuStreamSynchronize"
+	From   string // what the wait is for, e.g. "c10d::AsyncAllreduceCUDAHostWork::run"; "" when unknown
+	Python string // its Python frames, innermost first (function, file and line); "" when none
+	State  byte   // scheduler state letter: 'R' spinning, 'S' sleeping, ...
+}
+
+// key says which wait a thread is in: the same caller and Python frames
+// (the innermost call may differ between samples of one c10d wait loop).
+func (w *ThreadWait) key() string {
+	site := w.From
+	if site == "" {
+		site = w.Call
+	}
+	return site + "\x00" + w.Python
+}
+
+// name is the wait as a waiter's call: "cuStreamSynchronize from X".
+func (w *ThreadWait) name() string {
+	if w.From == "" {
+		return w.Call
+	}
+	return w.Call + " from " + w.From
+}
+
+// StackWait describes a "gpu" decision made on native stacks: the thread
+// seen in the same GPU wait by samples longer than the timeout apart.
+type StackWait struct {
+	TID    int    `json:"tid"`
+	Call   string `json:"call"`
+	From   string `json:"from,omitempty"`
+	Python string `json:"python,omitempty"`
+	State  string `json:"state"`    // scheduler state letter at the latest sample: "R" spinning, "S" sleeping
+	Since  int64  `json:"since_ns"` // monotonic ns of the first sample that saw the wait
+	Seen   int64  `json:"seen_ns"`  // monotonic ns of the latest sample that saw it
+}
+
+// sampleWaits is what the engine knows of a process from samples.
+type sampleWaits struct {
+	last  int64 // time of the latest sample
+	waits map[int]*stackWait
+}
+
+// stackWait is one thread's wait as the samples saw it.
+type stackWait struct {
+	ThreadWait
+	key         string
+	since, seen int64
+}
+
+// ObserveSample takes one native sample of a process (see Sample and the
+// package comment's "Waits known by their stack").
+func (e *Engine) ObserveSample(s Sample) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.observed(s.PID, s.Time)
+	sw := p.sample
+	if sw == nil {
+		sw = &sampleWaits{}
+		p.sample = sw
+	} else if s.Time <= sw.last {
+		return // out of order
+	}
+	sw.last = s.Time
+	prev := sw.waits
+	sw.waits = make(map[int]*stackWait, len(s.Waits))
+	for _, w := range s.Waits {
+		cur := &stackWait{ThreadWait: w, key: w.key(), since: s.Time, seen: s.Time}
+		if old := prev[w.TID]; old != nil && old.key == cur.key && p.returned(w.TID) <= old.since {
+			cur.since = old.since // the same wait, and the probes saw no return from it
+		}
+		sw.waits[w.TID] = cur
+	}
+	for _, tid := range s.Unseen {
+		if old := prev[tid]; old != nil && sw.waits[tid] == nil {
+			sw.waits[tid] = old
+		}
+	}
+}
+
+// StackWaitSince is the time of the first sample that saw the oldest wait
+// a thread of pid is in now, by the latest sample; 0 when none. A caller
+// that samples on a period takes the sample that can confirm it (one
+// later than this plus the timeout) as early as its period allows.
+func (e *Engine) StackWaitSince(pid int) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.procs[pid]
+	if p == nil || p.sample == nil {
+		return 0
+	}
+	var since int64
+	for _, w := range p.sample.waits {
+		if since == 0 || w.since < since {
+			since = w.since
+		}
+	}
+	return since
+}
+
+// sampledSince says whether a native sample of p was taken at or after t.
+func (p *proc) sampledSince(t int64) bool { return p.sample != nil && p.sample.last >= t }
+
+// stackWaiting says whether the latest sample saw a thread of p in a GPU
+// wait, for however long.
+func (p *proc) stackWaiting() bool { return p.sample != nil && len(p.sample.waits) > 0 }
+
+// LastWork is when pid last issued GPU work (a launch, copy or
+// collective) as the probes saw it; 0 when never or unknown.
+func (e *Engine) LastWork(pid int) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.procs[pid]; p != nil && p.gseq > 0 {
+		return p.lastWork
+	}
+	return 0
+}
+
+// returned is when the probes last saw thread tid enter or come back from
+// a blocking call, or get a ready answer to a query: any wait it was in
+// before had ended by then (an entry counts: the return of a call entered
+// before the probes were attached is not seen); 0 when never.
+func (p *proc) returned(tid int) int64 {
+	if th := p.threads[tid]; th != nil {
+		return th.returned
+	}
+	return 0
+}
+
+// stackWaitPast returns p's thread that samples saw in one GPU wait for
+// longer than the timeout (the oldest such wait; the lowest tid among
+// equals), or nil.
+func (p *proc) stackWaitPast(timeout int64) *stackWait {
+	if p.sample == nil {
+		return nil
+	}
+	var best *stackWait
+	for _, w := range p.sample.waits {
+		if w.seen-w.since <= timeout || p.returned(w.TID) > w.since {
+			continue
+		}
+		if best == nil || w.since < best.since || w.since == best.since && w.TID < best.TID {
+			best = w
+		}
+	}
+	return best
+}
+
+// stackHung applies the rule for waits known by their stack to v's
+// process: a thread seen in the same GPU wait by samples more than the
+// timeout apart, with no return from it seen by the probes in between,
+// while no other rank progresses (each is decided, waits on the GPU, or
+// its main thread has not progressed for longer than the timeout). A
+// lone rank is decided alone.
+func (e *Engine) stackHung(views []view, v *view, now int64) (*stackWait, bool) {
+	w := v.p.stackWaitPast(e.timeout)
+	if w == nil {
+		return nil, false
+	}
+	for i := range views {
+		q := views[i].p
+		switch {
+		case q == v.p || q.hang != nil || len(views[i].waiters) > 0:
+			// itself, decided, or waiting on the GPU as the probes see it
+		case q.stackWaiting():
+			// waiting on the GPU as its stacks show
+		case q.still == nil:
+			// never looked at: not a rank
+		case q.stillSince() == 0 || now-q.stillSince() <= e.timeout:
+			return nil, false // a peer progresses: this rank may be waiting for it
+		}
+	}
+	return w, true
+}
+
+// stackDecision fills a "gpu" decision made on stacks.
+func (p *proc) stackDecision(h *Hang, w *stackWait, now int64) {
+	h.AgeNs = now - w.since
+	h.StackWait = &StackWait{
+		TID: w.TID, Call: w.Call, From: w.From, Python: w.Python, State: string(w.State), Since: w.since, Seen: w.seen,
+	}
+	h.Waiters = []Waiter{{TID: w.TID, Call: w.name() + " (seen on its stack)", Since: w.since}}
+	if o := p.oldest(); o != nil {
+		op := o.op
+		h.Oldest = &op
+	}
+	for _, s := range p.streams {
+		for i := 0; i < s.n; i++ {
+			o := &s.q[(s.head+i)%len(s.q)]
+			if o.op.Kind == "collective" && (h.Collective == nil || o.op.Issued < h.Collective.Issued) {
+				op := o.op
+				h.Collective = &op
+			}
+		}
+	}
+}
+
+// stackStill says whether a decision made on stacks still holds: the
+// thread is in the same wait by the latest sample.
+func (p *proc) stackStill(sw *StackWait) bool {
+	if p.sample == nil {
+		return false
+	}
+	w := p.sample.waits[sw.TID]
+	return w != nil && w.since == sw.Since && p.returned(sw.TID) <= sw.Since
+}
