@@ -1,3 +1,9 @@
+// Package identity reads a process's place in its job from the variables
+// its launcher set (torchrun, DLRover, Open MPI, PMIx, Slurm, PaddlePaddle,
+// Horovod): rank, local rank, world sizes, the job and its incarnation,
+// with the precedence when several launchers' variables are present. It
+// also builds the dump file of a captured process from that identity
+// (file.go).
 package identity
 
 import (
