@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/look"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/ebpf"
@@ -41,7 +42,7 @@ type Options struct {
 	OnReport func(Report)    // every notable event, called from the loop's goroutines (serialise yourself)
 	Pusher   *metrics.Pusher // nil: no push
 	GPU      GPUSource       // nil: no GPU facts
-	Looker   Looker          // nil: a ProcLooker with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
+	Looker   Looker          // nil: a look.Proc with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 	Sampler  Sampler         // nil: no native samples, so no waits known by their stack (see timer's "Waits known by their stack")
 
 	// Injected for tests.
@@ -100,7 +101,7 @@ func New(o Options) *Agent {
 		o.Interval = DefaultInterval
 	}
 	if o.Looker == nil && o.StallWatch {
-		o.Looker = &ProcLooker{}
+		o.Looker = &look.Proc{Monotonic: Monotonic}
 	}
 	if o.Parallel <= 0 {
 		o.Parallel = 4

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"github.com/xpu-timer/xpu-timer/agent/identity"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
 
 	"bytes"
 	"context"
@@ -160,7 +161,7 @@ func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool 
 		a.episode[p.pid] = &dumped{file: f, path: path}
 	}
 	a.mu.Unlock()
-	site := waitSite(p.pid, f.Threads)
+	site := stack.WaitSite(p.pid, f.Threads)
 	r := Report{Event: EventDump, PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
 	r.setRank(p.id)
 	r.WorldSize = p.id.World

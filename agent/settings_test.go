@@ -1,8 +1,12 @@
 package agent
 
-import "testing"
+import (
+	"testing"
 
-// The settings' stall watch gives the loop a ProcLooker unless the command
+	"github.com/xpu-timer/xpu-timer/collector/look"
+)
+
+// The settings' stall watch gives the loop a look.Proc unless the command
 // chose a Looker; off, the loop looks at nothing.
 func TestSettingsStallWatch(t *testing.T) {
 	lk := &fakeLooker{}
@@ -12,7 +16,7 @@ func TestSettingsStallWatch(t *testing.T) {
 		want Looker
 	}{
 		{"off", Options{}, nil},
-		{"on", Options{Settings: Settings{StallWatch: true}}, &ProcLooker{}},
+		{"on", Options{Settings: Settings{StallWatch: true}}, &look.Proc{}},
 		{"chosen", Options{Settings: Settings{StallWatch: true}, Looker: lk}, lk},
 		{"chosen while off", Options{Looker: lk}, lk},
 	} {
@@ -23,9 +27,9 @@ func TestSettingsStallWatch(t *testing.T) {
 			if got != nil {
 				t.Errorf("%s: looker %T, want none", tc.name, got)
 			}
-		case *ProcLooker:
-			if _, ok := got.(*ProcLooker); !ok {
-				t.Errorf("%s: looker %T, want *ProcLooker", tc.name, got)
+		case *look.Proc:
+			if p, ok := got.(*look.Proc); !ok || p.Monotonic == nil {
+				t.Errorf("%s: looker %T, want *look.Proc with a clock", tc.name, got)
 			}
 		default:
 			if got != want {

@@ -1,23 +1,21 @@
-package agent
+package stack
 
 import (
 	"fmt"
 	"path/filepath"
 	"strings"
-
-	"github.com/xpu-timer/xpu-timer/collector/stack"
 )
 
 // systemModules are the libraries whose frames are where every wait ends
 // (futex, poll, nanosleep), never what it waits for.
 var systemModules = []string{"libc.so", "libc-", "libpthread", "ld-linux", "libstdc++", "libgcc_s", "[vdso]", "[uprobes]"}
 
-// waitSite names where the main thread (tid == pid) of a dumped process
+// WaitSite names where the main thread (tid == pid) of a dumped process
 // waits: its innermost Python frame (function, file, line) and its
 // innermost native frame outside the C and C++ runtimes, e.g.
 // "time.sleep (job.py:41) in gloo::transport::tcp::UnboundBuffer::waitRecv".
 // "" when the dump has no stacks of it.
-func waitSite(pid int, threads []stack.Thread) string {
+func WaitSite(pid int, threads []Thread) string {
 	for _, th := range threads {
 		if th.TID != pid {
 			continue
