@@ -486,8 +486,12 @@ func (r *Report) kernels(ranks []Rank) {
 		if op.Kind == timer.OpCollective {
 			return fmt.Sprintf("%s #%d on comm %s", op.Op, op.Seq, Short(op.Comm))
 		}
-		if op.Kernel != "" {
+		switch {
+		case op.Kernel != "":
 			return string(op.Kind) + " " + op.Kernel
+		case op.Func != 0:
+			// its name lookup came before the probes: the handle names it
+			return fmt.Sprintf("%s %#x", op.Kind, op.Func)
 		}
 		return string(op.Kind)
 	}

@@ -209,6 +209,12 @@ func TestAnalyse(t *testing.T) {
 				r.Hang.AgeNs, r.Hang.Oldest = 3.8e9, &timer.Op{Kind: "kernel", Kernel: "triton_poi_fused_add_0"}
 			}
 		}), []int{1}, []string{"[kernel] rank 1 hangs in kernel triton_poi_fused_add_0 (stream 0x0, not a collective), while ranks 0/2-3 wait in AllReduce #10 on comms 3f2a0b1c…, local:0x5647e1007c20, local:0x5647e1007c30 [a kernel outstanding 4s, past the 3s timeout]"}},
+		{"a kernel whose name lookup the probes missed is named by its handle", 4, job(4, func(i int, r *Rank) {
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 3.7e9, Timeout: 3e9, Oldest: coll}
+			if i == 3 {
+				r.Hang.Oldest = &timer.Op{Kind: "kernel", Func: 0x167e5680}
+			}
+		}), []int{3}, []string{"[kernel] rank 3 hangs in kernel 0x167e5680 (stream 0x0, not a collective), while ranks 0-2 wait in AllReduce #6650 on comm 3f2a0b1c…"}},
 		{"kernel outstanding while the peers wait in different collectives", 4, job(4, func(i int, r *Rank) {
 			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 12e9, Timeout: 10e9, Oldest: coll}
 			switch i {
