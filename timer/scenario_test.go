@@ -38,20 +38,27 @@ func (r ddpRank) step(e *Engine, step int, t float64, complete bool) {
 	}
 }
 
-func TestDDPStallOfOneRank(t *testing.T) {
-	e := newTestEngine()
-	const world, stuck = 4, 2
+// ddpJob starts world ranks on one communicator and runs steps complete
+// steps of each, from t = 1 s, one a second.
+func ddpJob(e *Engine, world, steps int) []ddpRank {
 	ranks := make([]ddpRank, world)
 	for i := range ranks {
 		ranks[i] = ddpRank{pid: 1000 + i, rank: i, comm: uint64(0xc0 + i)}
 		e.SetIdentity(ranks[i].pid, i, world)
-		feed(e, commInit(0, ranks[i].pid, ranks[i].comm, 0x77, int32(i), world))
+		feed(e, commInit(0, ranks[i].pid, ranks[i].comm, 0x77, int32(i), int32(world)))
 	}
-	for step := 1; step <= 4; step++ {
+	for step := 1; step <= steps; step++ {
 		for _, r := range ranks {
 			r.step(e, step, float64(step), true)
 		}
 	}
+	return ranks
+}
+
+func TestDDPStallOfOneRank(t *testing.T) {
+	e := newTestEngine()
+	const world, stuck = 4, 2
+	ranks := ddpJob(e, world, 4)
 	// Step 5: rank 2 never reaches its AllReduce; the others block in it.
 	for _, r := range ranks {
 		if r.rank != stuck {
@@ -112,5 +119,51 @@ func TestDDPStallOfOneRank(t *testing.T) {
 	st := e.ProcStats(ranks[0].pid)
 	if len(st.Kernels) != 2 || st.Kernels[0].Observed.Count != 4 || len(st.Collectives) != 1 || st.Collectives[0].Observed.Count != 4 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestDDPKernelHangOfOneRank: rank 1's compute kernel never ends, so the
+// AllReduce behind it never starts there and never completes anywhere.
+// Every rank issued the same work; what tells them apart is the
+// watchdog's poll of each collective's start event: ready on the peers
+// (their compute completed, retired through the stream wait), never on
+// rank 1. Its oldest op is then a kernel, the peers' the collective.
+func TestDDPKernelHangOfOneRank(t *testing.T) {
+	e := newTestEngine()
+	const world, hung = 4, 1
+	ranks := ddpJob(e, world, 4)
+	for _, r := range ranks {
+		r.step(e, 5, 5, false)
+	}
+	for tm := 5.1; tm < 25; tm += 0.1 {
+		for _, r := range ranks {
+			started := int32(0)
+			if r.rank == hung {
+				started = RetNotReady
+			}
+			feed(e, query(tm, r.pid, r.pid+1, evStart+5, started), query(tm, r.pid, r.pid+1, evEnd+5, RetNotReady))
+		}
+	}
+	hs := e.Check(at(25))
+	if len(hs) != world {
+		t.Fatalf("hangs %+v", hs)
+	}
+	for i, h := range hs {
+		if h.Kind != HangGPU || h.Oldest == nil {
+			t.Fatalf("rank %d: %+v", i, h)
+		}
+		if c := h.Collective; c == nil || c.Op != "AllReduce" || c.Seq != 5 {
+			t.Fatalf("rank %d: collective %+v", i, c)
+		}
+		o := h.Oldest
+		if i == hung {
+			if o.Kind != OpKernel || o.Kernel != "gemm_bf16_kernel" || o.Stream != streamC || h.AgeNs != at(20) {
+				t.Fatalf("hung rank: oldest %+v age %d", o, h.AgeNs)
+			}
+			continue
+		}
+		if o.Kind != OpCollective || o.Seq != 5 || o.Stream != streamN {
+			t.Fatalf("rank %d: oldest %+v, want the AllReduce its compute was retired up to", i, o)
+		}
 	}
 }

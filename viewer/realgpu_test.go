@@ -24,7 +24,7 @@ func TestRealGPU(t *testing.T) {
 		}, []string{"[host]", "evidence is thin"}},
 		{"h100-nccl1-kernel", []int{0}, []string{
 			"Likely culprit: rank 0\n",
-			"rank 0 hangs in kernel (stream 0x0, not a collective) [a kernel outstanding 11s, past the 10s timeout]",
+			"rank 0 hangs in kernel 0x167e5680 (stream 0x0, not a collective) [a kernel outstanding 11s, past the 10s timeout]",
 		}, []string{"evidence is thin"}},
 	} {
 		t.Run(tc.dir, func(t *testing.T) {

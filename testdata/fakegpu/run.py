@@ -473,6 +473,12 @@ class DistributedDataParallel:
         bwd_end = self.dev.event()
         self.dev.record(bwd_end, self.compute)
         self.dev.wait_event(self.comm, bwd_end)
+        # the start event of the step's collectives, polled by the watchdog
+        # as ProcessGroupNCCL's is with TORCH_NCCL_ENABLE_TIMING=1: once
+        # ready, the backward it waited for is known complete
+        ar_start = self.dev.event()
+        self.dev.record(ar_start, self.comm)
+        self.watchdog.watch(step, ar_start)
         if not skip:
             for n in self.buckets:
                 self.pg.all_reduce(n, 9, self.comm)  # bfloat16
@@ -516,7 +522,7 @@ def name_thread(name):
 
 
 class Watchdog(threading.Thread):
-    """Polls the end event of every all-reduce about every 100 ms, like ProcessGroupNCCL's watchdog."""
+    """Polls the start and end events of every step's all-reduces about every 100 ms, like ProcessGroupNCCL's watchdog."""
 
     def __init__(self, dev):
         super().__init__(name="pt_nccl_watchdg", daemon=True)

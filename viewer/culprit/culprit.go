@@ -477,39 +477,54 @@ func majority(c *Comm, seq uint64) string {
 // are stuck on, and few (at most a quarter of them), are named, while the
 // others wait in a collective or behind it; where only a few ranks (at
 // most a quarter of the dumped ones, or a lone rank) are hung on GPU work
-// at all, they are named, while the others have none in flight.
+// at all, they are named, while the others have none in flight. Ranks
+// stuck in a collective count as one group whatever the communicator id
+// they know it by: a rank whose communicator creation the probes missed
+// knows it as "local:<handle>", its own.
 func (r *Report) kernels(ranks []Rank) {
 	desc := func(op *timer.Op) string {
 		if op.Kind == timer.OpCollective {
 			return fmt.Sprintf("%s #%d on comm %s", op.Op, op.Seq, Short(op.Comm))
 		}
-		if op.Kernel != "" {
+		switch {
+		case op.Kernel != "":
 			return string(op.Kind) + " " + op.Kernel
+		case op.Func != 0:
+			// its name lookup came before the probes: the handle names it
+			return fmt.Sprintf("%s %#x", op.Kind, op.Func)
 		}
 		return string(op.Kind)
 	}
 	by := map[string][]int{}
 	ops := map[string]*timer.Op{}
 	hangs := map[int]*timer.Hang{}
+	var colls []*timer.Op // the collectives ranks are stuck on
+	var inColl []int      // and those ranks
 	n := 0
 	for _, x := range ranks {
 		if x.Hang == nil || x.Hang.Kind != timer.HangGPU || x.Hang.Oldest == nil {
 			continue // a host decision's oldest op is not what it waits on
 		}
-		d := desc(x.Hang.Oldest)
-		by[d] = append(by[d], x.Rank)
-		ops[d] = x.Hang.Oldest
+		op := x.Hang.Oldest
 		hangs[x.Rank] = x.Hang
 		n++
+		if op.Kind == timer.OpCollective {
+			colls = append(colls, op)
+			inColl = append(inColl, x.Rank)
+			continue
+		}
+		d := desc(op)
+		by[d] = append(by[d], x.Rank)
+		ops[d] = op
 	}
 	evidence := func(rank int, op *timer.Op) string {
 		h := hangs[rank]
 		return fmt.Sprintf("a %s outstanding %.0fs, past the %.0fs timeout", op.Kind, float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9)
 	}
-	if len(by) == 1 {
+	if len(by) == 1 && len(inColl) == 0 {
 		for d, rs := range by {
 			op := ops[d]
-			if op.Kind == timer.OpCollective || len(rs) > max(1, len(ranks)/4) {
+			if len(rs) > max(1, len(ranks)/4) {
 				return
 			}
 			what := fmt.Sprintf(" hangs in %s (stream %#x, not a collective)", d, op.Stream)
@@ -525,25 +540,62 @@ func (r *Report) kernels(ranks []Rank) {
 		}
 		return
 	}
-	if len(by) < 2 {
+	if len(by) == 0 {
 		return
 	}
-	top := ""
-	for d, rs := range by {
-		if top == "" || len(rs) > len(by[top]) || (len(rs) == len(by[top]) && d < top) {
-			top = d
+	// The group most ranks are stuck on: the collective ones, or the
+	// largest group of ranks stuck on one non-collective op.
+	top, topRanks := "", inColl
+	if len(inColl) > 0 {
+		top = collWords(colls, desc)
+	}
+	for _, d := range slices.Sorted(maps.Keys(by)) {
+		if rs := by[d]; len(rs) > len(topRanks) {
+			top, topRanks = d, rs
 		}
 	}
 	for _, d := range slices.Sorted(maps.Keys(by)) {
 		op, rs := ops[d], by[d]
-		if d == top || op.Kind == timer.OpCollective || len(rs) > max(1, n/4) {
+		if d == top || len(rs) > max(1, n/4) {
 			continue
 		}
 		for _, rank := range rs {
 			r.add(KindKernel, []int{rank}, fmt.Sprintf(" hangs in %s (stream %#x, not a collective), while %s wait in %s",
-				d, op.Stream, ranksWord(by[top]), top), evidence(rank, op), false)
+				d, op.Stream, ranksWord(sortDistinct(slices.Clone(topRanks))), top), evidence(rank, op), false)
 		}
 	}
+}
+
+// collWords phrases the collectives ranks are stuck on: "AllReduce #10 on
+// comm 3f2a0b1c…" when they are one, "AllReduce #10 on comms 3f2a0b1c…,
+// local:0x5647e1007c90" when one op and sequence number on communicators
+// known by different ids, else "collectives (AllReduce, Broadcast)".
+func collWords(colls []*timer.Op, desc func(*timer.Op) string) string {
+	var ids, names []string
+	same := true
+	for _, c := range colls {
+		if c.Op != colls[0].Op || c.Seq != colls[0].Seq {
+			same = false
+		}
+		if id := Short(c.Comm); !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+		if !slices.Contains(names, c.Op) {
+			names = append(names, c.Op)
+		}
+	}
+	switch {
+	case len(ids) == 1 && same:
+		return desc(colls[0])
+	case same:
+		slices.Sort(ids)
+		if len(ids) > maxWhy {
+			ids = append(ids[:maxWhy], fmt.Sprintf("and %d more", len(ids)-maxWhy))
+		}
+		return fmt.Sprintf("%s #%d on comms %s", colls[0].Op, colls[0].Seq, strings.Join(ids, ", "))
+	}
+	slices.Sort(names)
+	return "collectives (" + strings.Join(names, ", ") + ")"
 }
 
 // othersWait lists the ranks not in some (sorted), and phrases what their

@@ -193,6 +193,43 @@ func TestAnalyse(t *testing.T) {
 				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
 			}
 		}), []int{3}, []string{"rank 3 hangs in kernel spin (stream 0x0, not a collective), while ranks 0-2 are not hung on GPU work and wait in gloo collective"}},
+		// The kernel-hang fault on the realistic testbed: no host thread
+		// runs the kernel; the peers' compute is known complete (their
+		// collectives' start events were ready), the rank's is not. The
+		// probes missed two ranks' communicator creation: the collective
+		// is the same all the same.
+		{"kernel outstanding while the peers wait in one collective known by several ids", 4, job(4, func(i int, r *Rank) {
+			c := *coll
+			c.Seq = 10
+			if i >= 2 {
+				c.Comm = fmt.Sprintf("local:0x5647e1007c%d0", i)
+			}
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 3.7e9, Timeout: 3e9, Oldest: &c}
+			if i == 1 {
+				r.Hang.AgeNs, r.Hang.Oldest = 3.8e9, &timer.Op{Kind: "kernel", Kernel: "triton_poi_fused_add_0"}
+			}
+		}), []int{1}, []string{"[kernel] rank 1 hangs in kernel triton_poi_fused_add_0 (stream 0x0, not a collective), while ranks 0/2-3 wait in AllReduce #10 on comms 3f2a0b1c…, local:0x5647e1007c20, local:0x5647e1007c30 [a kernel outstanding 4s, past the 3s timeout]"}},
+		{"a kernel whose name lookup the probes missed is named by its handle", 4, job(4, func(i int, r *Rank) {
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 3.7e9, Timeout: 3e9, Oldest: coll}
+			if i == 3 {
+				r.Hang.Oldest = &timer.Op{Kind: "kernel", Func: 0x167e5680}
+			}
+		}), []int{3}, []string{"[kernel] rank 3 hangs in kernel 0x167e5680 (stream 0x0, not a collective), while ranks 0-2 wait in AllReduce #6650 on comm 3f2a0b1c…"}},
+		{"kernel outstanding while the peers wait in different collectives", 4, job(4, func(i int, r *Rank) {
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 12e9, Timeout: 10e9, Oldest: coll}
+			switch i {
+			case 0:
+				r.Hang.Oldest = &timer.Op{Kind: "collective", Op: "Broadcast", Seq: 2, Comm: "local:0x1"}
+			case 2:
+				r.Hang.Oldest = &timer.Op{Kind: "memcpy", Stream: 7}
+			}
+		}), []int{2}, []string{"[kernel] rank 2 hangs in memcpy (stream 0x7, not a collective), while ranks 0-1/3 wait in collectives (AllReduce, Broadcast) [a memcpy outstanding 12s, past the 10s timeout]"}},
+		// Where no watchdog saw a collective start, every rank's compute
+		// is outstanding alike: the probes cannot tell the hung kernel
+		// from the complete ones, and name nobody.
+		{"every rank behind its own outstanding kernels", 4, job(4, func(i int, r *Rank) {
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 3.1e9, Timeout: 3e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "triton_poi_fused_add_0"}, Collective: coll}
+		}), nil, []string{"Likely culprit: none found"}},
 		// Communicators whose creation the probes missed: no sequence
 		// numbers, but the peers are stuck in a collective and the rank
 		// has nothing in flight.

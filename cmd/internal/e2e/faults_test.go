@@ -141,8 +141,14 @@ const (
 	behind = `\[behind\] rank %d never issued AllReduce #\d+ on comm .*, (ranks [-/0-9]+ wait|rank \d+ waits) in it`
 	// The engine found the rank silent on the host while its peers wait.
 	silent = `\[host\] rank %d made no GPU call for \d+s while its peers wait`
-	// The rank's stream executor runs the kernel that never ends.
-	inKernel = `\[native\] rank %d's thread "gpu-stream0" is in [^,]*fake_kernel_spin_forever@kernels\.c`
+	// The probes saw the rank's compute work outstanding past the timeout
+	// while its peers' is known complete up to the collective they wait
+	// in (the watchdog saw its start event ready). No host thread runs a
+	// kernel on a real GPU: the stacks show none. The kernel is the oldest
+	// not known complete (the step's first, not the one that spins); it
+	// has no name or handle when the runtime looked it up before the
+	// probes landed (README, limits).
+	inKernel = `\[kernel\] rank %d hangs in kernel( \S+)? \(stream 0x[0-9a-f]+, not a collective\), while ranks [-/0-9]+ wait in (AllReduce #\d+ on comms? .+|collectives \(.+\)) \[a kernel outstanding \d+s, past the \d+s timeout\]`
 	// The rank's communication stream polls a dead NIC.
 	polling = `\[stack\] rank %d's thread "gpu-stream1" is in fake_net_ib_poll_cq@nccl\.c`
 )
