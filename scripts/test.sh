@@ -28,4 +28,4 @@ for m in "${modules[@]}"; do go -C "$m" test -count=1 -timeout 10m ./...; done
 # detection table.
 export XPU_TIMER_MATRIX_RUNS=${XPU_TIMER_MATRIX_RUNS:-3}
 go test -count=1 -timeout 6m "${alone[0]}"
-go test -count=1 -timeout 20m "${alone[1]}"
+go test -count=1 -timeout 35m "${alone[1]}"

@@ -149,9 +149,20 @@ const (
 	// has no name or handle when the runtime looked it up before the
 	// probes landed (README, limits).
 	inKernel = `\[kernel\] rank %d hangs in kernel( \S+)? \(stream 0x[0-9a-f]+, not a collective\), while ranks [-/0-9]+ wait in (AllReduce #\d+ on comms? .+|collectives \(.+\)) \[a kernel outstanding \d+s, past the \d+s timeout\]`
-	// The rank's communication stream polls a dead NIC.
-	polling = `\[stack\] rank %d's thread "gpu-stream1" is in fake_net_ib_poll_cq@nccl\.c`
 )
+
+// noCulprit is what the viewer must say of a fault no evidence tells apart.
+const noCulprit = "Likely culprit: none named"
+
+// indistinct reports whether a fault leaves no evidence of its rank: an
+// NCCL stall on CUDA (a dead NIC under one rank's collective) is, to the
+// probes, every rank having issued and started the collective and none
+// completing it, and the thread that polls the dead queue is the driver's
+// or NCCL's, as on every rank of a real GPU (README, limits). The viewer
+// must then name no rank rather than a healthy one.
+func indistinct(vendor, fault string) bool {
+	return fault == testbed.FaultNCCLStall && vendor != "maca"
+}
 
 // TestFaults runs each fault kind (and one on MACA) under xpu_timer_launch
 // and checks everything a hang must produce: decisions on the stuck ranks
@@ -168,7 +179,7 @@ func TestFaults(t *testing.T) {
 		{job: job{fault: testbed.FaultDeadlock, rank: 0}, host: true, finding: silent},
 		{job: job{fault: testbed.FaultDataloader, rank: 2}, host: true, finding: silent},
 		{job: job{fault: testbed.FaultDataloaderWorker, rank: 1, extra: []string{"--workers", "2"}}, host: true, finding: silent, workers: 2},
-		{job: job{fault: testbed.FaultNCCLStall, rank: 1}, finding: polling},
+		{job: job{fault: testbed.FaultNCCLStall, rank: 1}}, // indistinct: no rank may be named
 		{job: job{vendor: "maca", fault: testbed.FaultSkipCollective, rank: 3}, finding: behind},
 	}
 	var report []string
@@ -242,10 +253,15 @@ func checkFault(t *testing.T, b *testbed.Bed, c faultCase) string {
 		checkWorkers(t, url, p, dir, summary, c)
 	}
 	want := fmt.Sprintf("Likely culprit: rank %d\n", c.rank)
-	if !strings.Contains(summary, want) {
+	switch {
+	case indistinct(c.vendor, c.fault):
+		if !strings.Contains(summary, noCulprit) {
+			t.Errorf("summary.txt names a rank where no evidence tells the faulty one apart, want %q:\n%s", noCulprit, summary)
+		}
+	case !strings.Contains(summary, want):
 		t.Errorf("summary.txt does not say %q:\n%s", strings.TrimSpace(want), summary)
 	}
-	if re := regexp.MustCompile(fmt.Sprintf(c.finding, c.rank)); !re.MatchString(summary) {
+	if re := regexp.MustCompile(fmt.Sprintf(c.finding, c.rank)); !indistinct(c.vendor, c.fault) && !re.MatchString(summary) {
 		// On the default path the probes of a library land a few ms after
 		// ld.so maps it: a rank that creates its communicator at once may
 		// have done so unseen (README, limits). When the faulty rank's

@@ -253,7 +253,11 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 		}
 	}
 	summary := runViewer(t, dir)
-	if want := fmt.Sprintf("Likely culprit: rank %d\n", j.rank); !strings.Contains(summary, want) {
+	if indistinct(j.vendor, j.fault) {
+		if !strings.Contains(summary, noCulprit) {
+			return fail("the viewer names a rank where no evidence tells the faulty one apart, want %q:\n%s", noCulprit, summary)
+		}
+	} else if want := fmt.Sprintf("Likely culprit: rank %d\n", j.rank); !strings.Contains(summary, want) {
 		return fail("the viewer does not say %q:\n%s", strings.TrimSpace(want), summary)
 	}
 	return outcome{Detected: true, Latency: worst, Attach: attachSeconds(p)}
