@@ -40,6 +40,11 @@ func (a *Agent) Tick(ctx context.Context) {
 			}
 			attrs := []any{"pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
 				"age", float64(h.AgeNs) / 1e9, "waiters", len(h.Waiters)}
+			if r.OldestOp != "" && r.OldestOp != r.Op {
+				// what holds the awaited op back: a kernel by its name
+				// (a Triton kernel's included) where the probes know it
+				attrs = append(attrs, "oldest", r.OldestOp)
+			}
 			if s := h.Stall; s != nil {
 				attrs = append(attrs, "state", s.State, "spinning", s.Spinning, "syscall", s.Site, "python", s.Python)
 			}

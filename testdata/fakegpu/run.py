@@ -324,18 +324,26 @@ class TritonKernel:
     library in the testbed) it launches through the runtime."""
 
     def __init__(self, dev, name):
-        self.dev, self.name = dev, name
+        self.dev, self.name, self.fn = dev, name, None
+
+    def _init_handles(self):
+        """Loads the module and gets the function at the first launch, as
+        Triton's CompiledKernel does (not when the kernel is defined)."""
+        dev = self.dev
         if dev.drv is None:
-            self.fn = dev.kernel(name)
+            self.fn = dev.kernel(self.name)
             return
         vp = ctypes.c_void_p
-        self.fn, mod = vp(), vp()
+        fn, mod = vp(), vp()
         dev.check(dev.drv.cuModuleLoad(ctypes.byref(mod), dev.kernels_path.encode()), "cuModuleLoad")
-        dev.check(dev.drv.cuModuleGetFunction(ctypes.byref(self.fn), mod, name.encode()), "cuModuleGetFunction")
+        dev.check(dev.drv.cuModuleGetFunction(ctypes.byref(fn), mod, self.name.encode()), "cuModuleGetFunction")
         self._launch = dev.drv.cuLaunchKernelEx
         self._launch.argtypes = [ctypes.POINTER(LaunchConfig), vp, vp, vp]
+        self.fn = fn
 
     def __call__(self, us, stream, flags=0, flag_word=None, grid=(64, 1, 1), block=(128, 1, 1)):
+        if self.fn is None:
+            self._init_handles()
         if self.dev.drv is None:
             return self.dev.launch(self.fn, us, stream, flags, grid, block, flag_word)
         vals, args = self.dev.params(us, flags, flag_word)
