@@ -31,13 +31,7 @@ type Sampler struct {
 	MaxStop       time.Duration            // default DefaultMaxStop
 
 	mu sync.Mutex
-	py map[int]*pyState
-}
-
-// pyState is the Python reader of one process.
-type pyState struct {
-	r    *python.Reader
-	none bool // not Python, or its interpreter cannot be read: not tried again
+	py map[int]*python.Lazy
 }
 
 // Result is one sample of a process.
@@ -106,21 +100,22 @@ func (s *Sampler) python(pid int, waits []timer.ThreadWait) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.py == nil {
-		s.py = map[int]*pyState{}
+		s.py = map[int]*python.Lazy{}
 	}
-	st := s.py[pid]
-	if st == nil {
-		st = &pyState{}
-		s.py[pid] = st
-		r, err := python.Open(pid)
-		st.r, st.none = r, err != nil
+	py := s.py[pid]
+	if py == nil {
+		py = &python.Lazy{}
+		s.py[pid] = py
 	}
-	if st.none {
+	r := py.Reader(pid)
+	if r == nil {
 		return
 	}
-	threads, err := st.r.Threads()
+	threads, err := r.Threads()
 	if err != nil {
-		st.none = errors.Is(err, python.ErrNotPython) || errors.Is(err, python.ErrUnsupported)
+		if errors.Is(err, python.ErrNotPython) || errors.Is(err, python.ErrUnsupported) {
+			py.GiveUp()
+		}
 		return
 	}
 	for i := range waits {

@@ -26,8 +26,7 @@ type Proc struct {
 
 // lookState is what the looker keeps per rank.
 type lookState struct {
-	py     *python.Reader
-	noPy   bool   // not Python, or its interpreter cannot be read: not tried again
+	py     python.Lazy
 	frames string // Python frames of the main thread as last read
 }
 
@@ -86,18 +85,11 @@ func (st *lookState) look(pid int, now, clock int64) (timer.Look, bool) {
 // readFrames reads the Python frames of pid's main thread, by function and
 // file (lines move within a loop).
 func (st *lookState) readFrames(pid int) {
-	if st.noPy {
+	r := st.py.Reader(pid)
+	if r == nil {
 		return
 	}
-	if st.py == nil {
-		r, err := python.Open(pid)
-		if err != nil {
-			st.noPy = true
-			return
-		}
-		st.py = r
-	}
-	threads, err := st.py.Threads()
+	threads, err := r.Threads()
 	if err != nil {
 		st.frames = ""
 		return
