@@ -108,10 +108,14 @@ __attribute__((noinline)) static void barrier(void)
 		pause();
 }
 
+/* the threads of "threads" mode and main meet here once each is named */
+static pthread_barrier_t named;
+
 static void *sleeper(void *arg)
 {
 	(void)arg;
 	pthread_setname_np(pthread_self(), "sleeper");
+	pthread_barrier_wait(&named);
 	wait_stream();
 	return 0;
 }
@@ -120,6 +124,7 @@ static void *busy(void *arg)
 {
 	(void)arg;
 	pthread_setname_np(pthread_self(), "busy");
+	pthread_barrier_wait(&named);
 	for (;;)
 		compute(1000000000);
 	return 0;
@@ -130,6 +135,7 @@ static void *idle(void *arg)
 	struct timespec ts = {1, 0};
 	(void)arg;
 	pthread_setname_np(pthread_self(), "idle");
+	pthread_barrier_wait(&named);
 	for (;;)
 		nanosleep(&ts, 0);
 	return 0;
@@ -157,9 +163,11 @@ int main(int argc, char **argv)
 	if (argc >= 2 && strcmp(argv[1], "threads") == 0) {
 		pthread_t t;
 		load();
+		pthread_barrier_init(&named, 0, 4);
 		pthread_create(&t, 0, sleeper, 0);
 		pthread_create(&t, 0, busy, 0);
 		pthread_create(&t, 0, idle, 0);
+		pthread_barrier_wait(&named); /* "ready" once every thread has its name */
 		ready();
 		wait_device();
 		return 0;
