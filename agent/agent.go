@@ -188,6 +188,21 @@ func (a *Agent) Follow(pid int) error {
 	return nil
 }
 
+// WaitTracing waits, at most d, until the tracer started by Run reads its
+// events: from then on it holds a followed process at each load until
+// what it loaded is probed (ebpf.Tracer.Ready), so a job started after it
+// is seen from its first call. A tracer that never holds returns at once.
+func (a *Agent) WaitTracing(d time.Duration) {
+	r, ok := a.o.Tracer.(interface{ Ready() <-chan struct{} })
+	if !ok {
+		return
+	}
+	select {
+	case <-r.Ready():
+	case <-time.After(d):
+	}
+}
+
 // Run runs the tracer and the check loop until ctx is done. The tracer's
 // error ends Run unless ctx is already done.
 func (a *Agent) Run(ctx context.Context) error {

@@ -39,6 +39,7 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 	a.mu.Unlock()
 	s.ProbeEvents, s.LostEvents = st.Events, st.Lost
 	s.AttachedProcesses, s.ProbesAttached = st.Processes, st.Probes
+	s.Holds, s.HeldSeconds = st.Holds, st.Held.Seconds()
 	if x, ok := a.o.GPU.(interface {
 		Xids(time.Time) []dumpfile.Xid
 	}); ok {

@@ -100,7 +100,11 @@ func (m *Monitor) Start(ctx context.Context) {
 			m.log.Error("monitoring stopped", "err", err)
 		}
 	}()
+	m.Agent.WaitTracing(readyWait)
 }
+
+// readyWait bounds how long Start waits for the tracer to read.
+const readyWait = time.Second
 
 // Close stops the loop, the server and the tracer, in at most about 5 s
 // (the launcher exits with its job's status that soon after the job): 2 s

@@ -38,6 +38,9 @@ type Options struct {
 	// slotsPerRing, when set, lowers the floor of each call ring
 	// (tests of overflow).
 	slotsPerRing int
+	// noHold, when set, holds no process at its loads (hold_linux.go): the
+	// anchor of BenchmarkHoldImport.
+	noHold bool
 	// Linger is how long a library no followed process maps keeps its
 	// probes before they are detached; default 10 s.
 	Linger time.Duration
@@ -68,11 +71,13 @@ type Notice struct {
 
 // Stats counts what the tracer has seen.
 type Stats struct {
-	Events    uint64 // events delivered
-	Lost      uint64 // events dropped: call records overwritten before they were read, process records that found the ring buffer full
-	Processes int    // processes followed now
-	Probes    int    // uprobes and uretprobes of libraries followed processes map (those of Options.Libraries stay until Close)
-	Idle      int    // uprobes and uretprobes of libraries nobody maps now, kept for Options.Linger
+	Events    uint64        // events delivered
+	Lost      uint64        // events dropped: call records overwritten before they were read, process records that found the ring buffer full
+	Processes int           // processes followed now
+	Probes    int           // uprobes and uretprobes of libraries followed processes map (those of Options.Libraries stay until Close)
+	Idle      int           // uprobes and uretprobes of libraries nobody maps now, kept for Options.Linger
+	Holds     uint64        // times a followed process was held at an exec or a load until probed
+	Held      time.Duration // how long those holds lasted in all, from the program's stop to the resume
 }
 
 // DefaultRingBytes is Options.RingBufferBytes when it is 0: 8 MiB.

@@ -35,8 +35,9 @@ type library struct {
 	refs   int
 	idle   time.Time // when refs fell to 0; zero while referenced
 	links  []link.Link
-	probes int  // symbols probed, entry and return probes counted apart
-	gpu    bool // probes GPU calls (not only the loader's)
+	probes int   // symbols probed, entry and return probes counted apart
+	gpu    bool  // probes GPU calls (not only the loader's)
+	roles  uint8 // roleDriver, roleCollective (hold_linux.go)
 }
 
 // closeLinks detaches links concurrently: a uprobe's detach waits for an
@@ -165,6 +166,7 @@ func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string
 	l := &library{}
 	for _, p := range want {
 		l.gpu = l.gpu || p.Group != loaderProbe.Group
+		l.roles |= roleOf(p)
 	}
 	var attached []string
 	if t.multi {

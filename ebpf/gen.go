@@ -11,4 +11,4 @@ package ebpf
 // -target amd64, not bpfel, so the PT_REGS macros know x86-64's registers;
 // -mcpu=v3 for the atomic fetch-and-add that reserves a call ring slot.
 //
-//go:generate go tool bpf2go -tags linux -target amd64 -cc clang-16 -strip llvm-strip-16 -cflags "-O2 -mcpu=v3 -g -Wall -Werror" -type call -type func_key -type kind -type proc_kind probes probes.bpf.c
+//go:generate go tool bpf2go -tags linux -target amd64 -cc clang-16 -strip llvm-strip-16 -cflags "-O2 -mcpu=v3 -g -Wall -Werror" -type call -type func_key -type kind -type proc_kind -type proc_phase -type unheld_why probes probes.bpf.c

@@ -191,6 +191,12 @@ func record(t testing.TB, tr *Tracer) *recorder {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	// Run reads: from now on processes are held at their loads.
+	select {
+	case <-tr.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not start reading in 10 s")
+	}
 	return r
 }
 

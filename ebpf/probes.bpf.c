@@ -168,6 +168,18 @@ enum proc_kind {
 	EV_MMAP = 103, /* a followed process (un)loaded libraries (ld.so told us) */
 };
 
+/* Why a process is in unheld. */
+enum unheld_why {
+	UNHELD_COMPLETE = 1,    /* its GPU libraries are probed: until it execs */
+	UNHELD_INTERACTIVE = 2, /* a child of an interactive shell: for good */
+};
+
+/* The phase of a process record (struct call's phase). */
+enum proc_phase {
+	PROC_RUNS = 0, /* the process runs on */
+	PROC_HELD = 1, /* the process was stopped (SIGSTOP) until Go resumes it */
+};
+
 /* timer.Kind values. */
 enum kind {
 	K_LAUNCH = 1,
@@ -280,6 +292,48 @@ struct {
 	__type(value, __u64); /* bit tgid % 64 */
 } followed SEC(".maps");
 
+/*
+ * Holding a process while its new code is probed. A followed process that
+ * execs, or whose loader has just changed its libraries (dl_state), is
+ * stopped with SIGSTOP by the program itself, before it runs one more
+ * instruction of its own; Go reads its maps, probes what appeared and sends
+ * SIGCONT (tracer_linux.go, hold.go). So no first call into a library is
+ * missed, however soon after its dlopen it comes. Holding needs a live
+ * reader: Go writes the time into hold_alive on every turn of its loop,
+ * and a process is held only while that is younger than HOLD_ALIVE_NS, so
+ * a dead or stuck agent never stops a job. A process is held only with its
+ * record reserved, so that the record that makes Go resume it is never
+ * lost. The processes in unheld are never held: those whose GPU libraries
+ * are all probed (nothing left to miss), and the children of an
+ * interactive shell, whose job control would take the stop for the
+ * user's.
+ */
+#define HOLD_ALIVE_NS (5ULL * 1000000000ULL) /* Go: holdAlive */
+#define SIGSTOP 19
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64); /* bpf_ktime_get_ns of Go's last turn; 0: never hold */
+} hold_alive SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);  /* tgid */
+	__type(value, __u8); /* enum unheld_why */
+} unheld SEC(".maps");
+
+/* The processes held now and since when (bpf_ktime_get_ns): Go deletes
+ * each as it resumes it, and resumes what is left at Close. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32); /* tgid */
+	__type(value, __u64);
+} held SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -334,6 +388,8 @@ struct {
 const struct call *unused_call __attribute__((unused));
 const enum kind *unused_kind __attribute__((unused));
 const enum proc_kind *unused_proc_kind __attribute__((unused));
+const enum proc_phase *unused_proc_phase __attribute__((unused));
+const enum unheld_why *unused_unheld_why __attribute__((unused));
 
 static __always_inline __u64 *followed_word(__u32 tgid)
 {
@@ -1119,21 +1175,40 @@ int floor_stack(struct pt_regs *ctx)
 
 /* ---- following a process tree --------------------------------------- */
 
+/* Whether the current process (tgid), about to run code just mapped,
+ * may be held (see hold_alive). */
+static __always_inline int may_hold(__u32 tgid)
+{
+	__u32 zero = 0;
+	__u64 *alive = bpf_map_lookup_elem(&hold_alive, &zero);
+	if (!alive || !*alive || bpf_ktime_get_ns() - *alive > HOLD_ALIVE_NS)
+		return 0;
+	return !bpf_map_lookup_elem(&unheld, &tgid);
+}
+
 /* Process records go on the ring buffer procs and wake Go at once: scans
- * wait on them. */
-static __always_inline void process_event(__u8 kind, __u32 pid, __u32 parent)
+ * wait on them. With hold, the current process, pid, is stopped when it
+ * may be (may_hold) and the record says so. */
+static __always_inline void process_event(__u8 kind, __u32 pid, __u32 parent, int hold)
 {
 	struct call *e = bpf_ringbuf_reserve(&procs, sizeof(*e), 0);
 	if (!e) {
 		count_lost();
 		return;
 	}
+	__u64 now = bpf_ktime_get_ns();
 	__builtin_memset(e, 0, sizeof(*e));
-	e->time = bpf_ktime_get_ns();
+	e->time = now;
 	e->pid = pid;
 	e->tid = pid;
 	e->kind = kind;
 	e->handle = parent;
+	if (hold && may_hold(pid) && !bpf_map_update_elem(&held, &pid, &now, BPF_ANY)) {
+		if (!bpf_send_signal(SIGSTOP))
+			e->phase = PROC_HELD;
+		else
+			bpf_map_delete_elem(&held, &pid);
+	}
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
 }
 
@@ -1147,7 +1222,7 @@ int BPF_PROG(on_fork, struct task_struct *parent, struct task_struct *child)
 	__u64 *w = followed_word(tgid);
 	if (w)
 		__sync_fetch_and_or(w, 1ULL << (tgid & 63));
-	process_event(EV_FORK, tgid, ptgid);
+	process_event(EV_FORK, tgid, ptgid, 0);
 	return 0;
 }
 
@@ -1155,8 +1230,14 @@ SEC("tp_btf/sched_process_exec")
 int BPF_PROG(on_exec, struct task_struct *p)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (is_followed(tgid))
-		process_event(EV_EXEC, tgid, 0);
+	if (!is_followed(tgid))
+		return 0;
+	/* A new image has new libraries to probe: held, its loader must not
+	 * map them before the loader is probed. */
+	__u8 *why = bpf_map_lookup_elem(&unheld, &tgid);
+	if (why && *why == UNHELD_COMPLETE)
+		bpf_map_delete_elem(&unheld, &tgid);
+	process_event(EV_EXEC, tgid, 0, 1);
 	return 0;
 }
 
@@ -1170,22 +1251,23 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	__u64 *w = followed_word(tgid);
 	if (w)
 		__sync_fetch_and_and(w, ~(1ULL << (tgid & 63)));
-	process_event(EV_EXIT, tgid, 0);
+	process_event(EV_EXIT, tgid, 0, 0);
 	return 0;
 }
 
 /* The dynamic loader calls _dl_debug_state, the r_brk of its debugger
  * interface (where gdb learns of shared libraries), before and after it
  * changes the list of loaded objects: each dlopen, and the libraries of a
- * new image before its constructors run. Go reads the maps again and probes
- * what appeared before the process can call it. A uprobe on ld.so costs
- * nothing between dlopens and, unlike a hook on mmap(2), needs neither
- * tracefs nor kprobes nor fentry, which containers and slim kernels lack. */
+ * new image before its constructors run. The process is held (see
+ * hold_alive) while Go reads the maps again and probes what appeared, so
+ * it cannot call the new code unprobed. A uprobe on ld.so costs nothing
+ * between dlopens and, unlike a hook on mmap(2), needs neither tracefs nor
+ * kprobes nor fentry, which containers and slim kernels lack. */
 SEC("uprobe")
 int dl_state(struct pt_regs *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	if (is_followed(tgid))
-		process_event(EV_MMAP, tgid, 0);
+		process_event(EV_MMAP, tgid, 0, 1);
 	return 0;
 }

@@ -79,6 +79,13 @@ const (
 	probesProcKindEV_MMAP probesProcKind = 103
 )
 
+type probesProcPhase uint32
+
+const (
+	probesProcPhasePROC_RUNS probesProcPhase = 0
+	probesProcPhasePROC_HELD probesProcPhase = 1
+)
+
 type probesStash struct {
 	_       structs.HostLayout
 	A0      uint64
@@ -92,6 +99,13 @@ type probesStash struct {
 	Skip    uint64
 }
 
+type probesUnheldWhy uint32
+
+const (
+	probesUnheldWhyUNHELD_COMPLETE    probesUnheldWhy = 1
+	probesUnheldWhyUNHELD_INTERACTIVE probesUnheldWhy = 2
+)
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -100,9 +114,12 @@ const (
 	probesMapFollowed                = "followed"
 	probesMapForwards                = "forwards"
 	probesMapFuncNames               = "func_names"
+	probesMapHeld                    = "held"
+	probesMapHoldAlive               = "hold_alive"
 	probesMapLost                    = "lost"
 	probesMapProcs                   = "procs"
 	probesMapStashes                 = "stashes"
+	probesMapUnheld                  = "unheld"
 	probesProgCallExit               = "call_exit"
 	probesProgCollAllGather          = "coll_all_gather"
 	probesProgCollBroadcast          = "coll_broadcast"
@@ -149,6 +166,8 @@ const (
 	probesVarUnusedCall              = "unused_call"
 	probesVarUnusedKind              = "unused_kind"
 	probesVarUnusedProcKind          = "unused_proc_kind"
+	probesVarUnusedProcPhase         = "unused_proc_phase"
+	probesVarUnusedUnheldWhy         = "unused_unheld_why"
 )
 
 // loadProbes returns the embedded CollectionSpec for probes.
@@ -244,20 +263,25 @@ type probesMapSpecs struct {
 	Followed  *ebpf.MapSpec `ebpf:"followed"`
 	Forwards  *ebpf.MapSpec `ebpf:"forwards"`
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
+	Held      *ebpf.MapSpec `ebpf:"held"`
+	HoldAlive *ebpf.MapSpec `ebpf:"hold_alive"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
 	Procs     *ebpf.MapSpec `ebpf:"procs"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
+	Unheld    *ebpf.MapSpec `ebpf:"unheld"`
 }
 
 // probesVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesVariableSpecs struct {
-	RingMask       *ebpf.VariableSpec `ebpf:"ring_mask"`
-	SlotMask       *ebpf.VariableSpec `ebpf:"slot_mask"`
-	UnusedCall     *ebpf.VariableSpec `ebpf:"unused_call"`
-	UnusedKind     *ebpf.VariableSpec `ebpf:"unused_kind"`
-	UnusedProcKind *ebpf.VariableSpec `ebpf:"unused_proc_kind"`
+	RingMask        *ebpf.VariableSpec `ebpf:"ring_mask"`
+	SlotMask        *ebpf.VariableSpec `ebpf:"slot_mask"`
+	UnusedCall      *ebpf.VariableSpec `ebpf:"unused_call"`
+	UnusedKind      *ebpf.VariableSpec `ebpf:"unused_kind"`
+	UnusedProcKind  *ebpf.VariableSpec `ebpf:"unused_proc_kind"`
+	UnusedProcPhase *ebpf.VariableSpec `ebpf:"unused_proc_phase"`
+	UnusedUnheldWhy *ebpf.VariableSpec `ebpf:"unused_unheld_why"`
 }
 
 // probesObjects contains all objects after they have been loaded into the kernel.
@@ -284,9 +308,12 @@ type probesMaps struct {
 	Followed  *ebpf.Map `ebpf:"followed"`
 	Forwards  *ebpf.Map `ebpf:"forwards"`
 	FuncNames *ebpf.Map `ebpf:"func_names"`
+	Held      *ebpf.Map `ebpf:"held"`
+	HoldAlive *ebpf.Map `ebpf:"hold_alive"`
 	Lost      *ebpf.Map `ebpf:"lost"`
 	Procs     *ebpf.Map `ebpf:"procs"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
+	Unheld    *ebpf.Map `ebpf:"unheld"`
 }
 
 func (m *probesMaps) Close() error {
@@ -295,9 +322,12 @@ func (m *probesMaps) Close() error {
 		m.Followed,
 		m.Forwards,
 		m.FuncNames,
+		m.Held,
+		m.HoldAlive,
 		m.Lost,
 		m.Procs,
 		m.Stashes,
+		m.Unheld,
 	)
 }
 
@@ -305,11 +335,13 @@ func (m *probesMaps) Close() error {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesVariables struct {
-	RingMask       *ebpf.Variable `ebpf:"ring_mask"`
-	SlotMask       *ebpf.Variable `ebpf:"slot_mask"`
-	UnusedCall     *ebpf.Variable `ebpf:"unused_call"`
-	UnusedKind     *ebpf.Variable `ebpf:"unused_kind"`
-	UnusedProcKind *ebpf.Variable `ebpf:"unused_proc_kind"`
+	RingMask        *ebpf.Variable `ebpf:"ring_mask"`
+	SlotMask        *ebpf.Variable `ebpf:"slot_mask"`
+	UnusedCall      *ebpf.Variable `ebpf:"unused_call"`
+	UnusedKind      *ebpf.Variable `ebpf:"unused_kind"`
+	UnusedProcKind  *ebpf.Variable `ebpf:"unused_proc_kind"`
+	UnusedProcPhase *ebpf.Variable `ebpf:"unused_proc_phase"`
+	UnusedUnheldWhy *ebpf.Variable `ebpf:"unused_unheld_why"`
 }
 
 // probesPrograms contains all programs after they have been loaded into the kernel.

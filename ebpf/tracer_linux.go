@@ -79,12 +79,21 @@ type Tracer struct {
 	pending []Notice
 	comms   map[int]*commIDs
 	closed  bool
+
+	beatMu   sync.Mutex // the holds (hold_linux.go)
+	lastBeat time.Time
+	stopped  bool          // Close began: hold no more
+	holds    uint64        // Stats.Holds; t.mu
+	held     time.Duration // Stats.Held; t.mu
+	ready    chan struct{} // closed at Run's first beat (Ready)
+	readyOne sync.Once
 }
 
 // process is a followed process and the libraries it holds.
 type process struct {
-	pid  int
-	libs map[libKey]bool
+	pid      int
+	libs     map[libKey]bool
+	complete bool // a driver and a collective library probed: no more holds
 }
 
 // NewTracer loads the BPF programs and starts the process hooks. It
@@ -116,6 +125,7 @@ func NewTracer(opts Options) (*Tracer, error) {
 		scanned: map[libKey]map[string]uint64{},
 		dirty:   map[int]time.Time{},
 		comms:   map[int]*commIDs{},
+		ready:   make(chan struct{}),
 	}
 	// uprobe_multi attaches a library's probes in one call per program,
 	// with the cookies: the programs must be loaded for that attach type,
@@ -197,11 +207,17 @@ func (t *Tracer) Follow(pid int) error {
 	}
 	// Into the BPF map first: a fork from now on is followed by the kernel,
 	// and the walk of /proc below finds the children forked before.
+	if interactiveChild(pid) {
+		t.exempt(pid, probesUnheldWhyUNHELD_INTERACTIVE)
+	}
 	if err := t.followPID(pid); err != nil {
 		return err
 	}
 	pids := append([]int{pid}, descendants(pid)...)
 	for _, p := range pids[1:] {
+		if interactiveChild(p) {
+			t.exempt(p, probesUnheldWhyUNHELD_INTERACTIVE)
+		}
 		if err := t.followPID(p); err != nil {
 			return err
 		}
@@ -246,6 +262,7 @@ func (t *Tracer) removeProcess(pid int) {
 	delete(t.comms, pid)
 	t.names.forget(pid)
 	t.followed.remove(pid)
+	t.unexempt(pid)
 }
 
 // maxScanPasses bounds the reads of one scan (see scan).
@@ -265,8 +282,12 @@ const maxScanPasses = 3
 func (t *Tracer) scan(pid int) {
 	for range maxScanPasses {
 		if !t.scanOnce(pid) {
-			return
+			break
 		}
+	}
+	if p := t.procs[pid]; p != nil && !p.complete && t.probedAll(p) {
+		p.complete = true
+		t.exempt(pid, probesUnheldWhyUNHELD_COMPLETE)
 	}
 }
 
@@ -366,11 +387,15 @@ func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice fu
 	stop := make(chan struct{})
 	defer close(stop)
 	go t.rings.poll(stop)
+	t.beat()
+	t.readyOne.Do(func() { close(t.ready) })
+	defer t.stopReading()
 	var rec ringbuf.Record
 	for {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		t.beat()
 		t.housekeep(onNotice)
 		t.rd.SetDeadline(time.Now().Add(t.wait()))
 		err := t.rd.ReadInto(&rec)
@@ -467,6 +492,7 @@ func (t *Tracer) housekeep(onNotice func(Notice)) {
 func (t *Tracer) processEvent(raw *probesCall, onEvent func(timer.Event)) {
 	pid := int(raw.Pid)
 	ev := timer.Event{Time: int64(raw.Time), PID: pid, TID: pid}
+	held := raw.Phase == uint8(probesProcPhasePROC_HELD)
 	t.mu.Lock()
 	switch raw.Kind {
 	case evFork:
@@ -484,6 +510,7 @@ func (t *Tracer) processEvent(raw *probesCall, onEvent func(timer.Event)) {
 		p := t.addProcess(pid)
 		old := p.libs
 		p.libs = map[libKey]bool{}
+		p.complete = false // the exec program took it out of unheld
 		delete(t.comms, pid)
 		t.names.forget(pid)
 		t.scan(pid)
@@ -499,15 +526,25 @@ func (t *Tracer) processEvent(raw *probesCall, onEvent func(timer.Event)) {
 		ev.Kind = timer.KindProcessExit
 	case evMmap:
 		// ld.so changed the process's libraries (a dlopen): probe what it
-		// mapped before the process calls it, as soon as the records
-		// before this one are handled.
-		if due, ok := t.dirty[pid]; t.procs[pid] != nil && (!ok || due.After(time.Now())) {
+		// mapped before the process calls it: now if it is held, else as
+		// soon as the records before this one are handled.
+		if held && t.procs[pid] != nil {
+			delete(t.dirty, pid)
+			t.scan(pid)
+		} else if due, ok := t.dirty[pid]; t.procs[pid] != nil && (!ok || due.After(time.Now())) {
 			t.dirty[pid] = time.Now()
 		}
 		t.names.mapped(pid)
 		if t.onLoader != nil {
 			t.onLoader(pid, raw.Time)
 		}
+	}
+	if held {
+		// Its new code is probed (exec and loader records, above): it goes
+		// on.
+		t.resume(pid)
+		t.holds++
+		t.held += time.Duration(monotonicNow() - raw.Time)
 	}
 	t.mu.Unlock()
 	if ev.Kind != timer.KindUnknown {
@@ -530,6 +567,7 @@ func (t *Tracer) Stats() Stats {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	s.Processes = len(t.procs)
+	s.Holds, s.Held = t.holds, t.held
 	for _, l := range t.libs {
 		if l.refs > 0 {
 			s.Probes += l.probes
@@ -564,6 +602,8 @@ func (t *Tracer) Close() error {
 		return nil
 	}
 	t.closed = true
+	t.stopHolding()
+	t.resumeHeld(0)
 	var links []link.Link
 	for k, l := range t.libs {
 		links = append(links, l.links...)
@@ -582,6 +622,7 @@ func (t *Tracer) Close() error {
 	case <-done:
 	case <-time.After(closeWait):
 	}
+	t.resumeHeld(0) // held by a program that ran while Close began
 	var errs []error
 	if t.rd != nil {
 		errs = append(errs, t.rd.Close())

@@ -81,6 +81,8 @@ ViewerScale	seconds-100k	=120	1	viewer on the real dumps x 100,000 ranks vs 2 mi
 ViewerScale	cpu-seconds-100k	cpu-seconds-16k	-	viewer CPU (user+system), 100,000 ranks vs 16,384
 ViewerScale	peak-RSS-MiB-100k	peak-RSS-MiB-16k	-	viewer peak RSS, 100,000 ranks vs 16,384
 ViewerScale	peak-RSS-MiB-100k	=4096	1	viewer peak RSS, 100,000 ranks vs 4 GiB
+HoldImport	hold-ms	nohold-ms	-	python3 importing torch and numpy, followed from its exec: start-up with the holds at its loads vs without
+HoldImport	held-ms/op	nohold-ms	-	time held at loads in all vs the start-up without holds
 MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job
 MonitorFootprint	watch-on-cpu-%	watch-off-cpu-%	-	launcher CPU, stall watch on vs off
 MonitorFootprint	watch-on-rss-MB	rank-rss-MB	-	launcher RSS following 8 ranks vs one rank

@@ -91,6 +91,7 @@ type collector struct {
 	kernelDuration, collDuration, busBandwidth *prometheus.Desc
 	gpuUtil, gpuMemUsed, gpuMemTotal           *prometheus.Desc
 	probeEvents, lostEvents, attached, probes  *prometheus.Desc
+	holds, held                                *prometheus.Desc
 	dumps, dumpFailures, xid                   *prometheus.Desc
 	scrapeDuration                             *prometheus.Desc
 }
@@ -138,6 +139,8 @@ func newCollector(s Static) *collector {
 		gpuMemTotal:    d("xpu_timer_gpu_memory_total_bytes", "GPU memory of the rank's device from NVML.", with(rankLabels, "gpu", "uuid")),
 		probeEvents:    d("xpu_timer_probe_events_total", "Events read from the eBPF probes.", nodeLabels),
 		lostEvents:     d("xpu_timer_probe_lost_events_total", "Events the eBPF probes dropped because the ring buffer was full.", nodeLabels),
+		holds:          d("xpu_timer_process_holds_total", "Times a followed process was held at an exec or a library load until what it mapped was probed.", nodeLabels),
+		held:           d("xpu_timer_process_held_seconds_total", "Time followed processes spent held at execs and library loads, in all.", nodeLabels),
 		attached:       d("xpu_timer_attached_processes", "Processes currently traced.", nodeLabels),
 		probes:         d("xpu_timer_probes_attached", "Uprobes currently attached.", nodeLabels),
 		dumps:          d("xpu_timer_dumps_total", "Stack dumps written.", nodeLabels),
@@ -156,7 +159,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.rankHung, c.detectors, c.oldestAge, c.pendingOps, c.dumpDuration,
 		c.kernelDuration, c.collDuration, c.busBandwidth,
 		c.gpuUtil, c.gpuMemUsed, c.gpuMemTotal,
-		c.probeEvents, c.lostEvents, c.attached, c.probes,
+		c.probeEvents, c.lostEvents, c.attached, c.probes, c.holds, c.held,
 		c.dumps, c.dumpFailures, c.xid, c.scrapeDuration,
 	} {
 		ch <- d
@@ -187,6 +190,8 @@ func (c *collector) collect(ch chan<- prometheus.Metric, snap Snapshot, top int)
 	}
 	counter(c.probeEvents, snap.ProbeEvents)
 	counter(c.lostEvents, snap.LostEvents)
+	counter(c.holds, snap.Holds)
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.CounterValue, snap.HeldSeconds, c.static...)
 	counter(c.dumps, snap.Dumps)
 	counter(c.dumpFailures, snap.DumpFailures)
 	gauge(c.attached, float64(snap.AttachedProcesses), c.static...)

@@ -21,7 +21,7 @@ var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker
 // hungSnapshot is a two-rank node where rank 1 is hung on the GPU.
 func hungSnapshot() Snapshot {
 	return Snapshot{
-		ProbeEvents: 1000, LostEvents: 3, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
+		ProbeEvents: 1000, LostEvents: 3, Holds: 12, HeldSeconds: 0.034, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
 		Xids: []dumpfile.Xid{
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000000, 0)},
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000010, 0)},
@@ -99,6 +99,12 @@ xpu_timer_oldest_op_age_seconds{ip="10.0.0.7",job_name="llama",local_rank="1",po
 # HELP xpu_timer_probe_lost_events_total Events the eBPF probes dropped because the ring buffer was full.
 # TYPE xpu_timer_probe_lost_events_total counter
 xpu_timer_probe_lost_events_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 3
+# HELP xpu_timer_process_held_seconds_total Time followed processes spent held at execs and library loads, in all.
+# TYPE xpu_timer_process_held_seconds_total counter
+xpu_timer_process_held_seconds_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 0.034
+# HELP xpu_timer_process_holds_total Times a followed process was held at an exec or a library load until what it mapped was probed.
+# TYPE xpu_timer_process_holds_total counter
+xpu_timer_process_holds_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 12
 # HELP xpu_timer_rank_detectors Whether a detector watches the rank (1) or not (0): gpu (eBPF probes on a CUDA/NCCL library the rank maps) or stacks (looks at its main thread, which see a rank stuck where no probe fires).
 # TYPE xpu_timer_rank_detectors gauge
 xpu_timer_rank_detectors{detector="gpu",ip="10.0.0.7",job_name="llama",local_rank="0",pod_name="llama-worker-1",rank="0"} 1

@@ -26,12 +26,14 @@ type Static struct {
 type Snapshot struct {
 	Ranks []Rank // one per traced training process
 
-	ProbeEvents       uint64 // events read from the probes since start
-	LostEvents        uint64 // events the probes dropped since start (ring buffer full)
-	AttachedProcesses int    // processes currently followed
-	ProbesAttached    int    // uprobes currently attached
-	Dumps             uint64 // stack dumps written since start
-	DumpFailures      uint64 // stack dumps that failed (capture or write) since start
+	ProbeEvents       uint64  // events read from the probes since start
+	LostEvents        uint64  // events the probes dropped since start (ring buffer full)
+	AttachedProcesses int     // processes currently followed
+	ProbesAttached    int     // uprobes currently attached
+	Holds             uint64  // times a process was held at an exec or a load until probed
+	HeldSeconds       float64 // how long those holds lasted in all
+	Dumps             uint64  // stack dumps written since start
+	DumpFailures      uint64  // stack dumps that failed (capture or write) since start
 
 	Xids []dumpfile.Xid // GPU Xid events still inside their reporting window
 }

@@ -194,12 +194,6 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 	switch {
 	case slices.Contains(hostFaults, j.fault):
 		wantKinds = []string{"host", "stalled"}
-	case j.step() <= 1:
-		// In the first steps the faulty rank's first launches may come
-		// before its probes land (README, limits): its stuck kernel is
-		// then unseen, and it is decided on its GPU silence while its
-		// peers wait: host.
-		wantKinds = []string{"gpu", "host"}
 	}
 	// A gpu or stalled decision's age runs from the start of the wait: it
 	// must be past the timeout by no more than the check period and the
@@ -253,6 +247,9 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 		}
 	}
 	summary := runViewer(t, dir)
+	if r := unknownComm(summary); r >= 0 {
+		return fail("rank %d's communicator is known only by its handle: its ncclCommInitRank was not seen:\n%s", r, summary)
+	}
 	if indistinct(j.vendor, j.fault) {
 		if !strings.Contains(summary, noCulprit) {
 			return fail("the viewer names a rank where no evidence tells the faulty one apart, want %q:\n%s", noCulprit, summary)

@@ -118,7 +118,20 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		}
 		mon = nil
 	}
-	child, err := process.Start(args, st.In, st.Out, st.Err)
+	// The job is followed while held at its exec, before ld.so maps its
+	// libraries, by a monitor that already reads (so that each load is
+	// held until probed): a C++ program linked to the driver, or one that
+	// loads it first thing, is probed from its first call.
+	var follow func(pid int)
+	if mon != nil {
+		mon.Start(ctx)
+		follow = func(pid int) {
+			if err := mon.Agent.Follow(pid); err != nil {
+				log.Warn("cannot follow the job; it runs unmonitored", "err", err)
+			}
+		}
+	}
+	child, err := process.Start(args, st.In, st.Out, st.Err, follow)
 	if err != nil {
 		if mon != nil {
 			mon.Close()
@@ -126,12 +139,6 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 		return process.StartStatus(err), err
 	}
 	root = child.PID()
-	if mon != nil {
-		if err := mon.Agent.Follow(root); err != nil {
-			log.Warn("cannot follow the job; it runs unmonitored", "err", err)
-		}
-		mon.Start(ctx)
-	}
 	code, werr := child.Wait()
 	if mon != nil {
 		if err := mon.Close(); err != nil {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
+	"github.com/xpu-timer/xpu-timer/internal/gate"
 )
 
 // Forwarded are the signals a launcher passes on to its child.
@@ -28,20 +29,42 @@ type Child struct {
 }
 
 // Start starts args with the given standard streams and forwards
-// Forwarded signals to it until Wait returns.
-func Start(args []string, stdin io.Reader, stdout, stderr io.Writer) (*Child, error) {
+// Forwarded signals to it until Wait returns. With hold, the child is held
+// at its exec, before its first instruction, while hold(pid) runs
+// (internal/gate): a tracer that follows it there sees everything it
+// does, its loader's first mappings included.
+func Start(args []string, stdin io.Reader, stdout, stderr io.Writer, hold func(pid int)) (*Child, error) {
 	if len(args) == 0 {
 		return nil, errors.New("no command to run")
 	}
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
-	c := &Child{Cmd: cmd, sigs: make(chan os.Signal, 8), done: make(chan struct{})}
+	newCmd := func() *exec.Cmd {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+		return cmd
+	}
+	c := &Child{sigs: make(chan os.Signal, 8), done: make(chan struct{})}
 	// Catch the signals before the start so none is lost in between.
 	signal.Notify(c.sigs, Forwarded...)
-	if err := cmd.Start(); err != nil {
+	var err error
+	if hold == nil {
+		c.Cmd = newCmd()
+		err = c.Cmd.Start()
+	} else {
+		var g *gate.Gate
+		if c.Cmd, g, err = gate.Start(newCmd); err == nil {
+			hold(g.PID())
+			err = g.Open()
+		}
+	}
+	if err != nil {
 		signal.Stop(c.sigs)
+		if c.Cmd != nil && c.Cmd.Process != nil {
+			_ = c.Cmd.Process.Kill()
+			_ = c.Cmd.Wait()
+		}
 		return nil, fmt.Errorf("start %s: %w", args[0], err)
 	}
+	cmd := c.Cmd
 	go func() {
 		for {
 			select {

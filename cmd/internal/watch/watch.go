@@ -137,12 +137,24 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	// The loop reads before a command starts, so that its loads are held
+	// until probed (agent.WaitTracing).
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	a.WaitTracing(time.Second)
+
 	var child *process.Child
 	childDone := make(chan int, 1)
 	if len(args) > 0 {
 		// The command's stdout goes to stderr: stdout carries JSON only.
-		if child, err = process.Start(args, os.Stdin, errw, errw); err != nil {
+		// It is followed while held at its exec: nothing it loads is
+		// missed.
+		var followErr error
+		if child, err = process.Start(args, os.Stdin, errw, errw, func(pid int) { followErr = a.Follow(pid) }); err != nil {
 			return err
+		}
+		if followErr != nil {
+			return followErr
 		}
 		pids = []int{child.PID()}
 		go func() {
@@ -151,6 +163,9 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		}()
 	}
 	for _, pid := range pids {
+		if child != nil {
+			break // followed at its start
+		}
 		if _, err := procfs.ReadStat(pid); err != nil {
 			return exitcode.With(exitcode.NoProcess, fmt.Errorf("watch %d: %w", pid, err))
 		}
@@ -158,8 +173,6 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 			return err
 		}
 	}
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
 	poll := time.NewTicker(250 * time.Millisecond)
 	defer poll.Stop()
 	code := 0

@@ -1,0 +1,168 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Holding a process while its new code is probed (probes.bpf.c,
+// hold_alive): the exec and loader programs stop a followed process with
+// SIGSTOP and say so in their record; the tracer probes what the process
+// mapped and resumes it with SIGCONT. A library's first call is then seen
+// however soon after its dlopen it comes, and the libraries a program is
+// linked to are probed before its main runs.
+
+// holdAlive is how long after the reader's last turn the programs still
+// hold a process (HOLD_ALIVE_NS in probes.bpf.c): a reader that is gone or
+// stuck longer stops no process.
+const holdAlive = 5 * time.Second
+
+// beatEvery bounds how often the reader's turns are written for the
+// programs (hold_alive); far below holdAlive.
+const beatEvery = 100 * time.Millisecond
+
+// staleHold is how long a process may stay held with no record read for
+// it before housekeep resumes it anyway: its record is read within a turn
+// of the loop, so only a record that never comes (a bug) leaves it there.
+const staleHold = time.Second
+
+// Library roles for the holds: a process with both a driver and a
+// collective library probed has nothing left whose first call could be
+// missed, and is no longer held.
+const (
+	roleDriver uint8 = 1 << iota
+	roleCollective
+	roleComplete = roleDriver | roleCollective
+)
+
+// roleOf is the role a probe gives the library it is attached in.
+func roleOf(p probe) uint8 {
+	switch p.Group {
+	case "driver":
+		return roleDriver
+	case "collective":
+		return roleCollective
+	}
+	return 0
+}
+
+// beat tells the programs that a reader runs, at most every beatEvery
+// (from Run's goroutine): processes are held only while Run reads.
+func (t *Tracer) beat() {
+	now := time.Now()
+	t.beatMu.Lock()
+	defer t.beatMu.Unlock()
+	if t.stopped || t.opts.noHold || now.Sub(t.lastBeat) < beatEvery {
+		return
+	}
+	t.lastBeat = now
+	mono := monotonicNow()
+	_ = t.objs.HoldAlive.Put(uint32(0), mono)
+	t.resumeHeld(mono - uint64(staleHold))
+}
+
+// Ready is closed once Run reads, and processes are held at their loads:
+// a launcher that starts its job after it misses no first call.
+func (t *Tracer) Ready() <-chan struct{} { return t.ready }
+
+// stopHolding makes the programs hold no process any more (Close).
+func (t *Tracer) stopHolding() {
+	t.beatMu.Lock()
+	defer t.beatMu.Unlock()
+	t.stopped = true
+	_ = t.objs.HoldAlive.Put(uint32(0), uint64(0))
+}
+
+// stopReading is stopHolding for a Run that returns while the tracer stays
+// open: no reader, no holds; a next Run starts them again.
+func (t *Tracer) stopReading() {
+	t.beatMu.Lock()
+	defer t.beatMu.Unlock()
+	t.lastBeat = time.Time{}
+	_ = t.objs.HoldAlive.Put(uint32(0), uint64(0))
+	t.resumeHeld(0)
+}
+
+// resume lets a held process go on.
+func (t *Tracer) resume(pid int) {
+	_ = t.objs.Held.Delete(uint32(pid))
+	if err := unix.Kill(pid, unix.SIGCONT); err != nil && !errors.Is(err, unix.ESRCH) {
+		t.notice(Notice{Kind: NoticeError, PID: pid, Err: fmt.Errorf("resume held process: %w", err)})
+	}
+}
+
+// resumeHeld resumes every process the programs hold whose hold began
+// before cutoff (monotonic ns; 0: every one): those whose record was
+// never read, as a safety net, and all of them at Close.
+func (t *Tracer) resumeHeld(cutoff uint64) {
+	var pid uint32
+	var since uint64
+	var stale []uint32
+	it := t.objs.Held.Iterate()
+	for it.Next(&pid, &since) {
+		if cutoff == 0 || since < cutoff {
+			stale = append(stale, pid)
+		}
+	}
+	for _, p := range stale {
+		_ = t.objs.Held.Delete(p)
+		_ = unix.Kill(int(p), unix.SIGCONT)
+	}
+}
+
+// exempt stops holding pid: until it execs (probesUnheldWhyUNHELD_COMPLETE)
+// or for good (probesUnheldWhyUNHELD_INTERACTIVE). In a full map it is
+// held on, as any process.
+func (t *Tracer) exempt(pid int, why probesUnheldWhy) {
+	_ = t.objs.Unheld.Update(uint32(pid), uint8(why), ebpf.UpdateAny)
+}
+
+// unexempt forgets pid (exit).
+func (t *Tracer) unexempt(pid int) {
+	_ = t.objs.Unheld.Delete(uint32(pid))
+}
+
+// probedAll says whether p has nothing left to hold for: a driver and a
+// collective library probed; t.mu held.
+func (t *Tracer) probedAll(p *process) bool {
+	var roles uint8
+	for k := range p.libs {
+		if l := t.libs[k]; l != nil {
+			roles |= l.roles
+		}
+	}
+	return roles&roleComplete == roleComplete
+}
+
+// interactiveChild says whether pid is a child of an interactive shell:
+// a process on a terminal whose parent leads its session. Job control
+// would take our stop for the user's ("Stopped", the prompt back), so it
+// is never held; what it runs is held as any process.
+func interactiveChild(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ppid pgrp session tty_nr ...: comm may hold spaces.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := bytes.Fields(b[i+1:])
+	if len(f) < 5 {
+		return false
+	}
+	ppid, _ := strconv.Atoi(string(f[1]))
+	session, _ := strconv.Atoi(string(f[3]))
+	tty, _ := strconv.Atoi(string(f[4]))
+	return tty != 0 && ppid == session
+}
