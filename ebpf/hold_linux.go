@@ -30,9 +30,9 @@ const holdAlive = 5 * time.Second
 // programs (hold_alive); far below holdAlive.
 const beatEvery = 100 * time.Millisecond
 
-// staleHold is how long a process may stay held with no record read for
-// it before housekeep resumes it anyway: its record is read within a turn
-// of the loop, so only a record that never comes (a bug) leaves it there.
+// staleHold is how long a process may stay held, with no record left to
+// read, before beat resumes it anyway: only a record that never comes (a
+// bug) leaves it there.
 const staleHold = time.Second
 
 // Library roles for the holds: a process with both a driver and a
@@ -67,7 +67,14 @@ func (t *Tracer) beat() {
 	t.lastBeat = now
 	mono := monotonicNow()
 	_ = t.objs.HoldAlive.Put(uint32(0), mono)
-	t.resumeHeld(mono - uint64(staleHold))
+	// A hold's record is reserved before the stop and submitted right
+	// after, and the one goroutine that reads records resumes and forgets
+	// the process: a hold older than staleHold, with no record left to
+	// read, lost its record. One whose record waits behind a long scan is
+	// left to it.
+	if t.rd != nil && t.rd.AvailableBytes() == 0 {
+		t.resumeHeld(mono - uint64(staleHold))
+	}
 }
 
 // Ready is closed once Run reads, and processes are held at their loads:

@@ -596,14 +596,16 @@ func (t *Tracer) Probed(pid int) bool {
 
 // Close detaches everything and unloads the programs. Run returns.
 func (t *Tracer) Close() error {
+	// No process stays held by a tracer that closes, even with its reader
+	// stuck on t.mu.
+	t.stopHolding()
+	t.resumeHeld(0)
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
 		return nil
 	}
 	t.closed = true
-	t.stopHolding()
-	t.resumeHeld(0)
 	var links []link.Link
 	for k, l := range t.libs {
 		links = append(links, l.links...)

@@ -1,0 +1,94 @@
+//go:build linux && (386 || amd64)
+
+package ebpf
+
+import (
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/xpu-timer/xpu-timer/internal/gate"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/testbed"
+)
+
+// firstCallProgram builds testdata/firstcall.c (dlopen of the testbed's
+// driver at its start, then one call) and returns its arguments.
+func firstCallProgram(t *testing.T) []string {
+	bed := testbed.Build(t)
+	prog := gcc(t, filepath.Join(t.TempDir(), "firstcall-dlopen"), "testdata/firstcall.c", "-ldl")
+	return []string{prog, "0", bed.Lib("libcuda.so.1")}
+}
+
+// startFollowed starts args held at its exec, follows it with tr and lets
+// it go.
+func startFollowed(t *testing.T, tr *Tracer, args []string) *exec.Cmd {
+	t.Helper()
+	cmd, g, err := gate.Start(func() *exec.Cmd { return exec.Command(args[0], args[1:]...) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ferr := tr.Follow(cmd.Process.Pid)
+	if err := g.Open(); err != nil || ferr != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal(err, ferr)
+	}
+	return cmd
+}
+
+// waitExit waits at most d for cmd and fails unless it exits with 0.
+func waitExit(t *testing.T, cmd *exec.Cmd, d time.Duration, what string) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	case <-time.After(d):
+		st, _ := procfs.ReadStat(cmd.Process.Pid)
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s: still running after %v, state %c", what, d, st.State)
+	}
+}
+
+// A tracer nobody reads holds no process: a follower that never runs its
+// loop (or stopped it) cannot stop a job.
+func TestNoReaderNoHold(t *testing.T) {
+	args := firstCallProgram(t)
+	tr := newTracer(t, Options{})
+	cmd := startFollowed(t, tr, args)
+	waitExit(t, cmd, 10*time.Second, "a process followed by a tracer that does not read")
+	if st := tr.Stats(); st.Holds != 0 {
+		t.Fatalf("%d holds with no reader", st.Holds)
+	}
+}
+
+// A process held at its load while the reader is stuck is let go when the
+// tracer closes: the agent that leaves never leaves a job stopped.
+func TestHeldResumedAtClose(t *testing.T) {
+	args := firstCallProgram(t)
+	tr := newTracer(t, Options{})
+	stuck, release := make(chan int, 4), make(chan struct{})
+	tr.onLoader = func(pid int, _ uint64) { // under t.mu, on Run's goroutine
+		stuck <- pid
+		<-release
+	}
+	defer close(release)
+	record(t, tr)
+	cmd := startFollowed(t, tr, args)
+	select {
+	case <-stuck:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no loader record in 10 s")
+	}
+	if st, err := procfs.ReadStat(cmd.Process.Pid); err != nil || st.State != 'T' {
+		t.Fatalf("process at its dlopen, reader stuck: state %c (%v), want T (held)", st.State, err)
+	}
+	go tr.Close()
+	waitExit(t, cmd, 5*time.Second, "a held process after Close")
+}
