@@ -66,13 +66,10 @@ func launch(t testing.TB, b *testbed.Bed, j job, dir string, hangTimeout time.Du
 }
 
 // named is XPU_TIMER_LIBRARIES naming the testbed's libraries, so that
-// they are probed before the job maps them. Found in a process's maps
-// instead, a library is probed a moment after it is loaded, and the job's
-// first calls into it (ctypes loads the fake NCCL and calls ncclGetUniqueId
-// and ncclCommInitRank at once) can beat the probes: the communicator's id
-// and the first sequence numbers are then unknown, and the culprit report
-// cannot line the ranks' sequence numbers up. The other tests run without
-// it, as most users do.
+// they are probed before the job maps them (TestNamedLibraries). Found in
+// a process's maps instead, as most users' are, a library is probed while
+// the loader holds the process that mapped it (ebpf/hold_linux.go): both
+// ways see the job's first calls (ncclGetUniqueId, ncclCommInitRank).
 func named(b *testbed.Bed, vendor string) string {
 	names := []string{"libcudart.so.12", "libcuda.so.1", "libnccl.so.2"}
 	if vendor == "maca" {
