@@ -126,8 +126,13 @@
 // are busy, not hung. Either clears when the main thread progresses.
 //
 // A process with a thread in a GPU wait by its latest sample (see "Waits
-// known by their stack") is not stalled, and neither is a peer of such a
-// process until that wait is decided: the "gpu" rule judges it first.
+// known by their stack") is not stalled, nor stalled on the host, and
+// neither is a peer of such a process stalled until that wait is decided:
+// the "gpu" rule judges it first. A wait whose thread the probes saw
+// enter or return from a blocking call, or get a ready answer to a query,
+// since the sample that first saw it has ended: a rank is sampled only
+// after a sample period without GPU work, so its latest sample may date
+// from before it trained.
 //
 // # Waits known by their stack
 //

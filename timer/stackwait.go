@@ -109,6 +109,9 @@ func (e *Engine) StackWaitSince(pid int) int64 {
 	}
 	var since int64
 	for _, w := range p.sample.waits {
+		if p.waitEnded(w) {
+			continue
+		}
 		if since == 0 || w.since < since {
 			since = w.since
 		}
@@ -120,8 +123,26 @@ func (e *Engine) StackWaitSince(pid int) int64 {
 func (p *proc) sampledSince(t int64) bool { return p.sample != nil && p.sample.last >= t }
 
 // stackWaiting says whether the latest sample saw a thread of p in a GPU
-// wait, for however long.
-func (p *proc) stackWaiting() bool { return p.sample != nil && len(p.sample.waits) > 0 }
+// wait, for however long, that the probes have not seen end since. A rank
+// is sampled only after a period without GPU work, so its latest sample
+// may be much older than its last call (taken at start-up, before it
+// trained): a wait it saw is over once its thread came back from a call.
+func (p *proc) stackWaiting() bool {
+	if p.sample == nil {
+		return false
+	}
+	for _, w := range p.sample.waits {
+		if !p.waitEnded(w) {
+			return true
+		}
+	}
+	return false
+}
+
+// waitEnded says whether the probes saw w's thread enter or return from a
+// blocking call, or get a ready answer to a query, after the first sample
+// that saw w: it is in that wait no longer.
+func (p *proc) waitEnded(w *stackWait) bool { return p.returned(w.TID) > w.since }
 
 // LastWork is when pid last issued GPU work (a launch, copy or
 // collective) as the probes saw it; 0 when never or unknown.
@@ -154,7 +175,7 @@ func (p *proc) stackWaitPast(timeout int64) *stackWait {
 	}
 	var best *stackWait
 	for _, w := range p.sample.waits {
-		if w.seen-w.since <= timeout || p.returned(w.TID) > w.since {
+		if w.seen-w.since <= timeout || p.waitEnded(w) {
 			continue
 		}
 		if best == nil || w.since < best.since || w.since == best.since && w.TID < best.TID {

@@ -274,3 +274,44 @@ func TestStackWaitProbesMidCall(t *testing.T) {
 		t.Errorf("wait since %v, want the sample after the entry", time.Duration(since))
 	}
 }
+
+// A wait a sample saw ends when the probes see its thread return from a
+// blocking call, for the host and stalled rules too: the rank sampled as
+// soon as it was known (its main thread in ncclCommInitRank), then busy
+// for steps (never sampled meanwhile: it issues work), then silent while
+// its peer waits on a collective it has not issued, is decided host at the
+// check that decides the peer, not when a next sample, due a sample
+// period after its last work, clears the old wait. A wait seen after the
+// last return still holds the host rule off.
+func TestStackWaitEndedByReturn(t *testing.T) {
+	const h0, h1 = 0xa0, 0xb0
+	initWait := ThreadWait{TID: 2, Call: "ncclCommInitRank", From: "ffi_call", Python: "__init__@run.py:420", State: 'R'}
+	run := func(sampleAt float64) ([]Hang, *Engine) {
+		e := newTestEngine()
+		e.SetIdentity(1, 0, 2)
+		e.SetIdentity(2, 1, 2)
+		e.ObserveSample(Sample{PID: 2, Time: at(sampleAt), Waits: []ThreadWait{initWait}})
+		feed(e, commInit(1, 1, h0, 0x42, 0, 2), commInit(1, 2, h1, 0x42, 1, 2))
+		for step := range 3 {
+			t0 := 2 + float64(step)
+			for pid, h := range map[int]uint64{1: h0, 2: h1} {
+				feed(e, allReduce(t0, pid, h, 0, 1024), enter(t0+0.1, pid, pid, KindMemcpy, 0, 0),
+					exit(t0+0.2, pid, pid, KindMemcpy, 0, 0, 0))
+			}
+		}
+		// Rank 1 stops before step 3's all-reduce; rank 0 issues it and waits.
+		feed(e, allReduce(5.5, 1, h0, 0, 1024), enter(5.6, 1, 1, KindMemcpy, 0, 0))
+		return e.Check(at(16)), e
+	}
+	hs, e := run(0.5)
+	if len(hs) != 2 || hs[0].PID != 1 || hs[0].Kind != "gpu" || hs[1].PID != 2 || hs[1].Kind != "host" ||
+		hs[1].Lagging == nil || hs[1].Lagging.Issued != 3 || hs[1].Lagging.Awaited != 4 {
+		t.Fatalf("hangs %+v, want the peer gpu and the silent rank host, lagging 3 of 4", hs)
+	}
+	if since := e.StackWaitSince(2); since != 0 {
+		t.Errorf("wait since %v, want none: it ended", time.Duration(since))
+	}
+	if hs, _ := run(4.5); len(hs) != 1 || hs[0].PID != 1 {
+		t.Fatalf("hangs %+v, want the peer's only: the silent rank's wait was seen after its last return", hs)
+	}
+}
