@@ -78,6 +78,8 @@ type Agent struct {
 	lastTick  int64
 	watched   map[int]*watchState // detectors watching each rank (look.go)
 	sampled   map[int]int64       // when each rank was last sampled (sample.go)
+	wakeAt    int64               // a sample due between checks, when (sample.go); 0: none
+	checkNow  chan struct{}       // a check wanted before the next interval (Follow)
 
 	pushCh   chan struct{}
 	retainCh chan struct{}
@@ -147,6 +149,7 @@ func New(o Options) *Agent {
 		killed:   make(map[int]bool),
 		watched:  make(map[int]*watchState),
 		pushCh:   make(chan struct{}, 1),
+		checkNow: make(chan struct{}, 1),
 		retainCh: make(chan struct{}, 1),
 	}
 }
@@ -184,6 +187,13 @@ func (a *Agent) Follow(pid int) error {
 	}
 	for _, p := range append([]int{pid}, a.o.Descendants(pid)...) {
 		a.see(p, false, false)
+	}
+	// Processes that already run are looked at and sampled at once: a
+	// job that hung before we came is decided a timeout after the attach,
+	// not a check later.
+	select {
+	case a.checkNow <- struct{}{}:
+	default:
 	}
 	return nil
 }
@@ -227,6 +237,13 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(a.o.Interval)
 	defer t.Stop()
+	// A check per interval, one at once when Follow takes processes that
+	// already run (a job attached late is looked at and sampled then, not
+	// a check later), and one where a sample confirming a wait is due
+	// between two (sampleAll): the wait is then decided as it crosses the
+	// timeout, not up to a check later.
+	wake := time.NewTimer(a.o.Interval)
+	defer wake.Stop()
 	var err error
 loop:
 	for {
@@ -235,6 +252,13 @@ loop:
 			break loop
 		case <-t.C:
 			a.Tick(ctx)
+		case <-wake.C:
+			a.Tick(ctx)
+		case <-a.checkNow:
+			a.Tick(ctx)
+		}
+		if d := a.wakeIn(); d > 0 && d < a.o.Interval {
+			wake.Reset(d)
 		}
 	}
 	cancel()

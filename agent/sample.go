@@ -70,11 +70,16 @@ func (a *Agent) sampleAll(now int64) {
 		return
 	}
 	period, timeout, slack := int64(SamplePeriod(a.o.HangTimeout)), int64(a.o.HangTimeout), int64(a.o.Interval/2)
+	var wake int64
 	for _, pid := range a.book.live() {
 		a.mu.Lock()
 		last := a.sampled[pid]
 		a.mu.Unlock()
-		if now < nextSample(last, period, slack, a.engine.StackWaitSince(pid), timeout) {
+		since := a.engine.StackWaitSince(pid)
+		if next := nextSample(last, period, slack, since, timeout); now < next {
+			if since > 0 && next == since+timeout+1 && (wake == 0 || next < wake) {
+				wake = next // the sample that confirms a wait
+			}
 			continue
 		}
 		if lw := a.engine.LastWork(pid); lw > 0 && now-lw < period {
@@ -93,6 +98,21 @@ func (a *Agent) sampleAll(now int64) {
 		}
 		a.engine.ObserveSample(s)
 	}
+	a.mu.Lock()
+	a.wakeAt = wake
+	a.mu.Unlock()
+}
+
+// wakeIn is how long until the sample that confirms a wait is due (0:
+// none is): Run checks then rather than at the next interval.
+func (a *Agent) wakeIn() time.Duration {
+	a.mu.Lock()
+	at := a.wakeAt
+	a.mu.Unlock()
+	if at == 0 {
+		return 0
+	}
+	return max(time.Duration(at-a.o.Monotonic()), time.Millisecond)
 }
 
 // forgetSamples drops what the samples knew of pid (it exited or exec'd).

@@ -104,6 +104,12 @@
 //     by their stack": it stops and resumes every thread), waiting at the
 //     same place: no progress since it went to sleep (Look.LastRan when
 //     known, else the first look that saw it asleep);
+//   - asleep at both looks in a sleep for time alone (Look.Timed:
+//     nanosleep, or select or poll given no descriptor, what Python's
+//     time.sleep calls) at the same place, though it woke in between: a
+//     loop that only sleeps (a straggler's `while True: time.sleep(1)`)
+//     makes no progress either, from the first of those looks (or when it
+//     last ran before it);
 //   - running, in the same Python frames as at the previous look, for at
 //     least half the time between the two looks: spinning, no progress
 //     since the first of those looks;

@@ -1,5 +1,7 @@
 package timer
 
+import "strings"
+
 // Look is what a look from outside at a process's main thread (the thread
 // whose id is the pid, the one that drives training in PyTorch and most
 // jobs) saw at one instant, without stopping it: its scheduler counters
@@ -14,6 +16,7 @@ type Look struct {
 	CPU     int64  // ns the thread has run so far
 	LastRan int64  // monotonic ns the thread last went on a CPU; 0 when unknown
 	Site    string // where it waits while it sleeps (system call and its arguments, stack and instruction pointers); "" when unknown
+	Timed   bool   // it sleeps for time alone (nanosleep, or select or poll given no descriptor: Python's time.sleep)
 	Python  string // its Python frames, innermost first (function and file, no lines), as last read; "" when not read or not Python
 }
 
@@ -37,6 +40,14 @@ type still struct {
 // blocked says whether a scheduler state is a sleep: the thread waits.
 func blocked(state byte) bool { return state == 'S' || state == 'D' || state == 'T' }
 
+// sameCall says whether two sites (Look.Site: "NR arg1 ... arg6 sp pc")
+// are the same system call made from the same instruction: a loop of
+// sleeps passes other stack addresses from one turn to the next.
+func sameCall(a, b string) bool {
+	fa, fb := strings.Fields(a), strings.Fields(b)
+	return len(fa) > 1 && len(fb) > 1 && fa[0] == fb[0] && fa[len(fa)-1] == fb[len(fb)-1]
+}
+
 // spinShare is the least share of the time between two looks a thread
 // must have run to count as spinning.
 const spinShare = 0.5
@@ -57,10 +68,13 @@ func (e *Engine) Observe(l Look) {
 	prev, first := s.last, s.last.Time == 0
 	s.last = l
 	switch {
-	case blocked(l.State) && !first && blocked(prev.State) && (l.Runs == prev.Runs || p.sampledSince(prev.Time)) && l.Site == prev.Site:
+	case blocked(l.State) && !first && blocked(prev.State) && (l.Runs == prev.Runs || p.sampledSince(prev.Time)) && l.Site == prev.Site,
+		blocked(l.State) && !first && blocked(prev.State) && l.Timed && prev.Timed && sameCall(l.Site, prev.Site):
 		// Not on a CPU since the previous look, waiting at the same place
 		// (or put on one only by a native sample, which stops and resumes
-		// every thread: the wait goes on).
+		// every thread: the wait goes on), or in a loop of sleeps for time
+		// alone at one place (a straggler's `while True: time.sleep(1)`):
+		// waking only to sleep again there is no progress.
 		if s.since == 0 || s.spinning {
 			s.since, s.spinning = prev.Time, false
 		}

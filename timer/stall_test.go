@@ -257,3 +257,46 @@ func TestLoneProcessNotStalled(t *testing.T) {
 		}
 	}
 }
+
+// A straggler in a loop of sleeps for time alone at one place (`while
+// True: time.sleep(1)`) wakes every second, yet makes no progress: with
+// its peers asleep in place it is stalled a timeout after the first look.
+// A thread that wakes as often in a futex at one place (a healthy loop
+// that waits on a queue, caught there at each look) progresses.
+func TestSleepLoopIsNoProgress(t *testing.T) {
+	// Python 3.11's time.sleep, as /proc/PID/syscall showed it at two
+	// turns of the loop: its stack addresses change, its call does not.
+	nanosleep := []string{"230 0x1 0x1 0x7ffcf5c32290 0x0 0x0 0x0 0x7ffcf5c32250 0x7f10964ed545",
+		"230 0x1 0x1 0x7ffcf5c322e0 0x0 0x0 0x0 0x7ffcf5c322a0 0x7f10964ed545"}
+	const futex = "202 0x7f0c1c0008e0 0x189 0x0 0x0 0x0 0xffffffff 0x7ffc3ad1e478 0x7f0c1e8e4b4a"
+	for _, c := range []struct {
+		name  string
+		look  func(runs uint64, lastRan int64) Look
+		stall bool
+	}{
+		{"timed sleep", func(runs uint64, lastRan int64) Look {
+			l := asleep(1, runs, nanosleep[runs%2], lastRan)
+			l.Timed = true
+			return l
+		}, true},
+		{"futex", func(runs uint64, lastRan int64) Look { return asleep(1, runs, futex, lastRan) }, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := newLooker(3 * time.Second)
+			first := l.now + sec
+			var at int64
+			for i := uint64(0); i < 10 && at == 0; i++ {
+				hs := l.tick(c.look(10+i, l.now+sec/2), asleep(2, 5, "barrier", first-10*sec))
+				if kinds(hs)[1] == HangStalled {
+					at = l.now
+				}
+			}
+			switch {
+			case c.stall && (at == 0 || at-first < 3*sec || at-first > 4*sec):
+				t.Fatalf("stalled at %v after the first look, want within a check of the 3 s timeout past its last run before", time.Duration(at-first))
+			case !c.stall && at != 0:
+				t.Fatalf("stalled %v after the first look: it wakes and sleeps again, in a futex", time.Duration(at-first))
+			}
+		})
+	}
+}

@@ -68,7 +68,7 @@ func (st *lookState) look(pid int, now, clock int64) (timer.Look, bool) {
 	l := timer.Look{PID: pid, Time: now, State: stat.State, Runs: sched.Runs, CPU: int64(sched.RunNs)}
 	if stat.State == 'S' || stat.State == 'D' || stat.State == 'T' {
 		if site, err := procfs.ReadSyscall(pid, pid); err == nil && site != "running" {
-			l.Site = site
+			l.Site, l.Timed = site, procfs.TimedSleep(site)
 		}
 		if clock != 0 {
 			if ran, err := procfs.ReadLastRan(pid, pid); err == nil {

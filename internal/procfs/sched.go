@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"runtime"
 	"strconv"
 	"strings"
 )
@@ -96,4 +97,40 @@ func ParseLastRan(b []byte) (int64, error) {
 		return whole*1_000_000 + ns, nil
 	}
 	return 0, fmt.Errorf("no se.exec_start: %w", ErrNoSchedClock)
+}
+
+// timedSleeps are, by architecture, the system calls in which a thread
+// waits for time alone: nanosleep and clock_nanosleep, and select, pselect6,
+// poll and ppoll given no descriptor (what Python's time.sleep calls).
+var timedSleeps = map[string]struct{ nanosleep, clockNanosleep, selectCall, pselect6, poll, ppoll int }{
+	"amd64": {35, 230, 23, 270, 7, 271},
+	"arm64": {101, 115, -1, 72, -1, 73},
+}
+
+// TimedSleep says whether site, as ReadSyscall gives it ("NR arg1 ...
+// arg6 sp pc"), is a sleep for time alone: the thread waits for nothing
+// another thread or process could give it.
+func TimedSleep(site string) bool {
+	n, ok := timedSleeps[runtime.GOARCH]
+	if !ok {
+		return false
+	}
+	f := strings.Fields(site)
+	if len(f) < 7 {
+		return false
+	}
+	nr, err := strconv.Atoi(f[0])
+	if err != nil {
+		return false
+	}
+	null := func(i int) bool { v, err := strconv.ParseUint(strings.TrimPrefix(f[i], "0x"), 16, 64); return err == nil && v == 0 }
+	switch nr {
+	case n.nanosleep, n.clockNanosleep:
+		return true
+	case n.selectCall, n.pselect6: // (nfds, readfds, writefds, exceptfds, timeout): no set
+		return null(2) && null(3) && null(4)
+	case n.poll, n.ppoll: // (fds, nfds, timeout): no descriptor
+		return null(2)
+	}
+	return false
 }

@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -50,5 +51,33 @@ func TestOwnThread(t *testing.T) {
 	}
 	if _, err := ReadSched(1<<30, 1<<30); err == nil {
 		t.Error("a missing process read")
+	}
+}
+
+// Python's time.sleep (clock_nanosleep from 3.11, select with no set
+// before) is a sleep for time alone; a futex, a read or a select on a
+// socket is not.
+func TestTimedSleep(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("x86-64 system call numbers")
+	}
+	for _, c := range []struct {
+		site string
+		want bool
+	}{
+		{"230 0x1 0x1 0x7ffc3ad1e4a0 0x0 0x0 0x0 0x7ffc3ad1e478 0x7f0c1e8e4b4a", true},
+		{"35 0x7ffc3ad1e4a0 0x0 0x0 0x0 0x0 0x0 0x7ffc3ad1e478 0x7f0c1e8e4b4a", true},
+		{"23 0x0 0x0 0x0 0x0 0x7ffd5b8a0f70 0x0 0x7ffd5b8a0f48 0x7f5e0f2d0a9a", true},
+		{"23 0x8 0x7ffd5b8a0f70 0x0 0x0 0x7ffd5b8a0f90 0x0 0x7ffd5b8a0f48 0x7f5e0f2d0a9a", false},
+		{"7 0x0 0x0 0x3e8 0x0 0x0 0x0 0x7ffd5b8a0f48 0x7f5e0f2d0a9a", true},
+		{"7 0x7ffd5b8a0f70 0x1 0x3e8 0x0 0x0 0x0 0x7ffd5b8a0f48 0x7f5e0f2d0a9a", false},
+		{"202 0x7f0c1c0008e0 0x189 0x0 0x0 0x0 0xffffffff 0x7ffc3ad1e478 0x7f0c1e8e4b4a", false},
+		{"0 0x3 0x7ffc3ad1e4a0 0x1000 0x0 0x0 0x0 0x7ffc3ad1e478 0x7f0c1e8e4b4a", false},
+		{"running", false},
+		{"", false},
+	} {
+		if got := TimedSleep(c.site); got != c.want {
+			t.Errorf("TimedSleep(%q) = %v, want %v", c.site, got, c.want)
+		}
 	}
 }

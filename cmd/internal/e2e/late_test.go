@@ -59,17 +59,20 @@ func TestAttachLate(t *testing.T) {
 		// on the GPU (spinning, as CUDA's waits do) in a wait the probes
 		// never saw begin. Two samples a timeout apart are needed, and a
 		// rank is sampled at most once per max(timeout/5, 5 s): with the
-		// 10 s timeout they fit in timeout + slack of the attach (first
-		// sample at the next check, the confirming one just past the
-		// timeout), with 3 s they cannot. A sleeping straggler, one rank
-		// followed alone, and the job under `watch --pid` of its launcher
-		// (0 of 1 in the last run; the agent 1 of 1, in 11 s) are found,
-		// not yet decided in time (issue 26).
-		{testbed.FaultPythonSleep, "launcher", false},
-		{testbed.FaultKernelHang, "launcher", false},
+		// 10 s timeout they fit in timeout + slack of the attach (the
+		// first sample at once, when Follow takes the ranks, the
+		// confirming one just past the timeout, between checks), with 3 s
+		// they cannot. Under python-sleep the peers wait on the GPU the
+		// same way while the straggler sleeps in a loop of time.sleep,
+		// which looks take for no progress: decided too. The straggler
+		// followed alone is a lone process asleep: nothing tells that
+		// anyone waits for it, so it is not decided (timer/doc.go, "Silent
+		// ranks"); found, and logged.
+		{testbed.FaultPythonSleep, "launcher", true},
+		{testbed.FaultKernelHang, "launcher", true},
 		{testbed.FaultPythonSleep, "rank", false},
-		{testbed.FaultKernelHang, "rank", false},
-		{testbed.FaultPythonSleep, "agent", false},
+		{testbed.FaultKernelHang, "rank", true},
+		{testbed.FaultPythonSleep, "agent", true},
 		{testbed.FaultKernelHang, "agent", true},
 	} {
 		t.Run(c.fault+"/"+c.target, func(t *testing.T) {
