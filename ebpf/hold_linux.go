@@ -21,13 +21,10 @@ import (
 // however soon after its dlopen it comes, and the libraries a program is
 // linked to are probed before its main runs.
 
-// holdAlive is how long after the reader's last turn the programs still
-// hold a process (HOLD_ALIVE_NS in probes.bpf.c): a reader that is gone or
-// stuck longer stops no process.
-const holdAlive = 5 * time.Second
-
 // beatEvery bounds how often the reader's turns are written for the
-// programs (hold_alive); far below holdAlive.
+// programs (hold_alive); far below the 5 s after which they hold no more
+// (HOLD_ALIVE_NS in probes.bpf.c): a reader that is gone or stuck longer
+// stops no process.
 const beatEvery = 100 * time.Millisecond
 
 // staleHold is how long a process may stay held, with no record left to
