@@ -123,7 +123,10 @@ func TimedSleep(site string) bool {
 	if err != nil {
 		return false
 	}
-	null := func(i int) bool { v, err := strconv.ParseUint(strings.TrimPrefix(f[i], "0x"), 16, 64); return err == nil && v == 0 }
+	null := func(i int) bool {
+		v, err := strconv.ParseUint(strings.TrimPrefix(f[i], "0x"), 16, 64)
+		return err == nil && v == 0
+	}
 	switch nr {
 	case n.nanosleep, n.clockNanosleep:
 		return true
