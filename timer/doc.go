@@ -152,10 +152,12 @@
 // ObserveSample, each with its call, the routine it waits for, and its
 // Python frames. One thread is in the same wait across samples when they
 // name the same routine (else the same call) and the same Python frames,
-// and the probes saw it neither enter nor return from a blocking call nor
-// get a ready answer to a query in between (a loop of long synchronizes
-// at one place is many waits, even when the probes came in the middle of
-// one); a thread missing from a sample is not waiting.
+// and the probes saw the thread make no call in between but queries
+// answered "not ready" (the polls of a wait): a call entered or returned,
+// a launch, a collective or a ready answer ends the wait (a loop of long
+// synchronizes at one place is many waits, even when the probes came in
+// the middle of one). A sample is stamped when its stacks were read. A
+// thread missing from a sample is not waiting.
 //
 // A process is hung on the GPU ("gpu", Hang.StackWait) when a sample saw
 // a thread in the same wait as a sample more than the timeout earlier,
@@ -169,7 +171,7 @@
 // oldest outstanding op and collective when the probes saw them. It is
 // made at the first sample past the timeout, so the caller should take
 // one just then (StackWaitSince); it clears when a sample no longer sees
-// that thread in that wait, or the probes see it return. The probe rule,
+// that thread in that wait, or the probes see it make a call. The probe rule,
 // which knows the awaited op, goes first.
 //
 // Check fires a decision once per process; Recovered reports a process

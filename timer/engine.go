@@ -98,6 +98,19 @@ func (e *Engine) proc(pid int, t int64) *proc {
 	return p
 }
 
+// outOfWait says whether ev shows its thread outside any wait: every call
+// of a thread but a query answered "not ready" (a poll, which a waiting
+// thread makes in a loop) and the records of processes.
+func outOfWait(ev *Event) bool {
+	switch ev.Kind {
+	case KindProcessExec, KindProcessExit, KindUnknown:
+		return false
+	case KindEventQuery, KindStreamQuery:
+		return ev.Ret == 0
+	}
+	return ev.TID != 0
+}
+
 // Handle consumes one event.
 func (e *Engine) Handle(ev Event) {
 	e.mu.Lock()
@@ -115,6 +128,14 @@ func (e *Engine) Handle(ev Event) {
 	}
 	if ev.Time > p.lastActivity {
 		p.lastActivity = ev.Time
+	}
+	if outOfWait(&ev) {
+		// The thread made a call: any wait a sample saw it in before had
+		// ended (a launch, a collective, a communicator's creation, a
+		// return; a query answered "not ready" is a poll inside a wait).
+		if th := p.thread(ev.TID); ev.Time > th.returned {
+			th.returned = ev.Time
+		}
 	}
 	switch ev.Kind {
 	case KindLaunch, KindGraphLaunch, KindMemcpyAsync, KindCollective:

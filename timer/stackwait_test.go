@@ -315,3 +315,36 @@ func TestStackWaitEndedByReturn(t *testing.T) {
 		t.Fatalf("hangs %+v, want the peer's only: the silent rank's wait was seen after its last return", hs)
 	}
 }
+
+// A thread's call of any kind after a sample saw it waiting ends that wait
+// too (the return of ncclCommInitRank, a launch: it is out of the wait),
+// but a query answered "not ready" does not (a poll inside the wait). A
+// rank sampled at start-up in ncclCommInitRank that then launches its
+// step's work and goes silent before its first all-reduce, with no
+// synchronize or copy in between (a straggler at step 0), is decided host
+// at the check that decides its peer.
+func TestStackWaitEndedByAnyCall(t *testing.T) {
+	const h0, h1 = 0xa0, 0xb0
+	initWait := ThreadWait{TID: 2, Call: "ncclCommInitRank", From: "ffi_call", Python: "__init__@run.py:420", State: 'R'}
+	e := newTestEngine()
+	e.SetIdentity(1, 0, 2)
+	e.SetIdentity(2, 1, 2)
+	e.ObserveSample(Sample{PID: 2, Time: at(0.5), Waits: []ThreadWait{initWait}})
+	// The thread polls inside its wait: not ready.
+	feed(e, Event{Time: at(0.7), PID: 2, TID: 2, Kind: KindEventQuery, Phase: PhaseExit, Ret: RetNotReady, Handle: 7})
+	if since := e.StackWaitSince(2); since != at(0.5) {
+		t.Fatalf("wait since %v after a not-ready query, want the sample's %v", time.Duration(since), time.Duration(at(0.5)))
+	}
+	// The communicators' creation returns (rank 1's seen as its call),
+	// then rank 1's step-0 launch, then silence; rank 0 issues the
+	// all-reduce and waits.
+	feed(e, commInit(1, 1, h0, 0x42, 0, 2), commInit(1, 2, h1, 0x42, 1, 2))
+	if since := e.StackWaitSince(2); since != 0 {
+		t.Errorf("wait since %v after its call returned, want none: it ended", time.Duration(since))
+	}
+	feed(e, launch(2, 2, 2, 0, "fwd"), allReduce(2.5, 1, h0, 0, 1024), enter(2.6, 1, 1, KindMemcpy, 0, 0))
+	hs := e.Check(at(13))
+	if len(hs) != 2 || hs[0].PID != 1 || hs[0].Kind != "gpu" || hs[1].PID != 2 || hs[1].Kind != "host" {
+		t.Fatalf("hangs %+v, want the peer gpu and the silent rank host", hs)
+	}
+}

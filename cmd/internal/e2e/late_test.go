@@ -74,6 +74,10 @@ func TestAttachLate(t *testing.T) {
 		{testbed.FaultKernelHang, "rank", true},
 		{testbed.FaultPythonSleep, "agent", true},
 		{testbed.FaultKernelHang, "agent", true},
+		// A kernel that never ends behind a CUDA graph replay, its rank
+		// followed alone (the real H100 case of issue 25): a lone rank in
+		// a GPU wait is decided.
+		{testbed.FaultGraphHang, "rank", true},
 	} {
 		t.Run(c.fault+"/"+c.target, func(t *testing.T) {
 			found, decided := 0, 0
