@@ -45,11 +45,11 @@ func hungJob(t *testing.T, b *testbed.Bed, j job, ns string) (*proc, map[int]int
 // Python straggler of python-sleep) and decide a hang the engine decides
 // from what it sees after the attach within timeout + slack of the
 // attach where a case requires it (see the cases; the others log it).
-// XPU_TIMER_MATRIX_RUNS sets the runs of each case (default 3).
+// XPU_TIMER_E2E_RUNS sets the runs of each case (default 3).
 func TestAttachLate(t *testing.T) {
 	privileged.Root(t)
 	b := testbed.Build(t)
-	runs := matrixRuns()
+	runs := caseRuns()
 	for _, c := range []struct {
 		fault  string
 		target string // "launcher", "rank" (the faulty rank's pid) or "agent"

@@ -23,13 +23,23 @@ import (
 // second, a few steps in, and well into training.
 var matrixSteps = []int{0, 1, 3, 30}
 
-// matrixRuns is how many times each cell runs (XPU_TIMER_MATRIX_RUNS
-// overrides it for longer soaks).
-func matrixRuns() int {
-	if n, err := strconv.Atoi(os.Getenv("XPU_TIMER_MATRIX_RUNS")); err == nil && n > 0 {
+// matrixRuns is how many times each cell runs: twice, so that make test
+// stays within its time on 2 cores (XPU_TIMER_MATRIX_RUNS overrides it for
+// longer soaks, and BenchmarkFaultMatrix's table).
+func matrixRuns() int { return runsFrom("XPU_TIMER_MATRIX_RUNS", 2) }
+
+// caseRuns is how many times each case of the late-attach and stack-wait
+// tests runs, so that their rates rest on 3 runs (XPU_TIMER_E2E_RUNS
+// overrides it).
+func caseRuns() int { return runsFrom("XPU_TIMER_E2E_RUNS", 3) }
+
+// runsFrom reads a count of runs from the environment variable env, else
+// def.
+func runsFrom(env string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(env)); err == nil && n > 0 {
 		return n
 	}
-	return 3
+	return def
 }
 
 // hostFaults are the faults that leave the faulty rank stuck on the host.

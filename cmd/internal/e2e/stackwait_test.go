@@ -29,13 +29,17 @@ var (
 // spinwait ARGS...` with env, and returns the first hang line, how long
 // after watch announced the hung rank (its "rank" line: watch knows it
 // from then on, as after a late attach; the wait began up to a check
-// before) it came, and the ready pids.
-func stackWatch(t *testing.T, ranks int, args []string, env ...string) (agent.Report, time.Duration, []int, *proc) {
+// before) it came, and the ready pids, which ready (when not nil) is
+// given as soon as they are known.
+func stackWatch(t *testing.T, ranks int, args []string, ready func(pids []int), env ...string) (agent.Report, time.Duration, []int, *proc) {
 	t.Helper()
 	p := spinwait.Build(t)
 	w := start(t, append([]string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--exit-on-hang", "--", p.Bin}, args...),
 		append(env, p.Env())...)
 	pids := readyPIDs(t, w, ranks)
+	if ready != nil {
+		ready(pids)
+	}
 	l := w.wait("a hang line", stackTimeout+20*time.Second, func(l testutil.Line) bool {
 		return !l.Stderr && hangLineRe.MatchString(l.Text)
 	})
@@ -57,9 +61,9 @@ func stackWatch(t *testing.T, ranks int, args []string, env ...string) (agent.Re
 // thread spinning in state R, its stack, the sampling and the decision.)
 func TestStackWaitLoneRank(t *testing.T) {
 	privileged.Root(t)
-	for run := 0; run < matrixRuns(); run++ {
+	for run := 0; run < caseRuns(); run++ {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
-			r, after, pids, w := stackWatch(t, 1, []string{"job", "1", "0"})
+			r, after, pids, w := stackWatch(t, 1, []string{"job", "1", "0"}, nil)
 			t.Logf("run %d: decided %v after the rank was known, past the %v timeout by %v%s", run, after.Round(10*time.Millisecond), stackTimeout, (after - stackTimeout).Round(10*time.Millisecond), samples(r))
 			if r.PID != pids[0] || r.Kind != "gpu" || r.StackWait == nil || r.StackWait.TID != pids[0] ||
 				r.StackWait.Call != "cuCtxSynchronize_v2" || r.StackWait.From != "wait_device" || r.StackWait.State != "R" {
@@ -82,19 +86,22 @@ func TestStackWaitLoneRank(t *testing.T) {
 // timeout + 2 s, before any other rank is decided.
 func TestStackWaitFourRanks(t *testing.T) {
 	privileged.Root(t)
-	for run := 0; run < matrixRuns(); run++ {
+	for run := 0; run < caseRuns(); run++ {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
-			r, after, pids, w := stackWatch(t, 4, []string{"job", "4", "2"})
+			// Rank 2's pid, read from the environments before the decision
+			// (with --exit-on-hang, watch ends the job once it decides).
 			rank2 := 0
-			for _, pid := range pids {
-				env, err := procfs.Environ(pid)
-				if err != nil {
-					t.Fatal(err)
+			r, after, _, w := stackWatch(t, 4, []string{"job", "4", "2"}, func(pids []int) {
+				for _, pid := range pids {
+					env, err := procfs.Environ(pid)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if env["RANK"] == "2" {
+						rank2 = pid
+					}
 				}
-				if env["RANK"] == "2" {
-					rank2 = pid
-				}
-			}
+			})
 			t.Logf("run %d: rank %v decided %s %v after the rank was known%s", run, rankOf(r), r.Kind, after.Round(10*time.Millisecond), samples(r))
 			if r.PID != rank2 || r.Kind != "gpu" || r.StackWait == nil || r.StackWait.Call != "cuCtxSynchronize_v2" {
 				b, _ := json.Marshal(r)
@@ -175,7 +182,7 @@ func TestStackWaitRealPyTorch(t *testing.T) {
 	privileged.Root(t)
 	requireTorch(t)
 	p := spinwait.Build(t)
-	for run := 0; run < matrixRuns(); run++ {
+	for run := 0; run < caseRuns(); run++ {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			w := start(t, []string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--exit-on-hang", "--",
 				"sh", "-c", "sleep 1; exec " + torchPython + " testdata/torch_gpuwait.py"},
