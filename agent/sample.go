@@ -96,13 +96,6 @@ func (a *Agent) sampleAll(now int64) {
 			a.log.Debug("stack sample failed", "pid", pid, "err", err)
 			continue
 		}
-		// Stamped when its stacks were read, not when the check began:
-		// the ranks sampled before it may have taken a while, and a call
-		// a thread entered meanwhile, before the read, must come before
-		// the sample that saw the thread waiting in it.
-		if t := a.o.Monotonic(); t > s.Time {
-			s.Time = t
-		}
 		a.engine.ObserveSample(s)
 	}
 	a.mu.Lock()

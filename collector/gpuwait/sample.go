@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/xpu-timer/xpu-timer/collector/native"
 	"github.com/xpu-timer/xpu-timer/collector/python"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
@@ -41,6 +43,7 @@ type Result struct {
 	Threads    int                // threads sampled
 	StoppedFor time.Duration      // longest time a thread was stopped
 	Partial    bool               // MaxStop ran out before every thread stopped: the threads not stopped were not seen
+	At         int64              // CLOCK_MONOTONIC ns as the threads were let go: the stacks' instant
 }
 
 // Take samples pid: every thread is stopped at once (ptrace, for at most
@@ -56,7 +59,7 @@ func (s *Sampler) Take(pid int) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("sample %d: %w", pid, err)
 	}
-	out := Result{Threads: len(res.Threads), StoppedFor: res.StoppedFor, Partial: res.Partial}
+	out := Result{Threads: len(res.Threads), StoppedFor: res.StoppedFor, Partial: res.Partial, At: monotonic()}
 	for _, th := range res.Threads {
 		if len(th.Native) == 0 && th.Error != "" {
 			out.Unseen = append(out.Unseen, th.TID)
@@ -78,14 +81,30 @@ func (s *Sampler) Take(pid int) (Result, error) {
 	return out, nil
 }
 
-// Sample takes a sample of pid at monotonic time now, as timer.Engine's
-// ObserveSample takes it.
+// Sample takes a sample of pid, asked for at monotonic time now, as
+// timer.Engine's ObserveSample takes it: stamped when its threads were let
+// go (Result.At). No thread made a call while they were stopped, so a call
+// the probes saw before that instant was made before the stacks were
+// read, and one after it after: the engine takes the latter, not the
+// former, for the end of a wait the sample saw (with the check's start
+// as the stamp, a call entered while earlier ranks were sampled ended the
+// wait it began; with the end of the Python read, a return meanwhile did
+// not end it).
 func (s *Sampler) Sample(pid int, now int64) (timer.Sample, error) {
 	r, err := s.Take(pid)
 	if err != nil {
 		return timer.Sample{}, err
 	}
-	return timer.Sample{PID: pid, Time: now, Waits: r.Waits, Unseen: r.Unseen}, nil
+	return timer.Sample{PID: pid, Time: max(now, r.At), Waits: r.Waits, Unseen: r.Unseen}, nil
+}
+
+// monotonic reads CLOCK_MONOTONIC in nanoseconds, the probes' clock.
+func monotonic() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
 }
 
 // Forget drops what is kept of pid (it exited or exec'd).
