@@ -86,7 +86,17 @@ func TestHeldResumedAtClose(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no loader record in 10 s")
 	}
-	if st, err := procfs.ReadStat(cmd.Process.Pid); err != nil || st.State != 'T' {
+	// The program sent SIGSTOP before it submitted the record; the thread
+	// stops as it leaves the kernel, which may be a moment after the
+	// record is read.
+	var st procfs.Stat
+	var err error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if st, err = procfs.ReadStat(cmd.Process.Pid); err != nil || st.State == 'T' {
+			break
+		}
+	}
+	if err != nil || st.State != 'T' {
 		t.Fatalf("process at its dlopen, reader stuck: state %c (%v), want T (held)", st.State, err)
 	}
 	go tr.Close()
