@@ -63,8 +63,9 @@ func nextSample(last, period, slack, since, timeout int64) int64 {
 // sampleAll samples each live rank that is due and hands the samples to
 // the engine. A rank the probes saw issue GPU work within the last period
 // is not sampled (it is not stuck, and a healthy probed job costs no
-// stop); one that stops issuing is sampled at once. A sample that fails
-// (the rank exited, or is being dumped) waits for the next period.
+// stop); one that stops issuing is sampled a period after its last work.
+// A sample that fails (the rank exited, or is being dumped) is tried
+// again at the next check.
 func (a *Agent) sampleAll(now int64) {
 	if a.o.Sampler == nil {
 		return
@@ -86,16 +87,19 @@ func (a *Agent) sampleAll(now int64) {
 			continue
 		}
 		s, err := a.o.Sampler.Sample(pid, now)
+		if err != nil {
+			// Not a sample: tried again at the next check (a rank being
+			// dumped, or a stop that timed out on a loaded node), so that
+			// a job hung before the attach is still seen at once.
+			a.log.Debug("stack sample failed", "pid", pid, "err", err)
+			continue
+		}
 		a.mu.Lock()
 		if a.sampled == nil {
 			a.sampled = make(map[int]int64)
 		}
 		a.sampled[pid] = now
 		a.mu.Unlock()
-		if err != nil {
-			a.log.Debug("stack sample failed", "pid", pid, "err", err)
-			continue
-		}
 		a.engine.ObserveSample(s)
 	}
 	a.mu.Lock()

@@ -162,7 +162,7 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 	if v.stuck != nil || now-p.lastWork <= e.timeout || (p.gseq == 0 && len(p.comms) == 0) {
 		return nil, false // busy on the GPU, recently active, or never a GPU user (a launcher, a data loader)
 	}
-	if p.waitsOnGPU(v.waiters) || p.stackWaiting() {
+	if p.waitsOnGPU(v.waiters) || p.stackWaitingAfter(p.lastWork) {
 		return nil, false // waiting on it, not yet for the timeout
 	}
 	for i := range views {

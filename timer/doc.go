@@ -135,10 +135,11 @@
 // known by their stack") is not stalled, nor stalled on the host, and
 // neither is a peer of such a process stalled until that wait is decided:
 // the "gpu" rule judges it first. A wait whose thread the probes saw
-// enter or return from a blocking call, or get a ready answer to a query,
-// since the sample that first saw it has ended: a rank is sampled only
-// after a sample period without GPU work, so its latest sample may date
-// from before it trained.
+// make a call (but a query answered "not ready") since the sample that
+// first saw it has ended: a rank is sampled only after a sample period
+// without GPU work, so its latest sample may date from before it trained.
+// Nor does a wait first seen before the rank's last GPU work hold off the
+// host rule: it says nothing of the silence since that work.
 //
 // # Waits known by their stack
 //

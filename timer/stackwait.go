@@ -126,13 +126,19 @@ func (p *proc) sampledSince(t int64) bool { return p.sample != nil && p.sample.l
 // wait, for however long, that the probes have not seen end since. A rank
 // is sampled only after a period without GPU work, so its latest sample
 // may be much older than its last call (taken at start-up, before it
-// trained): a wait it saw is over once its thread came back from a call.
-func (p *proc) stackWaiting() bool {
+// trained): a wait it saw is over once its thread made a call.
+func (p *proc) stackWaiting() bool { return p.stackWaitingAfter(0) }
+
+// stackWaitingAfter is stackWaiting for the waits first seen after t: the
+// host rule asks after the rank's last GPU work, since a wait seen before
+// it says nothing of the silence that followed (a thread still in it
+// waits on work the probes know, which the "gpu" rule judges).
+func (p *proc) stackWaitingAfter(t int64) bool {
 	if p.sample == nil {
 		return false
 	}
 	for _, w := range p.sample.waits {
-		if !p.waitEnded(w) {
+		if !p.waitEnded(w) && w.since > t {
 			return true
 		}
 	}

@@ -348,3 +348,22 @@ func TestStackWaitEndedByAnyCall(t *testing.T) {
 		t.Fatalf("hangs %+v, want the peer gpu and the silent rank host", hs)
 	}
 }
+
+// A wait a sample saw before the rank's last GPU work does not hold off
+// the host rule, even on a thread the probes never saw again (a helper
+// thread caught in a poll at start-up): it says nothing of the silence
+// after that work.
+func TestStackWaitBeforeLastWork(t *testing.T) {
+	const h0, h1 = 0xa0, 0xb0
+	helper := ThreadWait{TID: 9, Call: "cuEventQuery", From: "watchdog", Python: "run@run.py:500", State: 'S'}
+	e := newTestEngine()
+	e.SetIdentity(1, 0, 2)
+	e.SetIdentity(2, 1, 2)
+	feed(e, commInit(1, 1, h0, 0x42, 0, 2), commInit(1, 2, h1, 0x42, 1, 2))
+	e.ObserveSample(Sample{PID: 2, Time: at(1.5), Waits: []ThreadWait{helper}})
+	feed(e, launch(2, 2, 2, 0, "fwd"), allReduce(2.5, 1, h0, 0, 1024), enter(2.6, 1, 1, KindMemcpy, 0, 0))
+	hs := e.Check(at(13))
+	if len(hs) != 2 || hs[0].PID != 1 || hs[0].Kind != "gpu" || hs[1].PID != 2 || hs[1].Kind != "host" {
+		t.Fatalf("hangs %+v, want the peer gpu and the silent rank host", hs)
+	}
+}
