@@ -297,7 +297,7 @@ struct {
  * execs, or whose loader has just changed its libraries (dl_state), is
  * stopped with SIGSTOP by the program itself, before it runs one more
  * instruction of its own; Go reads its maps, probes what appeared and sends
- * SIGCONT (tracer_linux.go, hold.go). So no first call into a library is
+ * SIGCONT (tracer_linux.go, hold_linux.go). So no first call into a library is
  * missed, however soon after its dlopen it comes. Holding needs a live
  * reader: Go writes the time into hold_alive on every turn of its loop,
  * and a process is held only while that is younger than HOLD_ALIVE_NS, so
@@ -308,7 +308,7 @@ struct {
  * interactive shell, whose job control would take the stop for the
  * user's.
  */
-#define HOLD_ALIVE_NS (5ULL * 1000000000ULL) /* Go: holdAlive */
+#define HOLD_ALIVE_NS (5ULL * 1000000000ULL) /* Go: beatEvery is far below it */
 #define SIGSTOP 19
 
 struct {
