@@ -77,7 +77,7 @@ type Agent struct {
 	markers   markerState
 	lastTick  int64
 	watched   map[int]*watchState // detectors watching each rank (look.go)
-	sampled   map[int]int64       // when each rank was last sampled (sample.go)
+	sampled   map[int]sampleMark  // where each rank's samples stand (sample.go)
 	wakeAt    int64               // a sample due between checks, when (sample.go); 0: none
 	checkNow  chan struct{}       // a check wanted before the next interval (Follow)
 

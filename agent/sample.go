@@ -60,12 +60,30 @@ func nextSample(last, period, slack, since, timeout int64) int64 {
 	return next
 }
 
+// sampleMark is where a rank's samples stand.
+type sampleMark struct {
+	at int64 // the last sample that counts for the period; 0: none
+	// retries is how many samples in a row since at could not stop every
+	// thread in time (timer.Sample.Unseen, on a loaded node): each is
+	// tried again at the next check, up to maxSampleRetries, so that a
+	// wait is first seen or confirmed within a check of when it is due,
+	// not a period later.
+	retries int
+}
+
+// maxSampleRetries bounds the samples of a rank that missed a thread,
+// tried again at the next check before one counts: a thread that cannot
+// be stopped at all (in the D state, in a driver) costs its rank's other
+// threads at most that many more stops a period.
+const maxSampleRetries = 3
+
 // sampleAll samples each live rank that is due and hands the samples to
 // the engine. A rank the probes saw issue GPU work within the last period
 // is not sampled (it is not stuck, and a healthy probed job costs no
 // stop); one that stops issuing is sampled a period after its last work.
 // A sample that fails (the rank exited, or is being dumped) is tried
-// again at the next check.
+// again at the next check, and so is, a few times, one that could not
+// stop every thread (sampleMark).
 func (a *Agent) sampleAll(now int64) {
 	if a.o.Sampler == nil {
 		return
@@ -74,10 +92,12 @@ func (a *Agent) sampleAll(now int64) {
 	var wake int64
 	for _, pid := range a.book.live() {
 		a.mu.Lock()
-		last := a.sampled[pid]
+		mark := a.sampled[pid]
 		a.mu.Unlock()
 		since := a.engine.StackWaitSince(pid)
-		if next := nextSample(last, period, slack, since, timeout); now < next {
+		// After a sample that missed a thread, mark.at is that of the one
+		// before: due again now.
+		if next := nextSample(mark.at, period, slack, since, timeout); now < next {
 			if since > 0 && next == since+timeout+1 && (wake == 0 || next < wake) {
 				wake = next // the sample that confirms a wait
 			}
@@ -94,11 +114,17 @@ func (a *Agent) sampleAll(now int64) {
 			a.log.Debug("stack sample failed", "pid", pid, "err", err)
 			continue
 		}
+		a.log.Debug("stack sample", "pid", pid, "waits", len(s.Waits), "unseen", len(s.Unseen), "retries", mark.retries)
+		if len(s.Unseen) > 0 && mark.retries < maxSampleRetries {
+			mark.retries++
+		} else {
+			mark = sampleMark{at: now}
+		}
 		a.mu.Lock()
 		if a.sampled == nil {
-			a.sampled = make(map[int]int64)
+			a.sampled = make(map[int]sampleMark)
 		}
-		a.sampled[pid] = now
+		a.sampled[pid] = mark
 		a.mu.Unlock()
 		a.engine.ObserveSample(s)
 	}

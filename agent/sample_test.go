@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -10,10 +11,12 @@ import (
 )
 
 // fakeSampler sees thread pid+1 of every rank spinning in the driver's
-// synchronize from waitAt on, and counts samples per rank.
+// synchronize from waitAt on, except that samples for which unseen says
+// so cannot stop it (timer.Sample.Unseen), and counts samples per rank.
 type fakeSampler struct {
 	mu     sync.Mutex
 	waitAt int64
+	unseen func(now int64) bool
 	times  map[int][]int64
 	forgot []int
 }
@@ -26,7 +29,10 @@ func (f *fakeSampler) Sample(pid int, now int64) (timer.Sample, error) {
 	}
 	f.times[pid] = append(f.times[pid], now)
 	s := timer.Sample{PID: pid, Time: now}
-	if now >= f.waitAt {
+	switch {
+	case f.unseen != nil && f.unseen(now):
+		s.Unseen = []int{pid + 1}
+	case now >= f.waitAt:
 		s.Waits = []timer.ThreadWait{{TID: pid + 1, Call: "cuCtxSynchronize_v2", From: "wait_device", State: 'R'}}
 	}
 	return s, nil
@@ -43,17 +49,7 @@ func (f *fakeSampler) Forget(pid int) {
 // often than SamplePeriod; the sampler forgets a rank that exits.
 func TestLoneRankDecidedByStack(t *testing.T) {
 	sp := &fakeSampler{waitAt: 3 * sec}
-	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 1)},
-		func(o *Options) { o.Sampler = sp; o.HangTimeout = 10 * time.Second })
-	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
-	var decidedAt int64
-	for ts := 2 * sec; ts <= 30*sec && decidedAt == 0; ts += sec {
-		b.at(ts)
-		b.Tick(context.Background())
-		if len(b.events("hang")) > 0 {
-			decidedAt = ts
-		}
-	}
+	b, decidedAt := loneRank(t, sp, 30*sec)
 	// Samples at 2 s (no wait), 7 s (the wait, first seen), 12 s, then
 	// 17 s + 1 ns, the first tick past 7 + 10 s: at 18 s.
 	if decidedAt != 18*sec {
@@ -74,6 +70,67 @@ func TestLoneRankDecidedByStack(t *testing.T) {
 	if len(sp.forgot) == 0 || sp.forgot[len(sp.forgot)-1] != 100 {
 		t.Errorf("sampler forgot %v", sp.forgot)
 	}
+}
+
+// loneRank ticks a lone rank (world size 1, started at 1 s) sampled by
+// sp with a 10 s timeout every second from 2 s until a hang is decided or
+// until, and says when it was decided (0: never).
+func loneRank(t *testing.T, sp *fakeSampler, until int64) (*bed, int64) {
+	t.Helper()
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 1)},
+		func(o *Options) { o.Sampler = sp; o.HangTimeout = 10 * time.Second })
+	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
+	for ts := 2 * sec; ts <= until; ts += sec {
+		b.at(ts)
+		b.Tick(context.Background())
+		if len(b.events("hang")) > 0 {
+			return b, ts
+		}
+	}
+	return b, 0
+}
+
+// A sample that could not stop the waiting thread (a loaded node) is taken
+// again at the next check, not a period later: neither the first sight of
+// a wait nor its confirmation slips by a period. A thread never stopped
+// costs at most maxSampleRetries more samples a period.
+func TestUnseenSampleRetried(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		waitAt  int64
+		unseen  func(int64) bool
+		decided int64
+		samples []int64
+	}{
+		// As TestLoneRankDecidedByStack, the confirming sample at 18 s
+		// missing the thread: again at 19 s (a period later before).
+		{"confirming", 3 * sec, func(ts int64) bool { return ts == 18*sec }, 19 * sec,
+			[]int64{2 * sec, 7 * sec, 12 * sec, 18 * sec, 19 * sec}},
+		// Hung before the attach, the first sample missing the thread:
+		// first seen at 3 s, confirmed past 13 s (at 7 s and 17 s before).
+		{"first", 0, func(ts int64) bool { return ts == 2*sec }, 14 * sec,
+			[]int64{2 * sec, 3 * sec, 8 * sec, 14 * sec}},
+		// Never stopped: a sample and three more, a period, again.
+		{"never", 0, func(int64) bool { return true }, 0,
+			[]int64{2 * sec, 3 * sec, 4 * sec, 5 * sec, 10 * sec, 11 * sec, 12 * sec, 13 * sec, 18 * sec, 19 * sec, 20 * sec}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp := &fakeSampler{waitAt: c.waitAt, unseen: c.unseen}
+			_, decidedAt := loneRank(t, sp, 20*sec)
+			if decidedAt != c.decided || !slices.Equal(sp.times[100], c.samples) {
+				t.Errorf("decided at %v, samples at %v; want %v and %v", time.Duration(decidedAt), asDurations(sp.times[100]),
+					time.Duration(c.decided), asDurations(c.samples))
+			}
+		})
+	}
+}
+
+func asDurations(ns []int64) []time.Duration {
+	d := make([]time.Duration, len(ns))
+	for i, n := range ns {
+		d[i] = time.Duration(n)
+	}
+	return d
 }
 
 func TestNextSample(t *testing.T) {

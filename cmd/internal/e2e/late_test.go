@@ -71,17 +71,19 @@ func TestAttachLate(t *testing.T) {
 		{testbed.FaultPythonSleep, "launcher", true},
 		{testbed.FaultKernelHang, "launcher", true},
 		{testbed.FaultPythonSleep, "rank", false},
-		// One rank followed alone by `watch --pid`: decided in 2 of 3
-		// runs in each of two fresh-clone CI runs (the third run missed
-		// timeout + 2 s both times, no decision; cause not found): logged
-		// until it is.
-		{testbed.FaultKernelHang, "rank", false},
+		// One rank followed alone by `watch --pid`: a lone rank in a GPU
+		// wait is decided. (Its misses in CI, 1 of 3 runs, were samples
+		// that could not stop the spinning thread in time on the loaded
+		// machine, each postponing the first sight or the confirmation of
+		// the wait by a period; such a sample is now taken again at the
+		// next check: agent.sampleMark.)
+		{testbed.FaultKernelHang, "rank", true},
 		{testbed.FaultPythonSleep, "agent", true},
 		{testbed.FaultKernelHang, "agent", true},
 		// A kernel that never ends behind a CUDA graph replay, its rank
-		// followed alone (the real H100 case of issue 25): decided in 2 of
-		// 3 and 3 of 3 runs of two CI runs; logged, as the case above.
-		{testbed.FaultGraphHang, "rank", false},
+		// followed alone (the real H100 case of issue 25): decided, as
+		// the case above.
+		{testbed.FaultGraphHang, "rank", true},
 	} {
 		t.Run(c.fault+"/"+c.target, func(t *testing.T) {
 			found, decided := 0, 0

@@ -126,7 +126,13 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 			}
 		}
 	}
-	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: slog.LevelError}))
+	// Errors only on stderr, where a started command's output goes too,
+	// unless XPU_TIMER_LOG_LEVEL asks for more.
+	level := slog.LevelError
+	if _, set := os.LookupEnv("XPU_TIMER_LOG_LEVEL"); set {
+		level = cfg.LogLevel
+	}
+	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: level}))
 	// The settings the launcher and the agent open their monitor with; with
 	// no capturer, watch dumps nothing and leaves the timeline path alone.
 	o := agent.Options{Settings: cfg.Settings, Tracer: tr, Interval: interval, OnReport: emit, Logger: log}
