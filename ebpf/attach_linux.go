@@ -176,7 +176,7 @@ func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string
 		}
 	} else {
 		for _, p := range want {
-			err = t.attachProbe(l, ex, p, syms[p.Symbol])
+			err = t.attachProbe(l, ex, p, syms[p.Symbol], cookieOf(p, syms))
 			if errors.Is(err, link.ErrNoSymbol) {
 				missing = append(missing, p.Symbol)
 				err = nil
@@ -210,7 +210,7 @@ func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms
 		}
 		l.probes++
 		g.offsets = append(g.offsets, syms[p.Symbol])
-		g.cookies = append(g.cookies, p.Cookie())
+		g.cookies = append(g.cookies, cookieOf(p, syms))
 	}
 	for _, p := range want {
 		if p.Entry != "" {
@@ -247,8 +247,8 @@ func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms
 // without its return would leave the call outstanding for good: a thread
 // waiting forever in a synchronize that returned, a false hang
 // (TestAttachWhileCalling).
-func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe, offset uint64) error {
-	opts := &link.UprobeOptions{Cookie: p.Cookie(), Address: offset}
+func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe, offset, cookie uint64) error {
+	opts := &link.UprobeOptions{Cookie: cookie, Address: offset}
 	if p.Exit != "" && !t.opts.NoReturnProbes {
 		prog, err := t.program(p.Exit)
 		if err != nil {

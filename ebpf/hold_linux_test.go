@@ -102,3 +102,28 @@ func TestHeldResumedAtClose(t *testing.T) {
 	go tr.Close()
 	waitExit(t, cmd, 5*time.Second, "a held process after Close")
 }
+
+// A process is held once per change of its libraries, at the loader's call
+// that ends it (r_state RT_CONSISTENT), not also at the one that begins
+// it: a program that dlopens the driver at its start is held twice, once
+// for the libraries ld.so maps before main and once for the dlopen (four
+// times before). The first call into the driver is still seen
+// (TestFirstCallProbed).
+func TestHeldOncePerLoad(t *testing.T) {
+	args := firstCallProgram(t)
+	var holds []uint64
+	for range 3 {
+		tr := newTracer(t, Options{})
+		rec := record(t, tr)
+		cmd := startFollowed(t, tr, args)
+		waitExit(t, cmd, 10*time.Second, "the program that dlopens the driver")
+		holds = append(holds, tr.Stats().Holds)
+		rec.cancel()
+		tr.Close()
+	}
+	for _, n := range holds {
+		if n != 2 {
+			t.Fatalf("holds per start %v, want 2 each", holds)
+		}
+	}
+}

@@ -63,9 +63,11 @@ func exportedProbeSymbols(path string) (map[string]uint64, error) {
 }
 
 // probeSymbolsOf returns which of our probe symbols f, a file checked by
-// elfcheck, defines as functions, with their file offsets.
+// elfcheck, defines as functions, with their file offsets, and, beside the
+// loader's _dl_debug_state, where its _r_debug lies (rDebugSymbol).
 func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 	out := map[string]uint64{}
+	var rDebug, dlState uint64 // addresses
 	for _, typ := range []elf.SectionType{elf.SHT_DYNSYM, elf.SHT_SYMTAB} {
 		syms, err := elfcheck.Symbols(f, typ)
 		if err != nil {
@@ -75,8 +77,15 @@ func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 			return nil, err
 		}
 		for _, s := range syms {
+			if s.Name == rDebugSymbol && elf.ST_TYPE(s.Info) == elf.STT_OBJECT && s.Section != elf.SHN_UNDEF && rDebug == 0 {
+				rDebug = s.Value
+				continue
+			}
 			if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Value == 0 {
 				continue
+			}
+			if s.Name == loaderProbe.Symbol && dlState == 0 {
+				dlState = s.Value
 			}
 			if _, ok := probeBySymbol[s.Name]; !ok {
 				continue
@@ -86,6 +95,11 @@ func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 			}
 			out[s.Name] = fileOffset(f, s.Value)
 		}
+	}
+	// r_debug is data, in no executable segment: kept at its distance
+	// from _dl_debug_state, which is all the loader probe needs.
+	if off, ok := out[loaderProbe.Symbol]; ok && rDebug != 0 {
+		out[rDebugSymbol] = off + (rDebug - dlState)
 	}
 	return out, nil
 }

@@ -1266,19 +1266,38 @@ int BPF_PROG(on_exit, struct task_struct *p)
 	return 0;
 }
 
+/* r_debug's r_state (<link.h>; musl's struct debug alike): 0 once the
+ * loaded objects are consistent, RT_ADD or RT_DELETE while they change. */
+#define R_STATE_OFFSET 24
+#define RT_CONSISTENT 0
+
 /* The dynamic loader calls _dl_debug_state, the r_brk of its debugger
  * interface (where gdb learns of shared libraries), before and after it
- * changes the list of loaded objects: each dlopen, and the libraries of a
- * new image before its constructors run. The process is held (see
- * hold_alive) while Go reads the maps again and probes what appeared, so
- * it cannot call the new code unprobed. A uprobe on ld.so costs nothing
- * between dlopens and, unlike a hook on mmap(2), needs neither tracefs nor
- * kprobes nor fentry, which containers and slim kernels lack. */
+ * changes the list of loaded objects: each dlopen (and dlclose), and the
+ * libraries of a new image before its constructors run. At the call that
+ * ends a change (r_state RT_CONSISTENT: the new objects mapped, their
+ * constructors not yet run) the process is held (see hold_alive) while Go
+ * reads the maps again and probes what appeared, so it cannot call the new
+ * code unprobed; the call that begins one (RT_ADD, nothing mapped yet, or
+ * RT_DELETE) is let go with no record, which halves the holds. The cookie
+ * is r_debug's distance from here (Go: loaderCookie; a uprobe program
+ * sees the probed address in ip); with none, or r_state unreadable, every
+ * call holds. A uprobe on ld.so costs nothing between dlopens and, unlike
+ * a hook on mmap(2), needs neither tracefs nor kprobes nor fentry, which
+ * containers and slim kernels lack. */
 SEC("uprobe")
 int dl_state(struct pt_regs *ctx)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	if (is_followed(tgid))
-		process_event(EV_MMAP, tgid, 0, 1);
+	if (!is_followed(tgid))
+		return 0;
+	__u64 r_debug = bpf_get_attach_cookie(ctx);
+	if (r_debug) {
+		int state = RT_CONSISTENT;
+		bpf_probe_read_user(&state, sizeof(state), (void *)(ctx->ip + r_debug + R_STATE_OFFSET));
+		if (state != RT_CONSISTENT)
+			return 0;
+	}
+	process_event(EV_MMAP, tgid, 0, 1);
 	return 0;
 }

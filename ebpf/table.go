@@ -166,6 +166,34 @@ func buildProbes() []probe {
 // (PyTorch dlopens them at import) is probed at once.
 var loaderProbe = probe{Symbol: "_dl_debug_state", Group: "loader", Entry: "dl_state"}
 
+// rDebugSymbol is the loader's debugger interface (struct r_debug), whose
+// r_state says whether a call of _dl_debug_state begins a change of the
+// loaded objects or ends it. A library's scan (probeSymbolsOf) keeps its
+// place, as if a file offset, under this name; the loader probe's cookie
+// is its distance from _dl_debug_state (loaderCookie).
+const rDebugSymbol = "_r_debug"
+
+// cookieOf is the cookie p is attached with in a library whose scan is
+// syms.
+func cookieOf(p probe, syms map[string]uint64) uint64 {
+	if p.Entry == loaderProbe.Entry {
+		return loaderCookie(syms)
+	}
+	return p.Cookie()
+}
+
+// loaderCookie is what dl_state adds to its address to find r_debug (in
+// the same object, so the same load bias applies): the distance from
+// _dl_debug_state to _r_debug, or 0 where the loader has no _r_debug
+// (musl): then every call holds the process.
+func loaderCookie(syms map[string]uint64) uint64 {
+	r, ok := syms[rDebugSymbol]
+	if !ok {
+		return 0
+	}
+	return r - syms[loaderProbe.Symbol]
+}
+
 // loaderNames are the file-name prefixes of dynamic loaders.
 var loaderNames = []string{"ld-linux", "ld64.so", "ld-2."}
 
