@@ -53,8 +53,10 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 	}
 	a.mu.Unlock()
 	for _, d := range rewrite {
-		if _, err := a.writeDump(d.file); err != nil {
+		if path, err := a.writeDump(d.file); err != nil {
 			a.log.Error("rewrite dump", "rank", d.file.Rank, "err", err)
+		} else {
+			a.log.Info("dump rewritten with the rank's own decision", "rank", d.file.Rank, "pid", d.file.PID, "path", path)
 		}
 	}
 	start := time.Now()

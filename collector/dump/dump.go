@@ -191,7 +191,21 @@ func Capture(pid int, o Options) (*Process, error) {
 		readPython()
 		namePython()
 	} else {
-		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress, Process: proc})
+		nopts := native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress, Process: proc}
+		res, err := u.Dump(pid, nopts)
+		if err == nil && res.Partial {
+			// On a loaded node a running thread may not stop within
+			// MaxStop (it waits for a CPU): once more, every thread let
+			// go in between, and the fuller of the two is kept.
+			firstPy, firstErr := pyThreads, pyErr
+			again, aerr := u.Dump(pid, nopts)
+			if aerr == nil && (!again.Partial || len(again.Threads) > len(res.Threads)) {
+				again.StoppedFor = max(again.StoppedFor, res.StoppedFor)
+				res = again
+			} else {
+				pyThreads, pyErr = firstPy, firstErr // read in the first stop
+			}
+		}
 		p.StoppedFor = res.StoppedFor
 		if err != nil {
 			if errors.Is(err, native.ErrNotPermitted) || errors.Is(err, native.ErrNoProcess) || errors.Is(err, native.ErrExited) {
