@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"runtime/pprof"
 	"sync"
 	"time"
 
@@ -22,6 +23,15 @@ import (
 // second stop), writes the marker and, with HangKill, ends the hung
 // process groups.
 func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
+	// Captures bound their stops (well under a second each); dumps still
+	// running after slowDump are stuck somewhere they should not be: say
+	// where.
+	slow := time.AfterFunc(slowDump, func() {
+		var b bytes.Buffer
+		_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+		a.log.Warn("dumps still running", "after", slowDump, "goroutines", b.String())
+	})
+	defer slow.Stop()
 	hung := make(map[int]timer.Hang, len(hangs))
 	for _, h := range hangs {
 		hung[h.PID] = h
@@ -79,6 +89,10 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 		}
 	}
 }
+
+// slowDump is how long the dumps of a decision may run before they are
+// reported stuck, with where the monitor's goroutines are.
+const slowDump = 10 * time.Second
 
 // dumpRanks captures and writes ranks in parallel (at most Parallel at
 // once) and returns how many were written.
