@@ -59,7 +59,11 @@ func (s *Sampler) Take(pid int) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("sample %d: %w", pid, err)
 	}
-	out := Result{Threads: len(res.Threads), StoppedFor: res.StoppedFor, Partial: res.Partial, At: monotonic()}
+	at := res.Released // before the unwinding, which may take tens of ms
+	if at == 0 {
+		at = monotonic()
+	}
+	out := Result{Threads: len(res.Threads), StoppedFor: res.StoppedFor, Partial: res.Partial, At: at}
 	for _, th := range res.Threads {
 		if len(th.Native) == 0 && th.Error != "" {
 			out.Unseen = append(out.Unseen, th.TID)

@@ -312,3 +312,29 @@ func TestWaitedChild(t *testing.T) {
 	}
 	released(t, tg.pid)
 }
+
+// Result.Released is stamped as the stopped threads are let go: after
+// every moment they were stopped (WhileStopped runs then), before Dump
+// returns, whichever way the threads were stopped.
+func TestReleasedStamp(t *testing.T) {
+	privileged.Root(t)
+	bin := build(t, "threads.c")
+	for name, launch := range launchers {
+		t.Run(name, func(t *testing.T) {
+			tg := settled(t, launch(t, bin, "3"), 1)
+			var stopped int64
+			res, err := NewUnwinder(nil).Dump(tg.pid, Options{WhileStopped: func() error {
+				stopped = monotonic()
+				return nil
+			}})
+			end := monotonic()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stopped == 0 || res.Released <= stopped || res.Released > end {
+				t.Fatalf("released at %d, stopped at %d, returned at %d", res.Released, stopped, end)
+			}
+			released(t, tg.pid)
+		})
+	}
+}

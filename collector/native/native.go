@@ -54,6 +54,12 @@ type Result struct {
 	WhileStoppedErr error
 	// Partial is set when MaxStop ran out before every thread stopped.
 	Partial bool
+	// Released is CLOCK_MONOTONIC ns (the probes' clock) just after the
+	// stopped threads were let go, before their copies were unwound: the
+	// instant the stacks show, as near as the caller can order a probe
+	// event against it (no call was made while they were stopped). 0 when
+	// nothing was stopped.
+	Released int64
 }
 
 // Unwinder dumps native stacks. Parsed files are cached in its symbol cache

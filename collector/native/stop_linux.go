@@ -98,6 +98,7 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 		}()
 		s = <-ch
 	}
+	res.Released = monotonic()
 	res.StoppedFor = s.stoppedFor
 	res.Partial = s.partial
 	res.WhileStoppedErr = s.whileErr
@@ -623,4 +624,13 @@ func copyStack(tid int, sp uint64, maxStack int, maps []procfs.Mapping) (uint64,
 		return 0, nil, fmt.Errorf("read stack at %#x: %w", lo, err)
 	}
 	return lo, buf[:n], nil
+}
+
+// monotonic reads CLOCK_MONOTONIC in nanoseconds, the probes' clock.
+func monotonic() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return 0
+	}
+	return ts.Nano()
 }
