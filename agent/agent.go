@@ -9,13 +9,12 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/look"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/ebpf"
+	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -158,13 +157,7 @@ func New(o Options) *Agent {
 func (a *Agent) Engine() *timer.Engine { return a.engine }
 
 // Monotonic reads CLOCK_MONOTONIC in nanoseconds, the clock of bpf_ktime_get_ns.
-func Monotonic() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return time.Now().UnixNano()
-	}
-	return ts.Nano()
-}
+func Monotonic() int64 { return monoclock.Now() }
 
 func alive(pid int) bool {
 	st, err := procfs.ReadStat(pid)

@@ -22,6 +22,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -431,11 +432,7 @@ func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice fu
 }
 
 // monotonicNow is the clock of bpf_ktime_get_ns.
-func monotonicNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
-}
+func monotonicNow() uint64 { return uint64(monoclock.Now()) }
 
 // deliverCalls delivers, in time order, the collected call records from
 // before cut (CLOCK_MONOTONIC ns, taken before the last collection); the

@@ -195,9 +195,7 @@ func TestCommunicatorSequences(t *testing.T) {
 func TestHostStall(t *testing.T) {
 	const h0, h1 = 0xa0, 0xb0
 	base := func() *Engine {
-		e := newTestEngine()
-		e.SetIdentity(1, 0, 2)
-		e.SetIdentity(2, 1, 2)
+		e := twoRankEngine()
 		feed(e, commInit(0, 1, h0, 0x42, 0, 2), commInit(0, 2, h1, 0x42, 1, 2))
 		for i := 0; i < 2; i++ {
 			tt := float64(i) * 0.1

@@ -60,3 +60,12 @@ func pending(t *testing.T, e *Engine, pid int) int {
 }
 
 func newTestEngine() *Engine { return NewEngine(Config{HangTimeout: 10 * time.Second}) }
+
+// twoRankEngine is newTestEngine with pids 1 and 2 ranks 0 and 1 of a
+// world of 2.
+func twoRankEngine() *Engine {
+	e := newTestEngine()
+	e.SetIdentity(1, 0, 2)
+	e.SetIdentity(2, 1, 2)
+	return e
+}

@@ -287,9 +287,7 @@ func TestStackWaitEndedByReturn(t *testing.T) {
 	const h0, h1 = 0xa0, 0xb0
 	initWait := ThreadWait{TID: 2, Call: "ncclCommInitRank", From: "ffi_call", Python: "__init__@run.py:420", State: 'R'}
 	run := func(sampleAt float64) ([]Hang, *Engine) {
-		e := newTestEngine()
-		e.SetIdentity(1, 0, 2)
-		e.SetIdentity(2, 1, 2)
+		e := twoRankEngine()
 		e.ObserveSample(Sample{PID: 2, Time: at(sampleAt), Waits: []ThreadWait{initWait}})
 		feed(e, commInit(1, 1, h0, 0x42, 0, 2), commInit(1, 2, h1, 0x42, 1, 2))
 		for step := range 3 {
@@ -326,9 +324,7 @@ func TestStackWaitEndedByReturn(t *testing.T) {
 func TestStackWaitEndedByAnyCall(t *testing.T) {
 	const h0, h1 = 0xa0, 0xb0
 	initWait := ThreadWait{TID: 2, Call: "ncclCommInitRank", From: "ffi_call", Python: "__init__@run.py:420", State: 'R'}
-	e := newTestEngine()
-	e.SetIdentity(1, 0, 2)
-	e.SetIdentity(2, 1, 2)
+	e := twoRankEngine()
 	e.ObserveSample(Sample{PID: 2, Time: at(0.5), Waits: []ThreadWait{initWait}})
 	// The thread polls inside its wait: not ready.
 	feed(e, Event{Time: at(0.7), PID: 2, TID: 2, Kind: KindEventQuery, Phase: PhaseExit, Ret: RetNotReady, Handle: 7})
@@ -365,9 +361,7 @@ func silentAfterLaunch(t *testing.T, e *Engine, h0 uint64) {
 func TestStackWaitBeforeLastWork(t *testing.T) {
 	const h0, h1 = 0xa0, 0xb0
 	helper := ThreadWait{TID: 9, Call: "cuEventQuery", From: "watchdog", Python: "run@run.py:500", State: 'S'}
-	e := newTestEngine()
-	e.SetIdentity(1, 0, 2)
-	e.SetIdentity(2, 1, 2)
+	e := twoRankEngine()
 	feed(e, commInit(1, 1, h0, 0x42, 0, 2), commInit(1, 2, h1, 0x42, 1, 2))
 	e.ObserveSample(Sample{PID: 2, Time: at(1.5), Waits: []ThreadWait{helper}})
 	silentAfterLaunch(t, e, h0)

@@ -8,11 +8,10 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/xpu-timer/xpu-timer/collector/native"
 	"github.com/xpu-timer/xpu-timer/collector/python"
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -61,7 +60,7 @@ func (s *Sampler) Take(pid int) (Result, error) {
 	}
 	at := res.Released // before the unwinding, which may take tens of ms
 	if at == 0 {
-		at = monotonic()
+		at = monoclock.Now()
 	}
 	out := Result{Threads: len(res.Threads), StoppedFor: res.StoppedFor, Partial: res.Partial, At: at}
 	for _, th := range res.Threads {
@@ -100,15 +99,6 @@ func (s *Sampler) Sample(pid int, now int64) (timer.Sample, error) {
 		return timer.Sample{}, err
 	}
 	return timer.Sample{PID: pid, Time: max(now, r.At), Waits: r.Waits, Unseen: r.Unseen}, nil
-}
-
-// monotonic reads CLOCK_MONOTONIC in nanoseconds, the probes' clock.
-func monotonic() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return ts.Nano()
 }
 
 // Forget drops what is kept of pid (it exited or exec'd).

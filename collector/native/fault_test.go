@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
@@ -324,10 +325,10 @@ func TestReleasedStamp(t *testing.T) {
 			tg := settled(t, launch(t, bin, "3"), 1)
 			var stopped int64
 			res, err := NewUnwinder(nil).Dump(tg.pid, Options{WhileStopped: func() error {
-				stopped = monotonic()
+				stopped = monoclock.Now()
 				return nil
 			}})
-			end := monotonic()
+			end := monoclock.Now()
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
@@ -98,7 +99,7 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 		}()
 		s = <-ch
 	}
-	res.Released = monotonic()
+	res.Released = monoclock.Now()
 	res.StoppedFor = s.stoppedFor
 	res.Partial = s.partial
 	res.WhileStoppedErr = s.whileErr
@@ -624,13 +625,4 @@ func copyStack(tid int, sp uint64, maxStack int, maps []procfs.Mapping) (uint64,
 		return 0, nil, fmt.Errorf("read stack at %#x: %w", lo, err)
 	}
 	return lo, buf[:n], nil
-}
-
-// monotonic reads CLOCK_MONOTONIC in nanoseconds, the probes' clock.
-func monotonic() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return 0
-	}
-	return ts.Nano()
 }
