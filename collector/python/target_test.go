@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -96,6 +98,7 @@ func startTarget(t testing.TB, py interpreter, mode ...string) (*exec.Cmd, targe
 			if err := json.Unmarshal(b, &st); err != nil {
 				t.Fatalf("parse %s: %v", out, err)
 			}
+			waitBlocked(t, cmd.Process.Pid, deadline)
 			return cmd, st
 		}
 		select {
@@ -107,6 +110,55 @@ func startTarget(t testing.TB, py interpreter, mode ...string) (*exec.Cmd, targe
 		if time.Now().After(deadline) {
 			t.Fatalf("%s wrote no state within 30s", py.path)
 		}
+	}
+}
+
+// blockingCalls are the system calls the target's threads block in for
+// good: futex (Event.wait, the GIL) and pause (ppoll on arm64).
+var blockingCalls = map[string][]string{
+	"amd64": {"202", "34"},
+	"arm64": {"98", "73"},
+}
+
+// waitBlocked waits until every thread of pid sits in a blocking system
+// call, twice in a row 20 ms apart. The state file is written a few
+// bytecodes before the main thread blocks: a stack read before then
+// would catch it at the rename, and a later one at forever.wait().
+func waitBlocked(t testing.TB, pid int, deadline time.Time) {
+	t.Helper()
+	calls := blockingCalls[runtime.GOARCH]
+	if calls == nil {
+		t.Fatalf("no blocking system calls known for %s", runtime.GOARCH)
+	}
+	blocked := func() (bool, string) {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, task.Name()))
+			if err != nil {
+				return false, fmt.Sprintf("thread %s: %v", task.Name(), err)
+			}
+			nr, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+			if !slices.Contains(calls, nr) {
+				return false, fmt.Sprintf("thread %s in %q", task.Name(), nr)
+			}
+		}
+		return true, ""
+	}
+	settled := 0
+	for settled < 2 {
+		ok, why := blocked()
+		if ok {
+			settled++
+		} else {
+			settled = 0
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("target %d did not block: %s", pid, why)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
