@@ -73,7 +73,8 @@ type targetState struct {
 }
 
 // startTarget runs testdata/target.py under py and waits until it has
-// written its state. The process is killed and reaped at cleanup.
+// written its state and every thread of it blocks (waitBlocked). The
+// process is killed and reaped at cleanup.
 func startTarget(t testing.TB, py interpreter, mode ...string) (*exec.Cmd, targetState) {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "state.json")
