@@ -16,6 +16,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
@@ -132,18 +133,18 @@ func waitBlocked(t testing.TB, pid int, deadline time.Time) {
 		t.Fatalf("no blocking system calls known for %s", runtime.GOARCH)
 	}
 	blocked := func() (bool, string) {
-		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		tids, err := procfs.Tasks(pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, task := range tasks {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/syscall", pid, task.Name()))
+		for _, tid := range tids {
+			site, err := procfs.ReadSyscall(pid, tid)
 			if err != nil {
-				return false, fmt.Sprintf("thread %s: %v", task.Name(), err)
+				return false, fmt.Sprintf("thread %d: %v", tid, err)
 			}
-			nr, _, _ := strings.Cut(strings.TrimSpace(string(b)), " ")
+			nr, _, _ := strings.Cut(site, " ")
 			if !slices.Contains(calls, nr) {
-				return false, fmt.Sprintf("thread %s in %q", task.Name(), nr)
+				return false, fmt.Sprintf("thread %d in %q", tid, nr)
 			}
 		}
 		return true, ""
