@@ -26,32 +26,39 @@ var launchers = map[string]func(testing.TB, string, ...string) *target{
 	"grandchild": launchGrandchild,
 }
 
+// underEachLauncher runs f as a subtest per launcher, on bin started
+// with arg and settled with one thread running.
+func underEachLauncher(t *testing.T, bin, arg string, f func(t *testing.T, tg *target)) {
+	for name, launch := range launchers {
+		t.Run(name, func(t *testing.T) {
+			f(t, settled(t, launch(t, bin, arg), 1))
+		})
+	}
+}
+
 // TestTargetExitsMidDump kills the target while its threads are stopped:
 // the dump returns what it copied or ErrExited, and leaves nothing traced,
 // so the dead target is reaped.
 func TestTargetExitsMidDump(t *testing.T) {
 	privileged.Root(t)
 	bin := build(t, "threads.c")
-	for name, launch := range launchers {
-		t.Run(name, func(t *testing.T) {
-			tg := settled(t, launch(t, bin, "5"), 1)
-			res, err := NewUnwinder(nil).Dump(tg.pid, Options{WhileStopped: func() error {
-				return syscall.Kill(tg.pid, syscall.SIGKILL)
-			}})
-			if err != nil && !errors.Is(err, ErrExited) {
-				t.Fatalf("dump: %v", err)
-			}
-			if err == nil && len(res.Threads) == 0 {
-				t.Fatal("no threads and no error")
-			}
-			if !tg.waitExit(5 * time.Second) {
-				t.Fatal("the killed target was not reaped: a thread was left traced")
-			}
-			if _, err := NewUnwinder(nil).Dump(tg.pid, Options{}); !errors.Is(err, ErrNoProcess) && !errors.Is(err, ErrExited) {
-				t.Errorf("dump of an exited process: %v", err)
-			}
-		})
-	}
+	underEachLauncher(t, bin, "5", func(t *testing.T, tg *target) {
+		res, err := NewUnwinder(nil).Dump(tg.pid, Options{WhileStopped: func() error {
+			return syscall.Kill(tg.pid, syscall.SIGKILL)
+		}})
+		if err != nil && !errors.Is(err, ErrExited) {
+			t.Fatalf("dump: %v", err)
+		}
+		if err == nil && len(res.Threads) == 0 {
+			t.Fatal("no threads and no error")
+		}
+		if !tg.waitExit(5 * time.Second) {
+			t.Fatal("the killed target was not reaped: a thread was left traced")
+		}
+		if _, err := NewUnwinder(nil).Dump(tg.pid, Options{}); !errors.Is(err, ErrNoProcess) && !errors.Is(err, ErrExited) {
+			t.Errorf("dump of an exited process: %v", err)
+		}
+	})
 }
 
 // TestStopBound runs a callback longer than MaxStop while the threads are
@@ -59,28 +66,25 @@ func TestTargetExitsMidDump(t *testing.T) {
 func TestStopBound(t *testing.T) {
 	privileged.Root(t)
 	bin := build(t, "threads.c")
-	for name, launch := range launchers {
-		t.Run(name, func(t *testing.T) {
-			tg := settled(t, launch(t, bin, "5"), 1)
-			resumed := false
-			res, err := NewUnwinder(nil).Dump(tg.pid, Options{MaxStop: 200 * time.Millisecond, WhileStopped: func() error {
-				resumed = running(tg.pid, 10*time.Second)
-				return nil
-			}})
-			if err != nil {
-				t.Fatal(err)
+	underEachLauncher(t, bin, "5", func(t *testing.T, tg *target) {
+		resumed := false
+		res, err := NewUnwinder(nil).Dump(tg.pid, Options{MaxStop: 200 * time.Millisecond, WhileStopped: func() error {
+			resumed = running(tg.pid, 10*time.Second)
+			return nil
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !resumed {
+			t.Fatal("the threads stayed stopped past MaxStop")
+		}
+		for _, th := range res.Threads {
+			if th.Error != "" || len(th.Native) < 2 {
+				t.Errorf("thread %d: %d frames, error %q", th.TID, len(th.Native), th.Error)
 			}
-			if !resumed {
-				t.Fatal("the threads stayed stopped past MaxStop")
-			}
-			for _, th := range res.Threads {
-				if th.Error != "" || len(th.Native) < 2 {
-					t.Errorf("thread %d: %d frames, error %q", th.TID, len(th.Native), th.Error)
-				}
-			}
-			released(t, tg.pid)
-		})
-	}
+		}
+		released(t, tg.pid)
+	})
 }
 
 // running waits up to d for every thread of pid to be out of its tracing
@@ -320,22 +324,19 @@ func TestWaitedChild(t *testing.T) {
 func TestReleasedStamp(t *testing.T) {
 	privileged.Root(t)
 	bin := build(t, "threads.c")
-	for name, launch := range launchers {
-		t.Run(name, func(t *testing.T) {
-			tg := settled(t, launch(t, bin, "3"), 1)
-			var stopped int64
-			res, err := NewUnwinder(nil).Dump(tg.pid, Options{WhileStopped: func() error {
-				stopped = monoclock.Now()
-				return nil
-			}})
-			end := monoclock.Now()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if stopped == 0 || res.Released <= stopped || res.Released > end {
-				t.Fatalf("released at %d, stopped at %d, returned at %d", res.Released, stopped, end)
-			}
-			released(t, tg.pid)
-		})
-	}
+	underEachLauncher(t, bin, "3", func(t *testing.T, tg *target) {
+		var stopped int64
+		res, err := NewUnwinder(nil).Dump(tg.pid, Options{WhileStopped: func() error {
+			stopped = monoclock.Now()
+			return nil
+		}})
+		end := monoclock.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stopped == 0 || res.Released <= stopped || res.Released > end {
+			t.Fatalf("released at %d, stopped at %d, returned at %d", res.Released, stopped, end)
+		}
+		released(t, tg.pid)
+	})
 }
