@@ -97,7 +97,7 @@
  *   cuLaunchKernelEx(const CUlaunchConfig *cfg di -> {gridDimX,Y,Z,
  *                blockDimX,Y,Z, sharedMemBytes: u32 each, pad, hStream u64 at
  *                byte 32, attrs, numAttrs}, f si, params dx, extra cx)
- *                (the program of LaunchKernelExC)
+ *                (LaunchKernelExC's, see launch_ex)
  *   LaunchHostFunc(stream di, fn si, data dx)              a launch of fn, grid 0
  *   cuModuleGetFunction(CUfunction *f di, module si, name dx),
  *   cuLibraryGetKernel(CUkernel *k di, library si, name dx)  at exit: no event;
@@ -489,6 +489,16 @@ static __always_inline void publish(struct call *e, __u64 pos)
 		return 0;                                               \
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 
+/* FOLLOWED_CUDA_DRIVER is FOLLOWED for a program attached to the CUDA
+ * driver alone (table_test.go, TestCUDADriverOnly): its cookie is known,
+ * so it is not read; bpf_get_attach_cookie is a helper call, and these
+ * programs run at every launch. */
+#define FOLLOWED_CUDA_DRIVER()                                          \
+	__u64 pid_tgid = bpf_get_current_pid_tgid();                    \
+	if (!is_followed(pid_tgid >> 32))                               \
+		return 0;                                               \
+	const __u64 cookie = COOKIE_DRIVER | VENDOR_CUDA;
+
 /* RECORD reserves the record of a call FOLLOWED let through. */
 #define RECORD(kind, phase)                                             \
 	__u64 pos;                                                      \
@@ -621,10 +631,8 @@ struct launch_config {
 	__u64 stream;
 };
 
-SEC("uprobe")
-int launch_kernel_exc(struct pt_regs *ctx)
+static __always_inline void launch_ex(struct pt_regs *ctx, struct call *e)
 {
-	BEGIN(K_LAUNCH, PHASE_ENTER);
 	struct launch_config cfg;
 	if (bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx)))
 		__builtin_memset(&cfg, 0, sizeof(cfg));
@@ -637,6 +645,26 @@ int launch_kernel_exc(struct pt_regs *ctx)
 	e->word[5] = cfg.block[2];
 	e->size = cfg.shmem;
 	e->stream = cfg.stream;
+}
+
+/* cudaLaunchKernelExC of a runtime whose driver is not probed (MACA's). */
+SEC("uprobe")
+int launch_kernel_exc(struct pt_regs *ctx)
+{
+	BEGIN(K_LAUNCH, PHASE_ENTER);
+	launch_ex(ctx, e);
+	publish(e, pos);
+	return 0;
+}
+
+/* cuLaunchKernelEx: Triton's, XLA's, NCCL's launches, and the runtime's
+ * cudaLaunchKernelExC. */
+SEC("uprobe")
+int cu_launch_kernel_ex(struct pt_regs *ctx)
+{
+	FOLLOWED_CUDA_DRIVER();
+	RECORD(K_LAUNCH, PHASE_ENTER);
+	launch_ex(ctx, e);
 	publish(e, pos);
 	return 0;
 }
@@ -644,7 +672,8 @@ int launch_kernel_exc(struct pt_regs *ctx)
 SEC("uprobe")
 int cu_launch_kernel(struct pt_regs *ctx)
 {
-	BEGIN(K_LAUNCH, PHASE_ENTER);
+	FOLLOWED_CUDA_DRIVER();
+	RECORD(K_LAUNCH, PHASE_ENTER);
 	e->handle = ARG1(ctx);
 	e->word[0] = ARG2(ctx);
 	e->word[1] = ARG3(ctx);

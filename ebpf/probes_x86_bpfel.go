@@ -132,6 +132,7 @@ const (
 	probesProgCommSplitEnter         = "comm_split_enter"
 	probesProgCommSplitExit          = "comm_split_exit"
 	probesProgCuLaunchKernel         = "cu_launch_kernel"
+	probesProgCuLaunchKernelEx       = "cu_launch_kernel_ex"
 	probesProgCuMemcpyAsync          = "cu_memcpy_async"
 	probesProgDeviceSyncEnter        = "device_sync_enter"
 	probesProgDlState                = "dl_state"
@@ -224,6 +225,7 @@ type probesProgramSpecs struct {
 	CommSplitEnter         *ebpf.ProgramSpec `ebpf:"comm_split_enter"`
 	CommSplitExit          *ebpf.ProgramSpec `ebpf:"comm_split_exit"`
 	CuLaunchKernel         *ebpf.ProgramSpec `ebpf:"cu_launch_kernel"`
+	CuLaunchKernelEx       *ebpf.ProgramSpec `ebpf:"cu_launch_kernel_ex"`
 	CuMemcpyAsync          *ebpf.ProgramSpec `ebpf:"cu_memcpy_async"`
 	DeviceSyncEnter        *ebpf.ProgramSpec `ebpf:"device_sync_enter"`
 	DlState                *ebpf.ProgramSpec `ebpf:"dl_state"`
@@ -360,6 +362,7 @@ type probesPrograms struct {
 	CommSplitEnter         *ebpf.Program `ebpf:"comm_split_enter"`
 	CommSplitExit          *ebpf.Program `ebpf:"comm_split_exit"`
 	CuLaunchKernel         *ebpf.Program `ebpf:"cu_launch_kernel"`
+	CuLaunchKernelEx       *ebpf.Program `ebpf:"cu_launch_kernel_ex"`
 	CuMemcpyAsync          *ebpf.Program `ebpf:"cu_memcpy_async"`
 	DeviceSyncEnter        *ebpf.Program `ebpf:"device_sync_enter"`
 	DlState                *ebpf.Program `ebpf:"dl_state"`
@@ -405,6 +408,7 @@ func (p *probesPrograms) Close() error {
 		p.CommSplitEnter,
 		p.CommSplitExit,
 		p.CuLaunchKernel,
+		p.CuLaunchKernelEx,
 		p.CuMemcpyAsync,
 		p.DeviceSyncEnter,
 		p.DlState,

@@ -79,7 +79,7 @@ var runtimeCalls = []call{
 // cuCtxSynchronize_v2 13.0).
 var driverCalls = []call{
 	{name: "LaunchKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
-	{name: "LaunchKernelEx", entry: "launch_kernel_exc", twins: []string{"_ptsz"}, optional: true},
+	{name: "LaunchKernelEx", entry: "cu_launch_kernel_ex", twins: []string{"_ptsz"}, optional: true},
 	{name: "LaunchCooperativeKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
 	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}},
 	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},

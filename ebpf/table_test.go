@@ -61,6 +61,27 @@ func TestProbeCookies(t *testing.T) {
 	}
 }
 
+// TestCUDADriverOnly holds the programs that do not read their cookie
+// (probes.bpf.c, FOLLOWED_CUDA_DRIVER: the launch programs, which run at
+// every launch) to the probes they assume: the CUDA driver's, with no
+// argument and no copy kind.
+func TestCUDADriverOnly(t *testing.T) {
+	want := uint64(timer.VendorCUDA) | 1<<24
+	seen := map[string]int{}
+	for _, p := range probes {
+		switch p.Entry {
+		case "cu_launch_kernel", "cu_launch_kernel_ex":
+			seen[p.Entry]++
+			if p.Cookie() != want || p.Group != "driver" {
+				t.Errorf("%s (%s, %s) has cookie %#x: its program takes it to be %#x", p.Symbol, p.Entry, p.Group, p.Cookie(), want)
+			}
+		}
+	}
+	if seen["cu_launch_kernel"] == 0 || seen["cu_launch_kernel_ex"] == 0 {
+		t.Errorf("probes of the driver-only launch programs: %v", seen)
+	}
+}
+
 func TestLibraryNames(t *testing.T) {
 	for path, want := range map[string]bool{
 		"/x/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12": true,
