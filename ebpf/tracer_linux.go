@@ -59,6 +59,7 @@ type Tracer struct {
 	followed *followedSet    // the map followed, mapped
 	hooks    []link.Link     // scheduler hooks
 	rd       *ringbuf.Reader // process records (map procs)
+	procWait *readyWait      // Run waits for them here, or nil (see newReadyWait)
 	rings    *callRings      // call records (map calls)
 	calls    []probesCall    // records being delivered; Run's goroutine only
 	progs    map[string]*ebpf.Program
@@ -156,6 +157,7 @@ func NewTracer(opts Options) (*Tracer, error) {
 		t.Close()
 		return nil, fmt.Errorf("open ring buffer: %w", err)
 	}
+	t.procWait = newReadyWait(t.objs.Procs) // nil: Run blocks in the reader
 	if t.rings, err = mapCallRings(t.objs.Calls, rings, slots); err != nil {
 		t.Close()
 		return nil, err
@@ -398,7 +400,14 @@ func (t *Tracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice fu
 		}
 		t.beat()
 		t.housekeep(onNotice)
-		t.rd.SetDeadline(time.Now().Add(t.wait()))
+		if w := t.procWait; w != nil {
+			// Parked in Go's netpoller until a record or the wait's end;
+			// then the reader only takes what is there.
+			w.wait(t.wait(), func() bool { return t.rd.AvailableBytes() > 0 })
+			t.rd.SetDeadline(time.Now())
+		} else {
+			t.rd.SetDeadline(time.Now().Add(t.wait()))
+		}
 		err := t.rd.ReadInto(&rec)
 		switch {
 		case errors.Is(err, os.ErrDeadlineExceeded):
@@ -625,6 +634,9 @@ func (t *Tracer) Close() error {
 	var errs []error
 	if t.rd != nil {
 		errs = append(errs, t.rd.Close())
+	}
+	if t.procWait != nil {
+		errs = append(errs, t.procWait.close())
 	}
 	if t.rings != nil {
 		errs = append(errs, t.rings.close())
