@@ -85,6 +85,10 @@ ViewerScale	peak-RSS-MiB-100k	peak-RSS-MiB-16k	-	viewer peak RSS, 100,000 ranks 
 ViewerScale	peak-RSS-MiB-100k	=4096	1	viewer peak RSS, 100,000 ranks vs 4 GiB
 HoldImport	hold-ms	nohold-ms	-	python3 importing torch and numpy, followed from its exec: start-up with the holds at its loads vs without
 HoldImport	held-ms/op	nohold-ms	-	time held at loads in all vs the start-up without holds
+LaunchRate	cpu-%-per-100k-2procs	=2	1	launcher CPU per 100,000 launches/s, 2 launch-bound processes, vs 2 % of a core (issue 30)
+LaunchRate	cpu-%-per-100k-8procs	=2	1	the same, 8 launch-bound processes on the 2 cores
+LaunchRate	read-%-2procs	=100	-	launch records read of those made, 2 launch-bound processes (the rest lost)
+LaunchRate	read-%-8procs	=100	-	launch records read of those made, 8 launch-bound processes (the rest lost)
 MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job
 MonitorFootprint	watch-on-cpu-%	watch-off-cpu-%	-	launcher CPU, stall watch on vs off
 MonitorFootprint	watch-on-rss-MB	rank-rss-MB	-	launcher RSS following 8 ranks vs one rank
