@@ -77,6 +77,7 @@ type Agent struct {
 	lastTick  int64
 	watched   map[int]*watchState // detectors watching each rank (look.go)
 	sampled   map[int]sampleMark  // where each rank's samples stand (sample.go)
+	unsampled map[int]int         // followed while running, not yet sampled: retries so far (sample.go, sampleUnsampled)
 	wakeAt    int64               // a sample due between checks, when (sample.go); 0: none
 	checkNow  chan struct{}       // a check wanted before the next interval (Follow)
 
@@ -172,13 +173,25 @@ func alive(pid int) bool {
 // not from a next GPU call that a rank hung before we came never makes
 // (an agent or a `watch --pid` attached to a job that runs, or a launcher
 // that follows its child after the start). A process with no rank in its
-// environment is a rank from its first GPU call, as before: mapping a GPU
-// library says nothing (a launcher that imports torch maps CUDA).
+// environment is a rank from its first GPU call, as before, or from a
+// first sample that finds it waiting on the GPU (sampleUnsampled: a
+// single-process job or a C++ program hung before we came makes no call):
+// mapping a GPU library says nothing (a launcher that imports torch maps
+// CUDA).
 func (a *Agent) Follow(pid int) error {
 	if err := a.o.Tracer.Follow(pid); err != nil {
 		return fmt.Errorf("follow %d: %w", pid, err)
 	}
-	for _, p := range append([]int{pid}, a.o.Descendants(pid)...) {
+	running := append([]int{pid}, a.o.Descendants(pid)...)
+	a.mu.Lock()
+	if a.unsampled == nil {
+		a.unsampled = make(map[int]int)
+	}
+	for _, p := range running {
+		a.unsampled[p] = 0
+	}
+	a.mu.Unlock()
+	for _, p := range running {
 		a.see(p, false, false)
 	}
 	// Processes that already run are looked at and sampled at once: a

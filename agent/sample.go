@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"slices"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dump"
@@ -88,6 +89,7 @@ func (a *Agent) sampleAll(now int64) {
 	if a.o.Sampler == nil {
 		return
 	}
+	a.sampleUnsampled(now)
 	period, timeout, slack := int64(SamplePeriod(a.o.HangTimeout)), int64(a.o.HangTimeout), int64(a.o.Interval/2)
 	var wake int64
 	for _, pid := range a.book.live() {
@@ -133,6 +135,69 @@ func (a *Agent) sampleAll(now int64) {
 	a.mu.Unlock()
 }
 
+// sampleUnsampled samples, once, each process followed while it already
+// ran (Follow) that is not a rank and maps a library whose GPU calls are
+// probed. A wait such a process entered before the attach made no call
+// for the probes to see, and if its environment names no rank (a
+// single-process job, a C++ program such as nccl-tests) nothing else
+// would ever make it a rank: a sample that finds it waiting on the GPU
+// does, as a GPU call would, and starts the engine's wait, which the
+// rank's samples then confirm. A process the probes see making GPU calls
+// is a rank by those; one that maps no GPU library is never stopped.
+// A sample that fails is tried again at the next check, and so is, a
+// few times (maxSampleRetries), one that found no wait but could not stop
+// every thread (a spinning one, on a loaded node).
+func (a *Agent) sampleUnsampled(now int64) {
+	a.mu.Lock()
+	pids := make([]int, 0, len(a.unsampled))
+	for pid := range a.unsampled {
+		pids = append(pids, pid)
+	}
+	a.mu.Unlock()
+	if len(pids) == 0 {
+		return
+	}
+	ranks := a.book.live()
+	for _, pid := range pids {
+		if slices.Contains(ranks, pid) || !a.o.Tracer.Probed(pid) {
+			a.sampledOnce(pid) // a rank is sampled as one (sampleAll)
+			continue
+		}
+		s, err := a.o.Sampler.Sample(pid, now)
+		if err != nil {
+			a.log.Debug("first stack sample failed", "pid", pid, "err", err)
+			continue
+		}
+		a.log.Debug("first stack sample", "pid", pid, "waits", len(s.Waits), "unseen", len(s.Unseen))
+		if len(s.Waits) == 0 {
+			a.mu.Lock()
+			if n, ok := a.unsampled[pid]; ok && len(s.Unseen) > 0 && n < maxSampleRetries {
+				a.unsampled[pid] = n + 1
+			} else {
+				delete(a.unsampled, pid)
+			}
+			a.mu.Unlock()
+			continue
+		}
+		a.sampledOnce(pid)
+		a.see(pid, true, false)
+		a.mu.Lock()
+		if a.sampled == nil {
+			a.sampled = make(map[int]sampleMark)
+		}
+		a.sampled[pid] = sampleMark{at: now}
+		a.mu.Unlock()
+		a.engine.ObserveSample(s)
+	}
+}
+
+// sampledOnce takes pid out of the processes sampleUnsampled looks at.
+func (a *Agent) sampledOnce(pid int) {
+	a.mu.Lock()
+	delete(a.unsampled, pid)
+	a.mu.Unlock()
+}
+
 // wakeIn is how long until the sample that confirms a wait is due (0:
 // none is): Run checks then rather than at the next interval.
 func (a *Agent) wakeIn() time.Duration {
@@ -152,5 +217,6 @@ func (a *Agent) forgetSamples(pid int) {
 	}
 	a.mu.Lock()
 	delete(a.sampled, pid)
+	delete(a.unsampled, pid)
 	a.mu.Unlock()
 }

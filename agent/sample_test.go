@@ -14,8 +14,9 @@ import (
 // synchronize from waitAt on, except that samples for which unseen says
 // so cannot stop it (timer.Sample.Unseen), and counts samples per rank.
 type fakeSampler struct {
-	mu     sync.Mutex
-	waitAt int64
+	mu      sync.Mutex
+	waitAt  int64
+	waiting map[int]bool // the processes that wait from waitAt on; nil: every one
 	unseen func(now int64) bool
 	times  map[int][]int64
 	forgot []int
@@ -32,7 +33,7 @@ func (f *fakeSampler) Sample(pid int, now int64) (timer.Sample, error) {
 	switch {
 	case f.unseen != nil && f.unseen(now):
 		s.Unseen = []int{pid + 1}
-	case now >= f.waitAt:
+	case now >= f.waitAt && (f.waiting == nil || f.waiting[pid]):
 		s.Waits = []timer.ThreadWait{{TID: pid + 1, Call: "cuCtxSynchronize_v2", From: "wait_device", State: 'R'}}
 	}
 	return s, nil
@@ -169,5 +170,70 @@ func TestBusyRankNotSampled(t *testing.T) {
 	}
 	if ts := sp.times[100]; len(ts) != 1 || ts[0] != 25*sec {
 		t.Errorf("samples at %v, want one, a period after its last launch (19.5 s)", ts)
+	}
+}
+
+// Follow's processes that already run and are no ranks are sampled once,
+// at the next check: one found waiting on the GPU (a single process with
+// no RANK, hung before the attach) is a rank from then on, and its wait
+// is decided as a rank's (first sight at the attach, confirmed past the
+// timeout); the others, not waiting, are never sampled again; a process
+// that maps no probed library is never stopped. A first sample that
+// could not stop every thread (a loaded node) is taken again at the next
+// check.
+func TestFollowSamplesRunningOnce(t *testing.T) {
+	envs := map[int]map[string]string{10: {"PATH": "/bin"}, 11: {"PATH": "/bin"}, 12: {"PATH": "/bin"}}
+	for _, c := range []struct {
+		name          string
+		probed        bool
+		unseen        func(int64) bool
+		decided       int64
+		waiter, other []int64 // samples of 11 (waiting) and of 10 and 12 (not)
+	}{
+		// As a rank's: a period on, then the check past 1 s + the
+		// timeout (the loop would wake just then).
+		{"probed", true, nil, 12 * sec, []int64{sec, 6 * sec, 12 * sec}, []int64{sec}},
+		{"first-unseen", true, func(ts int64) bool { return ts == sec }, 13 * sec, []int64{sec, 2 * sec, 7 * sec, 13 * sec}, []int64{sec, 2 * sec}},
+		{"unprobed", false, nil, 0, nil, nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp := &fakeSampler{waiting: map[int]bool{11: true}, unseen: c.unseen}
+			b := newBed(t, "node-a", t.TempDir(), envs, func(o *Options) {
+				o.Sampler, o.HangTimeout = sp, 10*time.Second
+				o.Descendants = func(int) []int { return []int{11, 12} }
+				o.Parent = func(pid int) (int, bool) { return map[int]int{11: 10, 12: 10}[pid], pid != 10 }
+			})
+			b.tracer.unprobed = !c.probed
+			if err := b.Follow(10); err != nil {
+				t.Fatal(err)
+			}
+			var decided int64
+			for ts := sec; ts <= 14*sec && decided == 0; ts += sec {
+				b.at(ts)
+				b.Tick(context.Background())
+				if hs := b.events("hang"); len(hs) > 0 {
+					if hs[0].PID != 11 || hs[0].Kind != timer.HangGPU {
+						t.Fatalf("hang %+v, want pid 11 on the GPU", hs[0])
+					}
+					decided = ts
+				}
+			}
+			var ranks []int
+			for _, r := range b.events("rank") {
+				ranks = append(ranks, r.PID)
+			}
+			if want := map[bool][]int{true: {11}}[c.probed]; !slices.Equal(ranks, want) {
+				t.Errorf("ranks announced %v, want %v", ranks, want)
+			}
+			if decided != c.decided || !slices.Equal(sp.times[11], c.waiter) {
+				t.Errorf("decided at %v, 11 sampled at %v; want %v and %v", time.Duration(decided), asDurations(sp.times[11]),
+					time.Duration(c.decided), asDurations(c.waiter))
+			}
+			for _, pid := range []int{10, 12} {
+				if got := sp.times[pid]; !slices.Equal(got, c.other) {
+					t.Errorf("%d sampled at %v, want %v", pid, asDurations(got), asDurations(c.other))
+				}
+			}
+		})
 	}
 }

@@ -43,7 +43,9 @@
 # tested without a GPU (scripts/gpu-check/check_test.go).
 #
 # Settings (environment): PYTHON (default /opt/torch/.venv/bin/python3),
-# HANG_TIMEOUT seconds (default 10; 3 with --dry), ROUNDS (default 5; 3
+# HANG_TIMEOUT seconds (default 10; 5 with --dry: a rank attached late is
+# sampled at most every 5 s, so a shorter timeout is confirmed a period
+# late), ROUNDS (default 5; 3
 # with --dry), LAUNCHES (default 200000; 20000 with --dry), BIN (default
 # bin/gpu-check beside scripts/).
 set -uo pipefail
@@ -90,7 +92,7 @@ LAUNCH=$BIN/xpu_timer_launch XPU=$BIN/xpu-timer VIEWER=$BIN/xpu_timer_stacktrace
 
 # What each scenario runs, on a GPU or on the testbed.
 if [ $DRY = 1 ]; then
-	T=${HANG_TIMEOUT:-3} ROUNDS=${ROUNDS:-3} LAUNCHES=${LAUNCHES:-20000}
+	T=${HANG_TIMEOUT:-5} ROUNDS=${ROUNDS:-3} LAUNCHES=${LAUNCHES:-20000}
 	fake=$root/testdata/fakegpu
 	[ -x "$fake/build/launchloop" ] || { echo "gpu-check: the testbed is not built (make testbed)" >&2; exit 2; }
 	job() { echo "python3 $fake/run.py --lib-dir $fake/build --steps 1000 --step-ms 5 $*"; }
@@ -102,6 +104,7 @@ if [ $DRY = 1 ]; then
 	W_GRAPH="$wl graph"
 	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=3 done'
 	W_BOUND=$(job --nproc 1 --steps 3 --launch-bound $((LAUNCHES / 3)))
+	W_RATE="$wl launchbound"
 	CUDART=$fake/build/libcudart.so.12 CUDA=$fake/build/libcuda.so.1
 else
 	T=${HANG_TIMEOUT:-10} ROUNDS=${ROUNDS:-5} LAUNCHES=${LAUNCHES:-200000}
@@ -113,7 +116,7 @@ else
 	W_TRITON="$wl triton" K_TRITON=spin_on_flag
 	W_GRAPH="$wl graph"
 	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=3 done'
-	W_BOUND="$wl launchbound"
+	W_BOUND="$wl launchbound" W_RATE="$wl launchbound"
 	libs=$($wl libs) || { echo "gpu-check: $PY cannot use the GPU" >&2; exit 2; }
 	CUDART=$(sed -n 's/^cudart=//p' <<<"$libs" | head -1) CUDA=$(sed -n 's/^cuda=//p' <<<"$libs" | head -1)
 fi
@@ -360,31 +363,34 @@ overhead() {
 		"$([ $ok = 1 ] && awk -v l="$l" -v e="$e1" 'BEGIN { exit !(l <= e + 150) }' && ! grep -q 'probe events lost' "$ART"/overhead/launcher.*.log && echo 1 || echo 0)"
 }
 
-# rate8: RATE_PROCS (default 8) launch-bound workloads started at once
-# under one launcher (issue 30): no event lost at the fastest rate they
-# reach together, and the launcher's own CPU at most 2 % of a core per
-# 100,000 launches a second. The shell the launcher runs reads the
-# launcher's utime + stime (/proc/PPID/stat: its own threads, not the
-# workloads') before starting them and after the last ends; the window
-# includes their start-up and warm-up, which lowers the rate and adds the
-# launcher's attach work: the ratio errs high.
+# rate8: RATE_PROCS (default 8) launch-bound workloads under one launcher
+# (issue 30), timed together: each warms up, then waits at a barrier
+# (RATE_DIR: workloads.py's barrier); the shell the launcher runs reads
+# the launcher's utime + stime (/proc/PPID/stat: its own threads, not the
+# workloads') once all are warm, lets them go, and reads it again when the
+# last ends. Expected: no event lost at the rate they reach together, and
+# the launcher's CPU at most 2 % of a core per 100,000 launches a second.
 rate8() {
 	local t0 n=${RATE_PROCS:-8} dir=$ART/overhead/rate8
 	t0=$(now)
-	mkdir -p "$dir"
+	mkdir -p "$dir/barrier"
 	# A quarter of the single workload's launches each, and 150 s at most.
-	LAUNCHES=$((LAUNCHES / 4)) timeout 150 "$LAUNCH" --hang-timeout 300s --port 0 --timeline-path "$dir" -- /bin/sh -c '
+	LAUNCHES=$((LAUNCHES / 4)) RATE_DIR=$dir/barrier timeout 150 "$LAUNCH" --hang-timeout 300s --port 0 --timeline-path "$dir" -- /bin/sh -c '
 		n=$1 dir=$2
 		shift 2
-		c0=$(awk "{ print \$14 + \$15 }" /proc/$PPID/stat) t0=$(date +%s%N)
 		for i in $(seq "$n"); do "$@" >"$dir/w$i.log" 2>&1 & done
+		until [ "$(ls "$RATE_DIR" | grep -c "^ready")" -ge "$n" ]; do sleep 0.01; done
+		c0=$(awk "{ print \$14 + \$15 }" /proc/$PPID/stat) t0=$(date +%s%N)
+		touch "$RATE_DIR/go"
 		wait
 		t1=$(date +%s%N) c1=$(awk "{ print \$14 + \$15 }" /proc/$PPID/stat)
-		echo "rate8 window_ns=$((t1 - t0)) ticks=$((c1 - c0)) hz=$(getconf CLK_TCK)"' rate8 "$n" "$dir" $W_BOUND >"$dir/launcher.log" 2>&1
-	local made=0 i line got ok=0
-	for i in $(seq "$n"); do made=$((made + $(launches "$dir/w$i.log"))); done
+		echo "rate8 window_ns=$((t1 - t0)) ticks=$((c1 - c0)) hz=$(getconf CLK_TCK)"' rate8 "$n" "$dir" $W_RATE >"$dir/launcher.log" 2>&1
+	local made=0 i line got ok=0 lost_n per
+	for i in $(seq "$n"); do
+		per=$(grep -oE ' launches=[0-9]+' "$dir/w$i.log" | tail -1 | cut -d= -f2)
+		made=$((made + 3 * ${per:-0}))
+	done
 	line=$(grep -m1 '^rate8 ' "$dir/launcher.log")
-	local lost_n
 	lost_n=$(lost "$dir/launcher.log")
 	if [ -n "$line" ] && [ "$made" -gt 0 ]; then
 		got=$(awk -v l="$line" -v m="$made" -v lost="$lost_n" -v n="$n" 'BEGIN {
@@ -396,7 +402,6 @@ rate8() {
 	else
 		got="no launches counted (see $dir)"
 	fi
-	echo "$got" >"$ART/overhead/rate8.txt"
 	row rate8 "<= 2% of a core per 100k launches/s, 0 lost" "$got" "$(since "$t0")" $ok
 }
 

@@ -9,6 +9,8 @@ testbed's libraries (run.py's Device). Usage: fakeworkloads.py LIB_DIR NAME
               with cuLaunchKernelEx, then cudaDeviceSynchronize
   graph       a kernel that never ends captured in a CUDA graph, the graph
               replayed, then cudaDeviceSynchronize
+  launchbound trivial launches as fast as Python makes them (gpu-check's
+              rate8; workloads.py's launchbound)
 
 Each prints "hung" before its last call.
 """
@@ -28,6 +30,33 @@ import run  # noqa: E402  the testbed's job: its Device, TritonKernel and Proces
 SETUP_S = 2.0
 
 
+def launchbound(dev):
+    """workloads.py's launchbound: trivial launches as fast as Python makes
+    them (LAUNCHES, default 200000, timed after a warm-up, best of 3), the
+    same barrier (RATE_DIR) after the warm-up."""
+    n = int(os.environ.get("LAUNCHES", "200000"))
+    vals, args = dev.params(0)
+    grid, block = run.Dim3(1, 1, 1), run.Dim3(16, 1, 1)
+    launch, kernel = dev._launch, dev.kernel("noop_kernel")
+    for _ in range(2000):
+        launch(kernel, grid, block, args, 0, None)
+    dev.synchronize()
+    d = os.environ.get("RATE_DIR")
+    if d:
+        open(os.path.join(d, "ready.%d" % os.getpid()), "w").close()
+        while not os.path.exists(os.path.join(d, "go")):
+            time.sleep(0.001)
+    best = None
+    for _ in range(3):
+        t = time.perf_counter()
+        for _ in range(n):
+            launch(kernel, grid, block, args, 0, None)
+        dev.synchronize()
+        s = time.perf_counter() - t
+        best = s if best is None else min(best, s)
+    run.say("launches_total=%d launches=%d ns_per_launch=%.0f" % (2000 + 3 * n, n, best * 1e9 / n))
+
+
 def main(lib_dir, name):
     dev = run.Device(lib_dir, "cuda")
     time.sleep(SETUP_S)
@@ -41,6 +70,9 @@ def main(lib_dir, name):
     elif name == "triton":
         flag = ctypes.c_uint64(1)
         run.TritonKernel(dev, "triton_poi_fused_add_0")(0, None, run.SPIN_ON_FLAG, flag)
+    elif name == "launchbound":
+        launchbound(dev)
+        return
     elif name == "graph":
         side = dev.stream()
         kernel = dev.kernel("gemm_bf16_kernel")
@@ -54,5 +86,5 @@ def main(lib_dir, name):
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: fakeworkloads.py LIB_DIR {nccl-sleep,triton,graph}")
+        sys.exit("usage: fakeworkloads.py LIB_DIR {nccl-sleep,triton,graph,launchbound}")
     main(sys.argv[1], sys.argv[2])

@@ -3,9 +3,11 @@ package e2e
 import (
 	"fmt"
 	"maps"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,4 +175,47 @@ func attachLate(t *testing.T, b *testbed.Bed, fault, target string, decide bool)
 		t.Logf("decided %.1fs after the attach: %s", hang.At.Sub(began).Seconds(), hang.Text)
 	}
 	return found, decided
+}
+
+// TestAttachLateNoRank: a single process with no rank in its environment
+// (a one-GPU script, a C++ program such as nccl-tests), hung on the GPU
+// before anything attached, is found and decided by `watch --pid`: it
+// made no GPU call since the attach, so only the first sample of it
+// (agent.sampleUnsampled), which finds it waiting on the GPU, makes it a
+// rank. The workloads are gpu-check's dry ones (fakeworkloads.py): a
+// kernel that never ends behind a CUDA graph replay, and a Triton kernel
+// launched with cuLaunchKernelEx spinning on a flag, each followed by a
+// synchronize that spins, as CUDA's does. XPU_TIMER_E2E_RUNS runs
+// (default 3), the workloads in turn.
+func TestAttachLateNoRank(t *testing.T) {
+	privileged.Root(t)
+	b := testbed.Build(t)
+	script := filepath.Join(b.Root, "..", "..", "scripts", "gpu-check", "fakeworkloads.py")
+	runs, decided := caseRuns(), 0
+	for i := range runs {
+		workload := []string{"graph", "triton"}[i%2]
+		t.Run(fmt.Sprintf("%s/run%d", workload, i), func(t *testing.T) {
+			w := start(t, []string{"python3", script, b.Dir, workload})
+			w.waitRe(regexp.MustCompile(`^hung$`), 30*time.Second)
+			time.Sleep(time.Second) // in its synchronize
+			pid := w.cmd.Process.Pid
+			p := start(t, []string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--exit-on-hang", "--pid", strconv.Itoa(pid)})
+			began := time.Now()
+			rank := p.waitRe(watchRankRe, slack+time.Second)
+			if got := watchRankRe.FindStringSubmatch(rank.Text)[1]; got != strconv.Itoa(pid) {
+				t.Fatalf("rank announced for pid %s, want %d\n%s", got, pid, p.output())
+			}
+			hang := p.waitRe(regexp.MustCompile(`^\{"event":"hang"`), stackTimeout+slack)
+			if !strings.Contains(hang.Text, `"kind":"gpu"`) {
+				t.Errorf("hang %s, want kind gpu", hang.Text)
+			}
+			if d := hang.At.Sub(began); d > stackTimeout+slack {
+				t.Errorf("decided %.1fs after the attach, want within %v", d.Seconds(), stackTimeout+slack)
+			} else {
+				decided++
+				t.Logf("decided %.1fs after the attach: %s", d.Seconds(), hang.Text)
+			}
+		})
+	}
+	t.Logf("a process with no RANK hung before the attach: decided within timeout+%v in %d of %d runs", slack, decided, runs)
 }
