@@ -17,9 +17,9 @@ type fakeSampler struct {
 	mu      sync.Mutex
 	waitAt  int64
 	waiting map[int]bool // the processes that wait from waitAt on; nil: every one
-	unseen func(now int64) bool
-	times  map[int][]int64
-	forgot []int
+	unseen  func(now int64) bool
+	times   map[int][]int64
+	forgot  []int
 }
 
 func (f *fakeSampler) Sample(pid int, now int64) (timer.Sample, error) {
