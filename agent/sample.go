@@ -159,7 +159,7 @@ func (a *Agent) sampleUnsampled(now int64) {
 	}
 	ranks := a.book.live()
 	for _, pid := range pids {
-		if slices.Contains(ranks, pid) || !a.o.Tracer.Probed(pid) {
+		if slices.Contains(ranks, pid) || a.book.outside(pid) || !a.o.Tracer.Probed(pid) {
 			a.sampledOnce(pid) // a rank is sampled as one (sampleAll)
 			continue
 		}
