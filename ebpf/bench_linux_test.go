@@ -528,28 +528,17 @@ func filedLaunchLoop(b *testing.B, loop, cudart, driver string) launchRun {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ncpu, err := ebpf.PossibleCPU()
-	if err != nil {
+	if _, _, err := sizeRings(spec, 0, 0); err != nil {
 		b.Fatal(err)
 	}
-	rings := ringCount(ncpu)
-	slots := slotsPerRing(0, rings, 0)
-	spec.Maps["calls"].MaxEntries = uint32(rings * (slots + 1))
-	spec.Maps["procs"].MaxEntries = procRingBytes
-	if err := spec.Variables["slot_mask"].Set(uint64(slots - 1)); err != nil {
-		b.Fatal(err)
-	}
-	if err := spec.Variables["ring_mask"].Set(uint32(rings - 1)); err != nil {
-		b.Fatal(err)
-	}
-	probesAt := map[string]string{"launch_kernel": cudart, "cu_launch_kernel": driver}
-	symbolOf := map[string]string{"launch_kernel": "cudaLaunchKernel", "cu_launch_kernel": "cuLaunchKernel"}
-	for name := range spec.Programs {
-		if _, ok := probesAt[name]; !ok {
+	type filedProbe struct{ prog, lib, sym string }
+	probes := []filedProbe{{"launch_kernel", cudart, "cudaLaunchKernel"}, {"cu_launch_kernel", driver, "cuLaunchKernel"}}
+	for name, ps := range spec.Programs {
+		if !slices.ContainsFunc(probes, func(p filedProbe) bool { return p.prog == name }) {
 			delete(spec.Programs, name)
 			continue
 		}
-		spec.Programs[name].AttachType = ebpf.AttachTraceUprobeMulti
+		ps.AttachType = ebpf.AttachTraceUprobeMulti
 	}
 	coll, err := ebpf.NewCollection(spec)
 	if err != nil {
@@ -562,18 +551,18 @@ func filedLaunchLoop(b *testing.B, loop, cudart, driver string) launchRun {
 	}
 	defer followed.close()
 	var before, after runStats
-	for name, lib := range probesAt {
-		ex, err := link.OpenExecutable(lib)
+	for _, p := range probes {
+		ex, err := link.OpenExecutable(p.lib)
 		if err != nil {
 			b.Fatal(err)
 		}
 		// Cookie 0: CUDA, no argument, as that commit attached them.
-		l, err := ex.UprobeMulti([]string{symbolOf[name]}, coll.Programs[name], &link.UprobeMultiOptions{Cookies: []uint64{0}})
+		l, err := ex.UprobeMulti([]string{p.sym}, coll.Programs[p.prog], &link.UprobeMultiOptions{Cookies: []uint64{0}})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer l.Close()
-		before = before.add(progStats(b, coll.Programs[name]))
+		before = before.add(progStats(b, coll.Programs[p.prog]))
 	}
 	var pid int
 	perLaunch := launchLoop(b, loop, func(p int) {
@@ -583,8 +572,8 @@ func filedLaunchLoop(b *testing.B, loop, cudart, driver string) launchRun {
 		}
 	})
 	followed.remove(pid)
-	for name := range probesAt {
-		after = after.add(progStats(b, coll.Programs[name]))
+	for _, p := range probes {
+		after = after.add(progStats(b, coll.Programs[p.prog]))
 	}
 	d := runStats{after.runtime - before.runtime, after.runs - before.runs}
 	if d.runs < 2*benchLaunches {

@@ -88,6 +88,28 @@ func slotsPerRing(budget, rings, floor int) int {
 	return n
 }
 
+// sizeRings sizes the call rings and the process ring buffer of spec, an
+// object of probes.bpf.c (today's, or an older one the benchmark runs),
+// for this machine's possible CPUs and a budget of bytes (floor: see
+// slotsPerRing), and returns how many rings of how many slots it made.
+func sizeRings(spec *ebpf.CollectionSpec, budget, floor int) (rings, slots int, err error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return 0, 0, fmt.Errorf("count CPUs: %w", err)
+	}
+	rings = ringCount(ncpu)
+	slots = slotsPerRing(budget, rings, floor)
+	spec.Maps["calls"].MaxEntries = uint32(rings * (slots + 1))
+	spec.Maps["procs"].MaxEntries = procRingBytes
+	if err := spec.Variables["slot_mask"].Set(uint64(slots - 1)); err != nil {
+		return 0, 0, fmt.Errorf("size the call rings: %w", err)
+	}
+	if err := spec.Variables["ring_mask"].Set(uint32(rings - 1)); err != nil {
+		return 0, 0, fmt.Errorf("size the call rings: %w", err)
+	}
+	return rings, slots, nil
+}
+
 // callRings reads the call rings of the map calls (probes.bpf.c,
 // reserve and publish) through a shared mapping, without system calls.
 //

@@ -106,19 +106,9 @@ func NewTracer(opts Options) (*Tracer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ncpu, err := ebpf.PossibleCPU()
+	rings, slots, err := sizeRings(spec, opts.RingBufferBytes, opts.slotsPerRing)
 	if err != nil {
-		return nil, fmt.Errorf("count CPUs: %w", err)
-	}
-	rings := ringCount(ncpu)
-	slots := slotsPerRing(opts.RingBufferBytes, rings, opts.slotsPerRing)
-	spec.Maps["calls"].MaxEntries = uint32(rings * (slots + 1))
-	spec.Maps["procs"].MaxEntries = procRingBytes
-	if err := spec.Variables["slot_mask"].Set(uint64(slots - 1)); err != nil {
-		return nil, fmt.Errorf("size the call rings: %w", err)
-	}
-	if err := spec.Variables["ring_mask"].Set(uint32(rings - 1)); err != nil {
-		return nil, fmt.Errorf("size the call rings: %w", err)
+		return nil, err
 	}
 	t := &Tracer{
 		opts:    opts,
