@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,10 +17,7 @@ import (
 // rateLaunches is how many launches each process makes.
 const rateLaunches = 500_000
 
-var (
-	rateMarkRe = regexp.MustCompile(`^launchrate-(start|end) (\d+)$`)
-	lostRe     = regexp.MustCompile(`(?m)^xpu_timer_probe_lost_events_total\S* (\S+)$`)
-)
+var rateMarkRe = regexp.MustCompile(`^launchrate-(start|end) (\d+)$`)
 
 // BenchmarkLaunchRate measures xpu_timer_launch following launch-bound
 // processes (issue 30): 2 (this CI machine's cores) and 8 testbed
@@ -88,7 +86,13 @@ exec sleep 60`, procs, loop, rateLaunches)
 		if err != nil {
 			b.Fatal(err)
 		}
-		events, lost := metricValue(b, probeEventsRe, out), metricValue(b, lostRe, out)
+		samples := parseText(out)
+		for _, name := range []string{"xpu_timer_probe_events_total", "xpu_timer_probe_lost_events_total"} {
+			if !slices.ContainsFunc(samples, func(s sample) bool { return s.name == name }) {
+				b.Fatalf("no %s in the scrape:\n%s", name, out)
+			}
+		}
+		events, lost := sum(samples, "xpu_timer_probe_events_total"), sum(samples, "xpu_timer_probe_lost_events_total")
 		if events+lost >= r.made || time.Now().After(deadline) {
 			r.read, r.lost = min(events, r.made), lost
 			break
@@ -102,18 +106,4 @@ exec sleep 60`, procs, loop, rateLaunches)
 	r.cpu = 100 * float64(cpu1-cpu0) / float64(r.window)
 	r.per100k = r.cpu / (r.rate / 1e5)
 	return r
-}
-
-// metricValue is the value re (one submatch) finds in a scrape.
-func metricValue(b *testing.B, re *regexp.Regexp, scrape string) float64 {
-	b.Helper()
-	m := re.FindStringSubmatch(scrape)
-	if m == nil {
-		b.Fatalf("no %s in the scrape:\n%s", re, scrape)
-	}
-	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil {
-		b.Fatalf("%s: %v", re, err)
-	}
-	return v
 }
