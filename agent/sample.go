@@ -122,12 +122,7 @@ func (a *Agent) sampleAll(now int64) {
 		} else {
 			mark = sampleMark{at: now}
 		}
-		a.mu.Lock()
-		if a.sampled == nil {
-			a.sampled = make(map[int]sampleMark)
-		}
-		a.sampled[pid] = mark
-		a.mu.Unlock()
+		a.setSampleMark(pid, mark)
 		a.engine.ObserveSample(s)
 	}
 	a.mu.Lock()
@@ -181,14 +176,19 @@ func (a *Agent) sampleUnsampled(now int64) {
 		}
 		a.sampledOnce(pid)
 		a.see(pid, true, false)
-		a.mu.Lock()
-		if a.sampled == nil {
-			a.sampled = make(map[int]sampleMark)
-		}
-		a.sampled[pid] = sampleMark{at: now}
-		a.mu.Unlock()
+		a.setSampleMark(pid, sampleMark{at: now})
 		a.engine.ObserveSample(s)
 	}
+}
+
+// setSampleMark records where pid's samples stand.
+func (a *Agent) setSampleMark(pid int, m sampleMark) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sampled == nil {
+		a.sampled = make(map[int]sampleMark)
+	}
+	a.sampled[pid] = m
 }
 
 // sampledOnce takes pid out of the processes sampleUnsampled looks at.
