@@ -21,6 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "testdata", "fakegpu"))
+import ratebarrier  # noqa: E402  beside this file
 import run  # noqa: E402  the testbed's job: its Device, TritonKernel and ProcessGroup
 
 
@@ -33,7 +34,7 @@ SETUP_S = 2.0
 def launchbound(dev):
     """workloads.py's launchbound: trivial launches as fast as Python makes
     them (LAUNCHES, default 200000, timed after a warm-up, best of 3), the
-    same barrier (RATE_DIR) after the warm-up."""
+    same barrier (ratebarrier.py) after the warm-up."""
     n = int(os.environ.get("LAUNCHES", "200000"))
     vals, args = dev.params(0)
     grid, block = run.Dim3(1, 1, 1), run.Dim3(16, 1, 1)
@@ -41,11 +42,7 @@ def launchbound(dev):
     for _ in range(2000):
         launch(kernel, grid, block, args, 0, None)
     dev.synchronize()
-    d = os.environ.get("RATE_DIR")
-    if d:
-        open(os.path.join(d, "ready.%d" % os.getpid()), "w").close()
-        while not os.path.exists(os.path.join(d, "go")):
-            time.sleep(0.001)
+    ratebarrier.wait()
     best = None
     for _ in range(3):
         t = time.perf_counter()

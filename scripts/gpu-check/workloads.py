@@ -14,7 +14,7 @@ argument; each prints progress lines the script waits for:
                replayed, then torch.cuda.synchronize(); prints "hung"
   launchbound  x.add_(1) on 16 elements, LAUNCHES (default 200000) launches
                timed after a warm-up, best of 3; prints "ns_per_launch=N"
-               (with RATE_DIR set, waits there after the warm-up: barrier)
+               (with RATE_DIR set, waits there after the warm-up: ratebarrier.py)
   libs         prints the paths of the CUDA runtime and driver this torch maps
 
 Needs PyTorch with CUDA (and Triton for triton); one GPU is enough.
@@ -24,6 +24,8 @@ import sys
 import time
 
 import torch
+
+import ratebarrier  # beside this file
 
 FOREVER = 1 << 62  # cycles: torch.cuda._sleep(FOREVER) never ends
 
@@ -95,26 +97,13 @@ def graph():
     torch.cuda.synchronize()
 
 
-def barrier():
-    """With RATE_DIR set (gpu-check's rate8): says it is warm (a file
-    ready.PID there) and waits for the file go, so that the timed launches
-    of several workloads run together, and the launcher's CPU is read over
-    them alone."""
-    d = os.environ.get("RATE_DIR")
-    if not d:
-        return
-    open(os.path.join(d, "ready.%d" % os.getpid()), "w").close()
-    while not os.path.exists(os.path.join(d, "go")):
-        time.sleep(0.001)
-
-
 def launchbound():
     n = int(os.environ.get("LAUNCHES", "200000"))
     x = torch.zeros(16, device="cuda")
     for _ in range(20000):
         x.add_(1)
     torch.cuda.synchronize()
-    barrier()
+    ratebarrier.wait()
     best = None
     for _ in range(3):
         t = time.perf_counter()
