@@ -229,7 +229,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		err := a.o.Tracer.Run(ctx, a.HandleEvent, a.HandleNotice)
+		err := a.o.Tracer.Run(ctx, a.HandleEvents, a.HandleNotice)
 		tracerErr <- err
 		cancel()
 	}()
@@ -279,7 +279,90 @@ loop:
 	return nil
 }
 
-// HandleEvent consumes one probe event (the tracer's callback).
+// HandleEvents consumes a batch of probe events in time order (the
+// tracer's callback), as HandleEvent one by one would: the GPU calls
+// between two records of another sort (a process's start, exec or exit,
+// a communicator's creation) go to the recorder and the engine at once,
+// under one lock each, and each of their processes is seen once. It may
+// change evs.
+func (a *Agent) HandleEvents(evs []timer.Event) {
+	for len(evs) > 0 {
+		n := 0
+		for n < len(evs) && plainCall(evs[n].Kind) {
+			n++
+		}
+		if n == 0 {
+			a.HandleEvent(evs[0])
+			n = 1
+		} else {
+			a.handleCalls(evs[:n])
+		}
+		evs = evs[n:]
+	}
+}
+
+// plainCall says whether an event of kind k is a GPU call that only the
+// engine and the recorder read, and that makes its process a rank
+// (HandleEvent's last case).
+func plainCall(k timer.Kind) bool {
+	switch k {
+	case timer.KindProcessExit, timer.KindProcessExec, timer.KindCommInit:
+		return false
+	}
+	return true
+}
+
+// handleCalls consumes plain calls (plainCall): each process is seen once
+// (seeing it again changes nothing), and the calls of those in scope go
+// to the recorder and the engine a run at a time.
+func (a *Agent) handleCalls(evs []timer.Event) {
+	var seen [8]pidScope // the processes of evs so far; most batches have a few
+	known := seen[:0]
+	run := 0 // evs[run:i] are in scope, not yet handled
+	last, in := 0, false
+	for i := range evs {
+		if pid := evs[i].PID; i == 0 || pid != last {
+			last = pid
+			in, known = a.inScope(pid, known)
+		}
+		if !in {
+			a.handleRun(evs[run:i])
+			run = i + 1
+		}
+	}
+	a.handleRun(evs[run:])
+}
+
+// pidScope is whether a process is in scope.
+type pidScope struct {
+	pid int
+	in  bool
+}
+
+// inScope says whether pid is in scope, from known or, the first time,
+// after seeing it (as HandleEvent does a call's process), and returns
+// known with it.
+func (a *Agent) inScope(pid int, known []pidScope) (bool, []pidScope) {
+	for _, k := range known {
+		if k.pid == pid {
+			return k.in, known
+		}
+	}
+	a.see(pid, true, false)
+	in := a.o.Scope == nil || !a.book.outside(pid)
+	return in, append(known, pidScope{pid, in})
+}
+
+// handleRun hands calls to the recorder, then to the engine, which may
+// change them.
+func (a *Agent) handleRun(evs []timer.Event) {
+	if len(evs) > 0 {
+		a.rec.AddAll(evs)
+		a.engine.HandleAll(evs)
+	}
+}
+
+// HandleEvent consumes one probe event.
 func (a *Agent) HandleEvent(ev timer.Event) {
 	if a.o.Scope != nil && a.outOfScope(ev) {
 		return

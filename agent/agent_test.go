@@ -44,10 +44,8 @@ func (f *fakeTracer) Follow(pid int) error {
 	return nil
 }
 
-func (f *fakeTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error {
-	for _, ev := range f.events {
-		onEvent(ev)
-	}
+func (f *fakeTracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice func(ebpf.Notice)) error {
+	onEvents(slices.Clone(f.events))
 	onNotice(ebpf.Notice{Kind: "attach", PID: 100, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
 	if f.ran != nil {
 		close(f.ran)

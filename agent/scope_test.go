@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -133,5 +136,92 @@ func TestOutOfScopeIsNoRank(t *testing.T) {
 	b.Tick(ctx)
 	if rs := b.events("rank"); len(rs) != 3 || rs[2].PID != 103 {
 		t.Fatalf("after exec: rank reports %+v", rs)
+	}
+}
+
+// HandleEvents, the tracer's batches, does what HandleEvent one by one
+// does: processes interleaved, one out of scope, one without a rank in its
+// environment that takes it from its communicator, an exec, an exit, the
+// legacy default stream (which the engine renames, not the recorder).
+func TestHandleEventsAsOneByOne(t *testing.T) {
+	envs := func() map[int]map[string]string {
+		e := map[int]map[string]string{100: env(0, 4), 101: env(1, 4), 102: env(2, 4), 103: {"POD_NAMESPACE": "train"}}
+		for pid, ns := range map[int]string{100: "train", 101: "train", 102: "other"} {
+			e[pid]["POD_NAMESPACE"] = ns
+		}
+		return e
+	}
+	mod := func(o *Options) {
+		o.Scope = &Scope{Namespaces: []string{"train"}}
+		o.Inspect = func(int) Process { return Process{Cmdline: []string{"python3", "train.py"}} }
+	}
+	one, all := newBed(t, "node-a", t.TempDir(), envs(), mod), newBed(t, "node-a", t.TempDir(), envs(), mod)
+	var evs []timer.Event
+	at := int64(sec)
+	add := func(ev timer.Event) {
+		at += 1000
+		ev.Time, ev.TID = at, ev.PID
+		evs = append(evs, ev)
+	}
+	for i := range 40 {
+		for _, pid := range []int{100, 101, 102, 103} {
+			if pid != 100 || i <= 35 {
+				add(timer.Event{PID: pid, Kind: timer.KindLaunch, Stream: uint64(1 + i%2), Kernel: "gemm"})
+			}
+		}
+		switch i {
+		case 5:
+			add(timer.Event{PID: 103, Kind: timer.KindCommInit, Comm: 9, NRanks: 4, Rank: 3})
+		case 10, 30:
+			for _, pid := range []int{100, 101, 102, 103} {
+				add(timer.Event{PID: pid, Kind: timer.KindCollective, Op: timer.OpAllReduce, Comm: 9, Stream: 2, Count: 8, Dtype: 7})
+			}
+		case 20:
+			add(timer.Event{PID: 101, Kind: timer.KindProcessExec})
+		case 35:
+			add(timer.Event{PID: 100, Kind: timer.KindProcessExit})
+		}
+	}
+	add(timer.Event{PID: 101, Kind: timer.KindStreamSynchronize, Phase: timer.PhaseEnter, Stream: 1})
+	for _, ev := range evs {
+		one.HandleEvent(ev)
+	}
+	for i := 0; i < len(evs); i += 7 {
+		all.HandleEvents(slices.Clone(evs[i:min(i+7, len(evs))]))
+	}
+	for _, b := range []*bed{one, all} {
+		b.at(at + 3*sec)
+		b.Tick(context.Background())
+	}
+	procs := one.engine.Processes()
+	if !slices.Equal(procs, []int{101, 103}) || !slices.Equal(all.engine.Processes(), procs) {
+		t.Fatalf("engine processes %v one by one, %v in batches; want [101 103]", procs, all.engine.Processes())
+	}
+	for _, pid := range []int{100, 101, 102, 103} {
+		s1, ok1 := one.engine.State(pid, at)
+		s2, ok2 := all.engine.State(pid, at)
+		r1, n1 := one.rec.Events(pid)
+		r2, n2 := all.rec.Events(pid)
+		id1, _ := one.identity(pid)
+		id2, _ := all.identity(pid)
+		if !reflect.DeepEqual(s1, s2) || ok1 != ok2 || !reflect.DeepEqual(r1, r2) || n1 != n2 || id1 != id2 {
+			t.Errorf("pid %d: one by one state %+v %v, %d records, identity %+v; in batches %+v %v, %d records, identity %+v",
+				pid, s1, ok1, len(r1), id1, s2, ok2, len(r2), id2)
+		}
+	}
+	kinds := func(b *bed) (out []string) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		for _, r := range b.reports {
+			rank := -1
+			if r.Rank != nil {
+				rank = *r.Rank
+			}
+			out = append(out, fmt.Sprint(r.Event, r.PID, "/", rank))
+		}
+		return out
+	}
+	if k1, k2 := kinds(one), kinds(all); !slices.Equal(k1, k2) || len(one.events("hang")) != 1 {
+		t.Errorf("reports one by one %v, in batches %v; want one hang", k1, k2)
 	}
 }

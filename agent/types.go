@@ -33,9 +33,10 @@ import (
 // Tracer is what the loop needs of the eBPF tracer.
 type Tracer interface {
 	Follow(pid int) error
-	// Run delivers events (of one process in time order) and notices until
-	// ctx is done or the tracer is closed.
-	Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error
+	// Run delivers events (of one process in time order), a batch at a
+	// time, and notices until ctx is done or the tracer is closed. A batch
+	// is the tracer's again once onEvents returns; onEvents may change it.
+	Run(ctx context.Context, onEvents func([]timer.Event), onNotice func(ebpf.Notice)) error
 	Stats() ebpf.Stats
 	// Probed reports whether pid maps a library whose GPU calls are probed.
 	Probed(pid int) bool

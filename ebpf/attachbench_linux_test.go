@@ -129,12 +129,14 @@ func attachRun(b *testing.B, bed *testbed.Bed, prog string, single bool) attachR
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- tr.Run(ctx, func(ev timer.Event) {
-			if ev.Kind == timer.KindLaunch || ev.Kind == timer.KindGroupStart {
-				mu.Lock()
-				k := [2]int{ev.PID, int(ev.Kind)}
-				calls[k] = append(calls[k], ev.Time)
-				mu.Unlock()
+		done <- tr.Run(ctx, func(evs []timer.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ev := range evs {
+				if ev.Kind == timer.KindLaunch || ev.Kind == timer.KindGroupStart {
+					k := [2]int{ev.PID, int(ev.Kind)}
+					calls[k] = append(calls[k], ev.Time)
+				}
 			}
 		}, func(n Notice) {
 			if n.Kind == "attach" {

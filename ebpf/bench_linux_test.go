@@ -418,9 +418,11 @@ func countingTracer(b *testing.B, libs []string, kind timer.Kind) (tr *Tracer, n
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- tr.Run(ctx, func(ev timer.Event) {
-			if ev.Kind == kind {
-				n.Add(1)
+		done <- tr.Run(ctx, func(evs []timer.Event) {
+			for _, ev := range evs {
+				if ev.Kind == kind {
+					n.Add(1)
+				}
 			}
 		}, nil)
 	}()
@@ -598,11 +600,13 @@ func tracedRate(b *testing.B, bed *testbed.Bed) (rate float64, calls, exits int)
 	done := make(chan error, 1)
 	var nCalls, nExits atomic.Int64
 	go func() {
-		done <- tr.Run(ctx, func(ev timer.Event) {
-			if ev.Kind < timer.KindProcessExec {
-				nCalls.Add(1)
-				if ev.Phase == timer.PhaseExit {
-					nExits.Add(1)
+		done <- tr.Run(ctx, func(evs []timer.Event) {
+			for _, ev := range evs {
+				if ev.Kind < timer.KindProcessExec {
+					nCalls.Add(1)
+					if ev.Phase == timer.PhaseExit {
+						nExits.Add(1)
+					}
 				}
 			}
 		}, nil)

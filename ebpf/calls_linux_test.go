@@ -136,13 +136,17 @@ func TestCallRingsInFlight(t *testing.T) {
 // order, and a record from after the cut waits for the next drain.
 func TestDeliverCallsInTimeOrder(t *testing.T) {
 	f, r := newFakeRings(2, 16)
-	tr := &Tracer{rings: r}
+	tr := &Tracer{rings: r, batch: make([]timer.Event, deliverBatch)}
 	f.write(1, 7, 10, 1)
 	f.write(0, 7, 20, 2)
 	f.write(1, 7, 30, 3)
 	f.write(0, 7, 40, 4)
 	var got []uint64
-	deliver := func(ev timer.Event) { got = append(got, ev.Handle) }
+	deliver := func(evs []timer.Event) {
+		for _, ev := range evs {
+			got = append(got, ev.Handle)
+		}
+	}
 	r.collect() // as Run does, before it delivers
 	tr.deliverCalls(35, deliver)
 	if !slices.Equal(got, []uint64{1, 2, 3}) {
@@ -238,4 +242,58 @@ func TestCallsNothingLostAtSustainedRate(t *testing.T) {
 	start := time.Now()
 	hop(t, Options{}, 200_000, 5_000)
 	t.Logf("200,000 launches in %v", time.Since(start))
+}
+
+// take hands over a few records at a time while more are collected in
+// between, some from before the cut (a record in flight at the first
+// collect, published later): every record from before the cut comes
+// once, each ring's in time order, the merge in time order but for those
+// late ones, and none from after the cut.
+func TestTakeInChunks(t *testing.T) {
+	f, r := newFakeRings(2, 1024)
+	for i := range 600 {
+		f.write(i%2, i%2, uint64(10*i), uint64(10*i))
+	}
+	r.collect()
+	const cut = 8000
+	var got []probesCall
+	for round := 0; ; round++ {
+		chunk := r.take(cut, nil, 37)
+		if len(chunk) == 0 {
+			break
+		}
+		got = append(got, chunk...)
+		if round < 10 {
+			f.write(round%2, 5, uint64(3000+round), uint64(100000+round)) // late, before the cut
+			f.write(round%2, 6, uint64(9000+round), uint64(200000+round)) // after it
+			r.collect()
+		}
+	}
+	seen := map[uint64]bool{}
+	for _, c := range got {
+		if seen[c.Handle] || c.Time >= cut {
+			t.Fatalf("record %d taken twice, or from after the cut", c.Handle)
+		}
+		seen[c.Handle] = true
+	}
+	if len(seen) != 600+10 {
+		t.Fatalf("%d records taken, want 610", len(seen))
+	}
+	for ring := range 2 {
+		var last uint64
+		for _, c := range got {
+			if int(c.Tid)%2 == ring && c.Tid < 5 {
+				if c.Time < last {
+					t.Fatalf("ring %d: %d after %d", ring, c.Time, last)
+				}
+				last = c.Time
+			}
+		}
+	}
+	if r.npending != 10 {
+		t.Errorf("%d pending, want the 10 after the cut", r.npending)
+	}
+	if rest := r.take(20000, nil, 100); len(rest) != 10 || rest[0].Time != 9000 {
+		t.Errorf("then %v, want the 10 after the cut from 9000", handles(rest))
+	}
 }

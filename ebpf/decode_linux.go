@@ -29,11 +29,11 @@ func rawCall(b []byte) (*probesCall, bool) {
 	return &c, true
 }
 
-// decode turns a call record into a timer.Event (the capture layer fills
+// decode turns a call record into ev, in place (the capture layer fills
 // Kernel and split communicator ids afterwards). Which payload field holds
 // what, per kind, is the table in probes.bpf.c's header comment.
-func decode(r *probesCall) timer.Event {
-	ev := timer.Event{
+func decode(ev *timer.Event, r *probesCall) {
+	*ev = timer.Event{
 		Time:   int64(r.Time),
 		PID:    int(r.Pid),
 		TID:    int(r.Tid),
@@ -78,7 +78,6 @@ func decode(r *probesCall) timer.Event {
 	default: // graph launch, event record, query, synchronize, stream wait
 		ev.Handle = r.Handle
 	}
-	return ev
 }
 
 // idHash folds a 128-byte ncclUniqueId into 16 bytes exactly as

@@ -175,9 +175,9 @@ func record(t testing.TB, tr *Tracer) *recorder {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &recorder{tr: tr, done: make(chan error, 1), cancel: cancel}
 	go func() {
-		r.done <- tr.Run(ctx, func(ev timer.Event) {
+		r.done <- tr.Run(ctx, func(evs []timer.Event) {
 			r.mu.Lock()
-			r.events = append(r.events, ev)
+			r.events = append(r.events, evs...)
 			r.mu.Unlock()
 		}, func(n Notice) {
 			r.mu.Lock()

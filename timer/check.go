@@ -41,7 +41,7 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 				continue
 			}
 			o := p.awaited(w.targets)
-			if o == nil || now-o.op.Issued <= e.timeout {
+			if o == nil || now-o.issued <= e.timeout {
 				continue
 			}
 			if v.stuck == nil || o.gseq < v.stuck.gseq {
@@ -86,11 +86,11 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 		}
 		if v.stuck != nil {
 			h := e.decision(p, HangGPU, now)
-			op := v.stuck.op
+			op := v.stuck.op()
 			h.Oldest = &op
 			h.AgeNs = now - op.Issued
 			if v.coll != nil {
-				c := v.coll.op
+				c := v.coll.op()
 				h.Collective = &c
 			}
 			for _, w := range v.waiters {
@@ -116,7 +116,7 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 				h.Stall = &Stall{Since: s.since, State: string(s.last.State), Site: s.last.Site, Python: s.last.Python, Spinning: true}
 			}
 			if o := p.oldest(); o != nil {
-				op := o.op
+				op := o.op()
 				h.Oldest = &op
 			}
 			p.hang = &h
@@ -211,7 +211,7 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 func (p *proc) inCollective() bool {
 	for _, s := range p.streams {
 		for i := 0; i < s.n; i++ {
-			if s.q[(s.head+i)%len(s.q)].op.Kind == OpCollective {
+			if s.q[(s.head+i)%len(s.q)].kind == opCollective {
 				return true
 			}
 		}

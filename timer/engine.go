@@ -115,6 +115,22 @@ func outOfWait(ev *Event) bool {
 func (e *Engine) Handle(ev Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.handle(&ev)
+}
+
+// HandleAll consumes events in order, as Handle one by one would, under
+// one lock: the tracer hands over what it read at once. It may change
+// them (cudaStreamLegacy becomes stream 0).
+func (e *Engine) HandleAll(evs []Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range evs {
+		e.handle(&evs[i])
+	}
+}
+
+// handle consumes ev, which it may change; e.mu held.
+func (e *Engine) handle(ev *Event) {
 	if ev.Kind == KindProcessExit {
 		e.drop(ev.PID)
 		return
@@ -129,7 +145,7 @@ func (e *Engine) Handle(ev Event) {
 	if ev.Time > p.lastActivity {
 		p.lastActivity = ev.Time
 	}
-	if outOfWait(&ev) {
+	if outOfWait(ev) {
 		// The thread made a call: any wait a sample saw it in before had
 		// ended (a launch, a collective, a communicator's creation, a
 		// return; a query answered "not ready" is a poll inside a wait).
@@ -139,15 +155,15 @@ func (e *Engine) Handle(ev Event) {
 	}
 	switch ev.Kind {
 	case KindLaunch, KindGraphLaunch, KindMemcpyAsync, KindCollective:
-		p.issue(&ev)
+		p.issue(ev)
 	case KindMemcpy:
-		p.memcpy(&ev)
+		p.memcpy(ev)
 	case KindEventRecord:
-		p.record(&ev)
+		p.record(ev)
 	case KindEventQuery:
-		p.eventQuery(&ev)
+		p.eventQuery(ev)
 	case KindEventSynchronize, KindStreamSynchronize, KindDeviceSynchronize:
-		p.blocking(&ev)
+		p.blocking(ev)
 	case KindStreamQuery:
 		if ev.Ret == 0 {
 			s := p.stream(ev.Stream)
@@ -155,13 +171,13 @@ func (e *Engine) Handle(ev Event) {
 			p.thread(ev.TID).returned = ev.Time
 		}
 	case KindStreamWaitEvent:
-		p.waitEvent(&ev)
+		p.waitEvent(ev)
 	case KindEventElapsed:
-		p.elapsed(&ev)
+		p.elapsed(ev)
 	case KindCommInit:
-		p.commInit(&ev)
+		p.commInit(ev)
 	case KindCommDestroy:
-		p.commDestroy(&ev)
+		p.commDestroy(ev)
 	case KindGroupStart:
 		p.groupDepth++
 	case KindGroupEnd:
@@ -238,7 +254,7 @@ func (e *Engine) State(pid int, now int64) (ProcState, bool) {
 		Waiters: len(p.waiters(now, e.cfg.PollRepeat)),
 	}
 	if o := p.oldest(); o != nil {
-		st.OldestAgeNs = max(0, now-o.op.Issued)
+		st.OldestAgeNs = max(0, now-o.issued)
 	}
 	if p.hang != nil {
 		st.Hung, st.HangKind = true, p.hang.Kind

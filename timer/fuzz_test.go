@@ -2,6 +2,7 @@ package timer
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -106,6 +107,36 @@ func FuzzHandle(f *testing.F) {
 			}
 			e.Recovered(now)
 			_ = e.Stats()
+		}
+	})
+}
+
+// FuzzHandleAll feeds one event sequence to an engine one by one and to
+// another in batches (the tracer's way): their state and decisions must
+// be the same.
+func FuzzHandleAll(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 1, 0, 8, 5, 0, 0, 1, 1, 8, 8, 0, 0, 1, 0, 0, 8, 0, 0, 1, 0, 255}, uint8(2))
+	f.Add([]byte{15, 0, 0, 1, 0, 8, 13, 0, 0, 0, 0, 1, 15, 1, 1, 1, 0, 8, 8, 1, 1, 1, 0, 0, 5, 0, 0, 1, 1, 0, 6, 0, 0, 0, 1, 255}, uint8(3))
+	f.Add([]byte{4, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 241, 10, 0, 0, 2, 1, 0, 1, 0, 0, 2, 0, 8, 5, 0, 0, 2, 2, 0, 9, 0, 0, 2, 2, 255}, uint8(4))
+	f.Fuzz(func(t *testing.T, data []byte, batch uint8) {
+		cfg := Config{HangTimeout: time.Second, MaxOpsPerStream: 8}
+		one, all := NewEngine(cfg), NewEngine(cfg)
+		evs := decodeEvents(data)
+		n := 1 + int(batch%16)
+		var now int64
+		for i := 0; i < len(evs); i += n {
+			b := evs[i:min(i+n, len(evs))]
+			for _, ev := range b {
+				one.Handle(ev)
+			}
+			all.HandleAll(slices.Clone(b))
+			now = b[len(b)-1].Time
+			if h1, h2 := one.Check(now), all.Check(now); !reflect.DeepEqual(h1, h2) {
+				t.Fatalf("at %d one by one decided %+v, in batches %+v", now, h1, h2)
+			}
+		}
+		if !reflect.DeepEqual(one.procs, all.procs) || !reflect.DeepEqual(one.Recovered(now), all.Recovered(now)) {
+			t.Fatal("one by one and in batches, the engines differ")
 		}
 	})
 }

@@ -1,5 +1,10 @@
 package timer
 
+import (
+	"cmp"
+	"slices"
+)
+
 // proc is the engine's state of one process.
 type proc struct {
 	pid, rank, world int
@@ -53,10 +58,53 @@ type stream struct {
 }
 
 // qop is an outstanding op with its place in the stream and the process.
+//
+// A stream of a launch-bound loop that nothing retires holds
+// MaxOpsPerStream of them, so a qop keeps what an Op says in 128 bytes,
+// not 216: the names (kind, vendor, collective, type, communicator) are
+// made when an Op is asked for (op).
 type qop struct {
-	op        Op
+	kind   opKind
+	vendor Vendor
+	coll   CollOp
+	peer   int32
+	dtype  int32
+	tid    int32
+	stream uint64
+	issued int64
+	fn     uint64
+	kernel string
+	grid   [3]uint32
+	block  [3]uint32
+	bytes  uint64
+	count  uint64
+	seq    uint64 // a collective's on its communicator
+	comm   *comm  // a collective's
+
 	pos, gseq uint64
-	comm      *comm // collectives
+}
+
+// opKind is an Op's kind in a qop.
+type opKind uint8
+
+const (
+	opKernel opKind = iota
+	opMemcpy
+	opGraph
+	opCollective
+)
+
+var opKinds = [...]OpKind{opKernel: OpKernel, opMemcpy: OpMemcpy, opGraph: OpGraph, opCollective: OpCollective}
+
+// op is the Op q is.
+func (q *qop) op() Op {
+	o := Op{Kind: opKinds[q.kind], Vendor: q.vendor.String(), Stream: q.stream, TID: int(q.tid), Issued: q.issued,
+		Kernel: q.kernel, Func: q.fn, Grid: q.grid, Block: q.block, Bytes: q.bytes}
+	if q.kind == opCollective {
+		o.Op, o.Dtype, o.Count, o.Peer = q.coll.String(), DtypeName(q.dtype), q.count, q.peer
+		o.Comm, o.Seq, o.NRanks = q.comm.id, q.seq, q.comm.nranks
+	}
+	return o
 }
 
 // dep says that items of a stream from position at on wait for stream on
@@ -149,28 +197,24 @@ func (s *stream) pop() qop {
 // issue enqueues a launch, graph launch, async copy or collective.
 func (p *proc) issue(ev *Event) {
 	s := p.stream(ev.Stream)
-	q := qop{op: Op{
-		Vendor: ev.Vendor.String(), Stream: ev.Stream, TID: ev.TID, Issued: ev.Time,
-	}}
-	o := &q.op
+	q := qop{vendor: ev.Vendor, stream: ev.Stream, tid: int32(ev.TID), issued: ev.Time}
 	var ref opRef
 	switch ev.Kind {
 	case KindLaunch:
-		o.Kind, o.Kernel, o.Func, o.Grid, o.Block = OpKernel, ev.Kernel, ev.Func, ev.Grid, ev.Block
+		q.kind, q.kernel, q.fn, q.grid, q.block = opKernel, ev.Kernel, ev.Func, ev.Grid, ev.Block
 		ref = opRef{valid: true, name: p.kernelName(ev.Kernel, ev.Func)}
 	case KindGraphLaunch:
-		o.Kind, o.Func = OpGraph, ev.Handle
+		q.kind, q.fn = opGraph, ev.Handle
 	case KindMemcpyAsync:
-		o.Kind, o.Bytes = OpMemcpy, ev.Bytes
+		q.kind, q.bytes = opMemcpy, ev.Bytes
 	case KindCollective:
 		c := p.comm(ev.Comm)
 		c.issued++
 		c.lastOp = ev.Op.String()
-		o.Kind, o.Op, o.Dtype, o.Count, o.Peer = OpCollective, ev.Op.String(), DtypeName(ev.Dtype), ev.Count, ev.Peer
-		o.Bytes = ev.Count * DtypeSize(ev.Dtype)
-		o.Comm, o.Seq, o.NRanks = c.id, c.issued, c.nranks
-		q.comm = c
-		ref = opRef{valid: true, coll: true, key: collKey(o.Op, o.Dtype, o.Bytes, o.NRanks), bytes: o.Bytes}
+		q.kind, q.coll, q.dtype, q.count, q.peer = opCollective, ev.Op, ev.Dtype, ev.Count, ev.Peer
+		q.bytes = ev.Count * DtypeSize(ev.Dtype)
+		q.seq, q.comm = c.issued, c
+		ref = opRef{valid: true, coll: true, key: collKey(c.lastOp, DtypeName(q.dtype), q.bytes, c.nranks), bytes: q.bytes}
 	}
 	p.enqueue(s, &q, ev.Time)
 	s.last = ref
@@ -205,7 +249,7 @@ func (p *proc) retire(s *stream, pos uint64, t int64) {
 		o := s.pop()
 		p.pending--
 		popped = true
-		p.completed(&o, t-max(o.op.Issued, base))
+		p.completed(&o, t-max(o.issued, base))
 	}
 	if popped && t > s.lastDone {
 		s.lastDone = t
@@ -231,17 +275,17 @@ func (p *proc) retire(s *stream, pos uint64, t int64) {
 // completed accounts for an op known complete after dur nanoseconds
 // (observed, an upper bound).
 func (p *proc) completed(q *qop, dur int64) {
-	o := &q.op
-	switch o.Kind {
-	case OpKernel:
-		p.stats.kernel(p.kernelName(o.Kernel, o.Func)).observed.add(dur)
-	case OpCollective:
-		if c := q.comm; c != nil && o.Seq > c.completed {
-			c.completed = o.Seq
+	switch q.kind {
+	case opKernel:
+		p.stats.kernel(p.kernelName(q.kernel, q.fn)).observed.add(dur)
+	case opCollective:
+		c := q.comm
+		if q.seq > c.completed {
+			c.completed = q.seq
 		}
-		cs := p.stats.coll(collKey(o.Op, o.Dtype, o.Bytes, o.NRanks))
+		cs := p.stats.coll(collKey(q.coll.String(), DtypeName(q.dtype), q.bytes, c.nranks))
 		cs.observed.add(dur)
-		cs.observedBytes += o.Bytes
+		cs.observedBytes += q.bytes
 	}
 }
 
@@ -251,7 +295,7 @@ func (p *proc) memcpy(ev *Event) {
 	th := p.thread(ev.TID)
 	if ev.Phase == PhaseEnter {
 		s := p.stream(0)
-		o := qop{op: Op{Kind: OpMemcpy, Vendor: ev.Vendor.String(), TID: ev.TID, Issued: ev.Time, Bytes: ev.Bytes}}
+		o := qop{kind: opMemcpy, vendor: ev.Vendor, tid: int32(ev.TID), issued: ev.Time, bytes: ev.Bytes}
 		p.enqueue(s, &o, ev.Time)
 		s.last = opRef{}
 		th.wait = &blockWait{kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}
@@ -266,7 +310,8 @@ func (p *proc) memcpy(ev *Event) {
 	p.retire(p.stream(0), w.copyPos, ev.Time)
 }
 
-// snapshot returns every stream's current position.
+// snapshot returns every stream's current position, by stream (the
+// engine's state does not depend on the order of a map).
 func (p *proc) snapshot() []target {
 	ts := make([]target, 0, len(p.streams))
 	for id, s := range p.streams {
@@ -274,6 +319,7 @@ func (p *proc) snapshot() []target {
 			ts = append(ts, target{stream: id, pos: s.next})
 		}
 	}
+	slices.SortFunc(ts, func(a, b target) int { return cmp.Compare(a.stream, b.stream) })
 	return ts
 }
 

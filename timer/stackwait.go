@@ -226,14 +226,14 @@ func (p *proc) stackDecision(h *Hang, w *stackWait, now int64) {
 	}
 	h.Waiters = []Waiter{{TID: w.TID, Call: w.name() + " (seen on its stack)", Since: w.since}}
 	if o := p.oldest(); o != nil {
-		op := o.op
+		op := o.op()
 		h.Oldest = &op
 	}
 	for _, s := range p.streams {
 		for i := 0; i < s.n; i++ {
 			o := &s.q[(s.head+i)%len(s.q)]
-			if o.op.Kind == "collective" && (h.Collective == nil || o.op.Issued < h.Collective.Issued) {
-				op := o.op
+			if o.kind == opCollective && (h.Collective == nil || o.issued < h.Collective.Issued) {
+				op := o.op()
 				h.Collective = &op
 			}
 		}

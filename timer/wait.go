@@ -186,11 +186,11 @@ func (p *proc) awaitedColls(targets []target, into map[string]uint64) *qop {
 			if o.pos >= t.pos {
 				break
 			}
-			if o.op.Kind != OpCollective {
+			if o.kind != opCollective {
 				continue
 			}
-			if o.op.Seq > into[o.op.Comm] {
-				into[o.op.Comm] = o.op.Seq
+			if o.seq > into[o.comm.id] {
+				into[o.comm.id] = o.seq
 			}
 			if oldest == nil || o.gseq < oldest.gseq {
 				oldest = o

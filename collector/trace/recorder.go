@@ -55,20 +55,45 @@ func New(capacity int) *Recorder {
 func (r *Recorder) Add(ev timer.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.add(&ev, r.procs[ev.PID])
+}
+
+// AddAll records evs in order, as Add one by one would, under one lock.
+func (r *Recorder) AddAll(evs []timer.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var g *ring // the ring of process last, or nil
+	last := 0
+	for i := range evs {
+		ev := &evs[i]
+		if g == nil || ev.PID != last {
+			g, last = r.procs[ev.PID], ev.PID
+		}
+		g = r.add(ev, g)
+	}
+}
+
+// add records ev in g, the ring of ev's process (nil: none yet), and
+// returns the ring it went to (nil: none); r.mu held.
+func (r *Recorder) add(ev *timer.Event, g *ring) *ring {
 	if ev.Kind == timer.KindProcessExit {
 		delete(r.procs, ev.PID)
-		return
+		return nil
 	}
-	g := r.procs[ev.PID]
 	if g == nil {
 		if len(r.procs) >= r.maxProcs {
 			r.dropped++
-			return
+			return nil
 		}
 		g = &ring{buf: make([]Record, 0, min(r.capacity, 256)), seq: make(map[uint64]uint64)}
 		r.procs[ev.PID] = g
 	}
-	rec := Record{Event: ev}
+	slot := g.next
+	if len(g.buf) < r.capacity {
+		g.buf = append(g.buf, Record{})
+	}
+	rec := &g.buf[slot]
+	rec.Event, rec.Seq = *ev, 0
 	switch ev.Kind {
 	case timer.KindCollective:
 		if _, ok := g.seq[ev.Comm]; ok || len(g.seq) < maxComms {
@@ -78,13 +103,11 @@ func (r *Recorder) Add(ev timer.Event) {
 	case timer.KindProcessExec:
 		clear(g.seq)
 	}
-	if len(g.buf) < r.capacity {
-		g.buf = append(g.buf, rec)
-	} else {
-		g.buf[g.next] = rec
+	if g.next++; g.next == r.capacity {
+		g.next = 0
 	}
-	g.next = (g.next + 1) % r.capacity
 	g.total++
+	return g
 }
 
 // Forget drops the events of pid.

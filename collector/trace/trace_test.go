@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -55,6 +56,51 @@ func TestSequenceNumbers(t *testing.T) {
 	}
 	if want := []uint64{1, 2, 1, 3}; !equal(got, want) {
 		t.Fatalf("seqs %v, want %v", got, want)
+	}
+}
+
+// TestAddAllAsAdd feeds one stream of events to a recorder one by one
+// and to another as batches: interleaved processes, collectives on two
+// communicators, an exec, exits (one of a process that comes back), more
+// processes than kept, rings that wrap. Both must hold the same.
+func TestAddAllAsAdd(t *testing.T) {
+	var evs []timer.Event
+	for i := range 400 {
+		pid := 1 + i%3
+		if i%7 == 0 {
+			pid = 4 + i%5 // beyond maxProcs, some of them
+		}
+		ev := timer.Event{Time: int64(i), PID: pid, TID: pid, Kind: timer.KindLaunch}
+		switch {
+		case i%11 == 0:
+			ev.Kind, ev.Comm, ev.Op = timer.KindCollective, uint64(0xa+i%2), timer.OpAllReduce
+		case i%53 == 0:
+			ev.Kind = timer.KindProcessExec
+		case i%37 == 0:
+			ev.Kind = timer.KindProcessExit
+		}
+		evs = append(evs, ev)
+	}
+	one, all := New(8), New(8)
+	one.maxProcs, all.maxProcs = 4, 4
+	for _, ev := range evs {
+		one.Add(ev)
+	}
+	for i := 0; i < len(evs); i += 13 {
+		all.AddAll(slices.Clone(evs[i:min(i+13, len(evs))]))
+	}
+	if !slices.Equal(one.Processes(), all.Processes()) || one.Dropped() != all.Dropped() {
+		t.Fatalf("processes %v (dropped %d) one by one, %v (dropped %d) in batches", one.Processes(), one.Dropped(), all.Processes(), all.Dropped())
+	}
+	for _, pid := range one.Processes() {
+		a, an := one.Events(pid)
+		b, bn := all.Events(pid)
+		if !slices.Equal(a, b) || an != bn {
+			t.Fatalf("pid %d: one by one %v (%d overwritten), in batches %v (%d)", pid, a, an, b, bn)
+		}
+	}
+	if len(one.Processes()) == 0 {
+		t.Fatal("nothing recorded")
 	}
 }
 

@@ -26,7 +26,7 @@ import (
 type stuckTracer struct{ pids chan int }
 
 func (s *stuckTracer) Follow(pid int) error { s.pids <- pid; return nil }
-func (s *stuckTracer) Run(ctx context.Context, onEvent func(timer.Event), onNotice func(ebpf.Notice)) error {
+func (s *stuckTracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice func(ebpf.Notice)) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -34,8 +34,10 @@ func (s *stuckTracer) Run(ctx context.Context, onEvent func(timer.Event), onNoti
 		case pid := <-s.pids:
 			t := agent.Monotonic() - int64(10*time.Second)
 			onNotice(ebpf.Notice{Kind: "attach", PID: pid, Library: "libcudart.so.12", Attached: []string{"cudaLaunchKernel"}})
-			onEvent(timer.Event{Time: t, PID: pid, TID: pid, Kind: timer.KindCollective, Op: timer.OpAllReduce, Comm: 1, Stream: 3, Count: 8, Dtype: 7})
-			onEvent(timer.Event{Time: t + 1, PID: pid, TID: pid, Kind: timer.KindStreamSynchronize, Stream: 3})
+			onEvents([]timer.Event{
+				{Time: t, PID: pid, TID: pid, Kind: timer.KindCollective, Op: timer.OpAllReduce, Comm: 1, Stream: 3, Count: 8, Dtype: 7},
+				{Time: t + 1, PID: pid, TID: pid, Kind: timer.KindStreamSynchronize, Stream: 3},
+			})
 		}
 	}
 }
