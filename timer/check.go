@@ -210,8 +210,8 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 // not known complete.
 func (p *proc) inCollective() bool {
 	for _, s := range p.streams {
-		for i := 0; i < s.n; i++ {
-			if s.q[(s.head+i)%len(s.q)].kind == opCollective {
+		for i := 0; i < s.q.n; i++ {
+			if s.q.at(i).kind == opCollective {
 				return true
 			}
 		}

@@ -55,12 +55,12 @@ func checkInvariants(t *testing.T, e *Engine) {
 	for pid, p := range e.procs {
 		n := 0
 		for _, s := range p.streams {
-			n += s.n
+			n += s.q.n
 			if s.done > s.next {
 				t.Fatalf("pid %d stream %d: done %d beyond next %d", pid, s.id, s.done, s.next)
 			}
-			for i := 0; i < s.n; i++ {
-				if s.q[(s.head+i)%len(s.q)].pos < s.done {
+			for i := 0; i < s.q.n; i++ {
+				if s.q.at(i).pos < s.done {
 					t.Fatalf("pid %d stream %d: completed op still queued", pid, s.id)
 				}
 			}

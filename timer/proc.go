@@ -47,8 +47,7 @@ func newProc(pid int, t int64, maxOps int) *proc {
 // done is known complete.
 type stream struct {
 	id       uint64
-	q        []qop // ring buffer
-	head, n  int
+	q        opQueue
 	next     uint64 // position of the next item
 	nops     uint64 // ops issued (positions minus wait markers)
 	done     uint64
@@ -153,7 +152,7 @@ func (p *proc) stream(id uint64) *stream {
 // and the events recorded on them.
 func (p *proc) pruneStreams() {
 	for id, s := range p.streams {
-		if s.n == 0 && len(s.deps) == 0 {
+		if s.q.n == 0 && len(s.deps) == 0 {
 			delete(p.streams, id)
 		}
 	}
@@ -165,33 +164,14 @@ func (p *proc) pruneStreams() {
 	p.lastStream = nil
 }
 
-func (s *stream) front() *qop { return &s.q[s.head] }
-
+// push queues o, dropping the oldest op when limit are queued.
 func (s *stream) push(o *qop, limit int) (dropped bool) {
-	if s.n == len(s.q) {
-		if s.n >= limit {
-			s.head = (s.head + 1) % len(s.q)
-			s.n--
-			dropped = true
-		} else {
-			grown := make([]qop, max(16, min(2*len(s.q), limit)))
-			for i := 0; i < s.n; i++ {
-				grown[i] = s.q[(s.head+i)%len(s.q)]
-			}
-			s.q, s.head = grown, 0
-		}
+	if s.q.n >= limit {
+		s.q.pop()
+		dropped = true
 	}
-	s.q[(s.head+s.n)%len(s.q)] = *o
-	s.n++
+	s.q.push(o)
 	return dropped
-}
-
-func (s *stream) pop() qop {
-	o := s.q[s.head]
-	s.q[s.head] = qop{}
-	s.head = (s.head + 1) % len(s.q)
-	s.n--
-	return o
 }
 
 // issue enqueues a launch, graph launch, async copy or collective.
@@ -245,8 +225,8 @@ func (p *proc) retire(s *stream, pos uint64, t int64) {
 	s.done = pos
 	base := s.lastDone
 	popped := false
-	for s.n > 0 && s.front().pos < pos {
-		o := s.pop()
+	for s.q.n > 0 && s.q.front().pos < pos {
+		o := s.q.pop()
 		p.pending--
 		popped = true
 		p.completed(&o, t-max(o.issued, base))
@@ -452,8 +432,8 @@ func (p *proc) elapsed(ev *Event) {
 func (p *proc) oldest() *qop {
 	var best *qop
 	for _, s := range p.streams {
-		if s.n > 0 && (best == nil || s.front().gseq < best.gseq) {
-			best = s.front()
+		if s.q.n > 0 && (best == nil || s.q.front().gseq < best.gseq) {
+			best = s.q.front()
 		}
 	}
 	return best

@@ -230,8 +230,8 @@ func (p *proc) stackDecision(h *Hang, w *stackWait, now int64) {
 		h.Oldest = &op
 	}
 	for _, s := range p.streams {
-		for i := 0; i < s.n; i++ {
-			o := &s.q[(s.head+i)%len(s.q)]
+		for i := 0; i < s.q.n; i++ {
+			o := s.q.at(i)
 			if o.kind == opCollective && (h.Collective == nil || o.issued < h.Collective.Issued) {
 				op := o.op()
 				h.Collective = &op

@@ -150,8 +150,8 @@ func (p *proc) awaited(targets []target) *qop {
 		if s == nil || t.pos <= s.done {
 			return
 		}
-		if s.n > 0 && s.front().pos < t.pos && (best == nil || s.front().gseq < best.gseq) {
-			best = s.front()
+		if s.q.n > 0 && s.q.front().pos < t.pos && (best == nil || s.q.front().gseq < best.gseq) {
+			best = s.q.front()
 		}
 		for _, d := range s.deps {
 			if d.at < t.pos {
@@ -181,8 +181,8 @@ func (p *proc) awaitedColls(targets []target, into map[string]uint64) *qop {
 		if s == nil || t.pos <= s.done {
 			return
 		}
-		for i := 0; i < s.n; i++ {
-			o := &s.q[(s.head+i)%len(s.q)]
+		for i := 0; i < s.q.n; i++ {
+			o := s.q.at(i)
 			if o.pos >= t.pos {
 				break
 			}
