@@ -33,18 +33,13 @@ func rawCall(b []byte) (*probesCall, bool) {
 // Kernel and split communicator ids afterwards). Which payload field holds
 // what, per kind, is the table in probes.bpf.c's header comment.
 func decode(ev *timer.Event, r *probesCall) {
-	*ev = timer.Event{
-		Time:   int64(r.Time),
-		PID:    int(r.Pid),
-		TID:    int(r.Tid),
-		Kind:   timer.Kind(r.Kind),
-		Phase:  timer.Phase(r.Phase),
-		Vendor: timer.Vendor(r.Vendor),
-		Ret:    r.Ret,
-		Stream: r.Stream,
-		Peer:   -1,
-	}
-	w := r.Word
+	// Cleared, then set field by field: a composite literal would be
+	// built aside and copied, twice the stores.
+	*ev = timer.Event{}
+	ev.Time, ev.PID, ev.TID = int64(r.Time), int(r.Pid), int(r.Tid)
+	ev.Kind, ev.Phase, ev.Vendor = timer.Kind(r.Kind), timer.Phase(r.Phase), timer.Vendor(r.Vendor)
+	ev.Ret, ev.Stream, ev.Peer = r.Ret, r.Stream, -1
+	w := &r.Word
 	switch ev.Kind {
 	case timer.KindLaunch:
 		ev.Func = r.Handle
