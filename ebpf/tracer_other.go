@@ -19,7 +19,7 @@ func NewTracer(Options) (*Tracer, error) {
 }
 
 func (*Tracer) Follow(int) error { return errors.ErrUnsupported }
-func (*Tracer) Run(context.Context, func(timer.Event), func(Notice)) error {
+func (*Tracer) Run(context.Context, func([]timer.Event), func(Notice)) error {
 	return errors.ErrUnsupported
 }
 func (*Tracer) Stats() Stats                             { return Stats{} }
