@@ -65,6 +65,9 @@ type Report struct {
 	OldestOp   string            `json:"oldest_op,omitempty"` // the oldest op not known complete (a kernel for a collective hang, usually)
 	Oldest     *timer.Op         `json:"oldest,omitempty"`
 	Collective *timer.Op         `json:"collective,omitempty"` // the oldest awaited collective
+	NewestOp   string            `json:"newest_op,omitempty"`  // the newest awaited op not known complete, when several are: the stuck op is one from OldestOp to it
+	Newest     *timer.Op         `json:"newest,omitempty"`
+	Awaited    int               `json:"awaited,omitempty"` // awaited ops not known complete
 
 	// "lost".
 	Lost      uint64 `json:"lost,omitempty"`
@@ -101,7 +104,8 @@ func (r *Report) setRank(id Identity) {
 func hangReport(h timer.Hang, id Identity, known bool) Report {
 	r := Report{Event: EventHang, PID: h.PID, Kind: h.Kind, AgeSeconds: float64(h.AgeNs) / 1e9,
 		Timeout: float64(h.Timeout) / 1e9, Waiters: h.Waiters, Comms: h.Comms, Lagging: h.Lagging,
-		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall, StackWait: h.StackWait}
+		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall, StackWait: h.StackWait,
+		Newest: h.Newest, Awaited: h.Awaited}
 	if known {
 		r.setRank(id)
 	} else if h.Rank >= 0 {
@@ -113,6 +117,9 @@ func hangReport(h timer.Hang, id Identity, known bool) Report {
 		if o.Kind == timer.OpKernel {
 			r.Kernel = o.Kernel
 		}
+	}
+	if o := h.Newest; o != nil {
+		r.NewestOp = opName(o)
 	}
 	if h.Kind == timer.HangHost {
 		// Nothing of this rank's is awaited: its peers await the

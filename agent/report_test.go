@@ -144,3 +144,18 @@ func TestHostStallNamesOwedCollective(t *testing.T) {
 		t.Fatalf("host hang %+v", *host)
 	}
 }
+
+// A decision over several awaited ops names the newest too (the stuck op
+// is one from the oldest to it); over one, the oldest alone.
+func TestHangReportNewest(t *testing.T) {
+	fill := &timer.Op{Kind: "kernel", Kernel: "vectorized_elementwise_kernel"}
+	spin := &timer.Op{Kind: "kernel", Kernel: "spin_on_flag"}
+	r := hangReport(timer.Hang{Kind: "gpu", Rank: 0, Oldest: fill, Newest: spin, Awaited: 2}, Identity{}, false)
+	if r.Op != "vectorized_elementwise_kernel" || r.NewestOp != "spin_on_flag" || r.Newest != spin || r.Awaited != 2 {
+		t.Fatalf("op %q newest_op %q newest %v awaited %d", r.Op, r.NewestOp, r.Newest, r.Awaited)
+	}
+	r = hangReport(timer.Hang{Kind: "gpu", Rank: 0, Oldest: spin, Awaited: 1}, Identity{}, false)
+	if r.Op != "spin_on_flag" || r.NewestOp != "" || r.Awaited != 1 {
+		t.Fatalf("one op: op %q newest_op %q awaited %d", r.Op, r.NewestOp, r.Awaited)
+	}
+}

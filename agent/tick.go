@@ -45,6 +45,12 @@ func (a *Agent) Tick(ctx context.Context) {
 				// (a Triton kernel's included) where the probes know it
 				attrs = append(attrs, "oldest", r.OldestOp)
 			}
+			if r.NewestOp != "" {
+				// the stuck op is one of the awaited ones, from the
+				// oldest to this one: earlier ones may have completed
+				// unobserved
+				attrs = append(attrs, "newest", r.NewestOp, "awaited", r.Awaited)
+			}
 			if s := h.Stall; s != nil {
 				attrs = append(attrs, "state", s.State, "spinning", s.Spinning, "syscall", s.Site, "python", s.Python)
 			}

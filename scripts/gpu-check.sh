@@ -26,6 +26,12 @@
 #                two (+cuLaunchKernel), xpu_timer_launch, the same with
 #                --stall-watch=false), ROUNDS rounds, medians, the BPF
 #                statistics of every program that ran, lost events
+#   paired       the same overhead measured in one process: paired.py
+#                switches the ways (plain, one empty uprobe, two, ours as
+#                xpu-timer watch --pid) on and off around one launch-bound
+#                workload, ROUNDS rounds of DWELL seconds each, and takes
+#                differences within a round: ours at most one empty uprobe
+#                + 150 ns, 0 lost
 #   rate8        8 of those launch-bound workloads at once under one
 #                launcher: events lost, the launcher's CPU per 100,000
 #                launches a second (at most 2 % of a core)
@@ -34,6 +40,9 @@
 # Artefacts (logs, dumps, viewer reports, the table) go under $OUT when
 # set, else a temporary directory it names. The exit status is the number
 # of scenarios that failed (0: all as expected).
+#
+# ONLY (environment), a list of row names, runs those alone; the others
+# are listed as skipped (verdict "skip", not counted as failed).
 #
 # --dry runs the same scenarios on the fake GPU testbed (testdata/fakegpu,
 # built by make testbed) instead of PyTorch: gpu-check/fakeworkloads.py
@@ -104,7 +113,7 @@ if [ $DRY = 1 ]; then
 	W_GRAPH="$wl graph"
 	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=3 done'
 	W_BOUND=$(job --nproc 1 --steps 3 --launch-bound $((LAUNCHES / 3)))
-	W_RATE="$wl launchbound"
+	W_RATE="$wl launchbound" W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-5000} DWELL=${DWELL:-2} PYP=python3
 	CUDART=$fake/build/libcudart.so.12 CUDA=$fake/build/libcuda.so.1
 else
 	T=${HANG_TIMEOUT:-10} ROUNDS=${ROUNDS:-5} LAUNCHES=${LAUNCHES:-200000}
@@ -115,12 +124,17 @@ else
 	W_DDP_LATE="$W_DDP late" LATE_RE='workloads.py ddp late'
 	W_TRITON="$wl triton" K_TRITON=spin_on_flag
 	W_GRAPH="$wl graph"
-	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=3 done'
+	# the late job's fault holds rank 2 at step 3: rank 0 finishes step 2
+	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=2 done'
 	W_BOUND="$wl launchbound" W_RATE="$wl launchbound"
+	W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-20000} DWELL=${DWELL:-3} PYP=$PY
 	libs=$($wl libs) || { echo "gpu-check: $PY cannot use the GPU" >&2; exit 2; }
 	CUDART=$(sed -n 's/^cudart=//p' <<<"$libs" | head -1) CUDA=$(sed -n 's/^cuda=//p' <<<"$libs" | head -1)
 fi
-export FAULT_RANK=2 FAULT_STEP=3 LAUNCHES PYTHONDONTWRITEBYTECODE=1
+export FAULT_RANK=2 FAULT_STEP=3 LAUNCHES BLOCK PYTHONDONTWRITEBYTECODE=1
+
+# want ROW: whether ONLY (if set) names ROW.
+want() { [ -z "${ONLY:-}" ] || grep -qw -- "$1" <<<"$ONLY"; }
 
 # ---- helpers ----
 
@@ -175,12 +189,18 @@ culprit() {
 }
 
 # hangline LOG: kind and op of the first hang line of a launcher or agent log.
-hangline() { grep -m1 'msg=hang' "$1" | grep -oE '(rank|kind|op)=[^ ]*' | tr '\n' ' '; }
+# (names cut at 40 characters)
+hangline() {
+	grep -m1 'msg=hang' "$1" | grep -oE '(rank|kind|op|newest|awaited)=("[^"]*"|[^ ]*)' |
+		awk '{ if (length($0) > 48) $0 = substr($0, 1, 48) "..."; printf "%s ", $0 }'
+}
 
 # ---- scenarios under the launcher ----
 
 # launched NAME WORKLOAD KERNEL: one process hangs on a kernel; the hang
-# line must say gpu and name the kernel.
+# line must say gpu and name the kernel: as its op, or as the newest of the
+# awaited ops not known complete (a fill kernel before a Triton kernel
+# completes unobserved: the probes see no completion nobody waited for).
 launched() {
 	local name=$1 w=$2 kernel=$3 t0
 	t0=$(now)
@@ -197,7 +217,7 @@ launched() {
 		got="no decision in $((T + 15)) s"
 	fi
 	stop "$p"
-	row "$name" "gpu, $kernel named" "$got" "$(since "$t0")" $ok
+	row "$name" "gpu, $kernel named (op or newest)" "$got" "$(since "$t0")" $ok
 }
 
 ddp4() {
@@ -363,28 +383,53 @@ overhead() {
 		"$([ $ok = 1 ] && awk -v l="$l" -v e="$e1" 'BEGIN { exit !(l <= e + 150) }' && ! grep -q 'probe events lost' "$ART"/overhead/launcher.*.log && echo 1 || echo 0)"
 }
 
+# paired: the launch overhead in one process (paired.py), DWELL s a way
+# and round.
+paired() {
+	local t0 got ok=0 line
+	t0=$(now)
+	"$PYP" "$here/gpu-check/paired.py" "$ART/paired" "$PROBE" "$XPU" "$CUDART" "$CUDA" "$ROUNDS" "$DWELL" -- $W_BLOCKS \
+		>"$ART/paired.log" 2>&1
+	line=$(grep -m1 '^paired ' "$ART/paired.log")
+	if [ -n "$line" ]; then
+		got=$(awk -v l="$line" 'BEGIN { split(l, w, " "); for (i in w) { split(w[i], kv, "="); f[kv[1]] = kv[2] }
+			printf "ours %s ns over one empty uprobe, %s over plain, %s lost", f["ours_over_empty1"], f["ours_over_plain"], f["lost"] }')
+		grep -q ' ok=1$' <<<"$line" && ok=1
+	else
+		got="no result (see $ART/paired.log)"
+	fi
+	row paired "ours <= empty uprobe + 150 ns, 0 lost" "$got" "$(since "$t0")" $ok
+}
+
 # rate8: RATE_PROCS (default 8) launch-bound workloads under one launcher
 # (issue 30), timed together: each warms up, then waits at a barrier
 # (RATE_DIR: workloads.py's barrier); the shell the launcher runs reads
-# the launcher's utime + stime (/proc/PPID/stat: its own threads, not the
-# workloads') once all are warm, lets them go, and reads it again when the
-# last ends. Expected: no event lost at the rate they reach together, and
+# the launcher's CPU time (the schedstat of its threads, /proc/PPID/task:
+# its own, not the workloads') once all are warm, lets them go, and reads it
+# again when the last ends. Expected: no event lost at the rate they reach together, and
 # the launcher's CPU at most 2 % of a core per 100,000 launches a second.
 rate8() {
 	local t0 n=${RATE_PROCS:-8} dir=$ART/overhead/rate8
 	t0=$(now)
 	mkdir -p "$dir/barrier"
-	# A quarter of the single workload's launches each, and 150 s at most.
-	LAUNCHES=$((LAUNCHES / 4)) RATE_DIR=$dir/barrier timeout 150 "$LAUNCH" --hang-timeout 300s --port 0 --timeline-path "$dir" -- /bin/sh -c '
+	# RATE_LAUNCHES each (default: as many as the single workload's), and
+	# 150 s at most.
+	LAUNCHES=${RATE_LAUNCHES:-$LAUNCHES} RATE_DIR=$dir/barrier timeout 150 "$LAUNCH" --hang-timeout 300s --port 0 --timeline-path "$dir" -- /bin/sh -c '
 		n=$1 dir=$2
 		shift 2
 		for i in $(seq "$n"); do "$@" >"$dir/w$i.log" 2>&1 & done
 		until [ "$(ls "$RATE_DIR" | grep -c "^ready")" -ge "$n" ]; do sleep 0.01; done
-		c0=$(awk "{ print \$14 + \$15 }" /proc/$PPID/stat) t0=$(date +%s%N)
+		cpu() { cat /proc/$PPID/task/*/schedstat | awk "{ s += \$1 } END { print s }"; }
+		# the launcher at rest first (what it does without launches:
+		# reading symbols ahead, its checks), 2 s
+		i0=$(cpu) s0=$(date +%s%N)
+		sleep 2
+		i1=$(cpu) s1=$(date +%s%N)
+		c0=$(cpu) t0=$(date +%s%N)
 		touch "$RATE_DIR/go"
 		wait
-		t1=$(date +%s%N) c1=$(awk "{ print \$14 + \$15 }" /proc/$PPID/stat)
-		echo "rate8 window_ns=$((t1 - t0)) ticks=$((c1 - c0)) hz=$(getconf CLK_TCK)"' rate8 "$n" "$dir" $W_RATE >"$dir/launcher.log" 2>&1
+		t1=$(date +%s%N) c1=$(cpu)
+		echo "rate8 window_ns=$((t1 - t0)) cpu_ns=$((c1 - c0)) rest_ns=$((s1 - s0)) rest_cpu_ns=$((i1 - i0))"' rate8 "$n" "$dir" $W_RATE >"$dir/launcher.log" 2>&1
 	local made=0 i line got ok=0 lost_n per
 	for i in $(seq "$n"); do
 		per=$(grep -oE ' launches=[0-9]+' "$dir/w$i.log" | tail -1 | cut -d= -f2)
@@ -395,8 +440,9 @@ rate8() {
 	if [ -n "$line" ] && [ "$made" -gt 0 ]; then
 		got=$(awk -v l="$line" -v m="$made" -v lost="$lost_n" -v n="$n" 'BEGIN {
 			split(l, w, " "); for (i in w) { split(w[i], kv, "="); f[kv[1]] = kv[2] }
-			s = f["window_ns"] / 1e9; rate = m / s; cpu = 100 * f["ticks"] / f["hz"] / s
-			printf "%d procs %.0f launches/s, launcher %.2f%% of a core: %.2f%% per 100k/s, %d lost", n, rate, cpu, cpu / (rate / 1e5), lost
+			s = f["window_ns"] / 1e9; rate = m / s; cpu = 100 * f["cpu_ns"] / 1e9 / s
+			rest = 100 * f["rest_cpu_ns"] / f["rest_ns"]
+			printf "%d procs %.0f launches/s, launcher %.2f%% of a core (%.2f%% at rest): %.2f%% per 100k/s, %d lost", n, rate, cpu, rest, cpu / (rate / 1e5), lost
 		}')
 		awk -v g="$got" 'BEGIN { split(g, w, ": "); split(w[2], v, "%"); exit !(v[1] + 0 <= 2) }' && [ "$lost_n" = 0 ] && ok=1
 	else
@@ -408,29 +454,38 @@ rate8() {
 # The launch table first, on a quiet machine; then the hangs, all at once
 # (each has its own processes, ports, dump directory and time limit; the
 # agent follows only its job's command line).
-overhead
-rate8
+want overhead && overhead
+want paired && paired
+want rate8 && rate8
 trap 'kill -TERM $(jobs -p) 2>/dev/null' EXIT
 scenario() { (trap 'stop "${PIDS[@]}"' EXIT; "$@") & }
-scenario launched nccl-sleep "$W_NCCL" "$K_NCCL"
-scenario launched triton "$W_TRITON" "$K_TRITON"
-scenario ddp4
-scenario graph_late
-scenario ddp4_late
+want nccl-sleep && scenario launched nccl-sleep "$W_NCCL" "$K_NCCL"
+want triton && scenario launched triton "$W_TRITON" "$K_TRITON"
+want ddp4 && scenario ddp4
+want graph-late && scenario graph_late
+{ want ddp4-watch || want ddp4-agent; } && scenario ddp4_late
 wait
 
-order=(overhead rate8 nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent)
+order=(overhead paired rate8 nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent)
 failed=0
 {
 	echo "gpu-check $([ $DRY = 1 ] && echo "--dry (fake GPU testbed)" || echo "on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"), hang timeout ${T}s, $(since "$start_all") s in all"
 	printf '%-12s | %-44s | %-58s | %6s | %s\n' scenario expected got seconds verdict
 	for r in "${order[@]}"; do
-		if [ -f "$ART/rows/$r" ]; then cat "$ART/rows/$r"; else printf '%-12s | %-44s | %-58s | %6s | %s\n' "$r" - "no result" - FAIL; fi
+		if [ -f "$ART/rows/$r" ]; then
+			cat "$ART/rows/$r"
+		elif want "$r"; then
+			printf '%-12s | %-44s | %-58s | %6s | %s\n' "$r" - "no result" - FAIL
+		else
+			printf '%-12s | %-44s | %-58s | %6s | %s\n' "$r" - "not run (ONLY)" - skip
+		fi
 	done
-	echo
-	cat "$ART/overhead.txt"
+	for f in overhead paired/paired; do
+		[ -f "$ART/$f.txt" ] && echo && cat "$ART/$f.txt"
+	done
 } | tee "$ART/table.txt"
 for r in "${order[@]}"; do
+	want "$r" || continue
 	grep -q '| ok$' "$ART/rows/$r" 2>/dev/null || failed=$((failed + 1))
 done
 echo "artefacts: $ART" >&2

@@ -6,9 +6,10 @@ import "slices"
 type view struct {
 	p       *proc
 	waiters []waiting
-	stuck   *qop              // oldest op awaited by a waiter past the timeout, nil if none
-	colls   map[string]uint64 // highest awaited collective per communicator of those waiters
-	coll    *qop              // oldest collective awaited by those waiters
+	// stuck is the oldest op awaited by a waiter past the timeout (nil if
+	// none), span all that those waiters await not known complete.
+	stuck *qop
+	span  span
 }
 
 // Check decides at time now which processes newly hang. A process fires
@@ -36,23 +37,18 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 	views := make([]view, 0, len(e.procs))
 	for _, p := range e.procs {
 		v := view{p: p, waiters: p.waiters(now, e.cfg.PollRepeat)}
+		var targets []target
 		for _, w := range v.waiters {
 			if now-w.Since <= e.timeout {
 				continue
 			}
-			o := p.awaited(w.targets)
-			if o == nil || now-o.issued <= e.timeout {
-				continue
+			if o := p.awaited(w.targets); o != nil && now-o.issued > e.timeout {
+				targets = append(targets, w.targets...)
 			}
-			if v.stuck == nil || o.gseq < v.stuck.gseq {
-				v.stuck = o
-			}
-			if v.colls == nil {
-				v.colls = make(map[string]uint64)
-			}
-			if c := p.awaitedColls(w.targets, v.colls); c != nil && (v.coll == nil || c.gseq < v.coll.gseq) {
-				v.coll = c
-			}
+		}
+		if targets != nil {
+			v.span = p.awaitedSpan(targets)
+			v.stuck = v.span.oldest
 		}
 		views = append(views, v)
 	}
@@ -89,10 +85,15 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			op := v.stuck.op()
 			h.Oldest = &op
 			h.AgeNs = now - op.Issued
-			if v.coll != nil {
-				c := v.coll.op()
+			if v.span.coll != nil {
+				c := v.span.coll.op()
 				h.Collective = &c
 			}
+			if v.span.n > 1 {
+				n := v.span.newest.op()
+				h.Newest = &n
+			}
+			h.Awaited = v.span.n
 			for _, w := range v.waiters {
 				h.Waiters = append(h.Waiters, w.Waiter)
 			}
@@ -172,7 +173,7 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 		}
 		linked := false
 		var lag *Lag
-		for id, seq := range q.colls {
+		for id, seq := range q.span.colls {
 			if isLocal(id) {
 				continue
 			}
@@ -198,7 +199,7 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 			// spinning. Silence alone is not: a rank whose peer is stuck
 			// on a kernel may wait on it where the probes do not see
 			// (gloo, a store, a lock).
-			if q.coll != nil && !p.inCollective() || p.spinning(now, e.timeout) {
+			if q.span.coll != nil && !p.inCollective() || p.spinning(now, e.timeout) {
 				return nil, true
 			}
 		}

@@ -44,6 +44,16 @@ type Hang struct {
 	// such a kernel this is the op most likely stuck, waiting for peers.
 	Collective *Op `json:"collective,omitempty"`
 
+	// Newest is, for "gpu", the last issued of the awaited ops not known
+	// complete, when there are several (Awaited > 1). Without the GPU's
+	// own account of which kernel runs, the stuck op is one of the
+	// Awaited ops from Oldest to Newest: Oldest unless it completed
+	// unobserved (a fill before a Triton kernel that spins, say, with no
+	// synchronisation between them), and often Newest, where the waiter
+	// synchronises right after the launch that never ends.
+	Newest  *Op `json:"newest,omitempty"`
+	Awaited int `json:"awaited,omitempty"` // awaited ops not known complete ("gpu")
+
 	// Lagging is set for "host": the communicator on which peers wait for
 	// a collective this process has not issued.
 	Lagging *Lag `json:"lagging,omitempty"`

@@ -53,7 +53,11 @@
 // event reports ready or is recorded again. What a waiter waits for is
 // every op before its target position and, through stream-wait
 // dependencies, the ops those wait for; the oldest of them not known
-// complete is what it is stuck on.
+// complete is what it is stuck on. The probes see no completion that no
+// thread waited for, so work before the stuck op may have completed
+// unobserved: a decision also says how many awaited ops are not known
+// complete (Hang.Awaited) and names the newest of them (Hang.Newest), and
+// the stuck op is one of those, from the oldest to the newest.
 //
 // A process is hung on the GPU ("gpu") when a waiter has been waiting
 // longer than Config.HangTimeout and the work it waits for still has an

@@ -371,3 +371,77 @@ func TestManyStreamsBounded(t *testing.T) {
 	}
 	checkInvariants(t, e)
 }
+
+// The probes see no completion nobody waited for, so a decision says
+// which awaited ops are not known complete: a fill then, seconds later
+// (a JIT compile), a Triton kernel that spins and a synchronize is the
+// real GPU's case (gpu-check's triton): the fill is the oldest, the Triton
+// kernel the newest of two. Each op counts once, however many waiters and
+// stream dependencies reach it; work a waiter does not depend on is not
+// counted.
+func TestHangAwaitedSpan(t *testing.T) {
+	const pid, main, dog, s1, s2, s3, ev = 10, 10, 11, 21, 22, 23, 0xe0
+	cases := []struct {
+		name           string
+		evs            []Event
+		oldest, newest string // newest "" when no Newest is expected
+		awaited        int
+	}{
+		{"one op: exact", []Event{
+			launch(1, pid, main, s1, "spin"),
+			enter(2, pid, main, KindStreamSynchronize, s1, 0)}, "spin", "", 1},
+		{"a fill before a JIT-compiled kernel", []Event{
+			launch(1, pid, main, s1, "fill"),
+			launch(7, pid, main, s1, "spin_on_flag"),
+			enter(7.1, pid, main, KindDeviceSynchronize, 0, 0)}, "fill", "spin_on_flag", 2},
+		{"ops after the waiter's target are not awaited", []Event{
+			launch(1, pid, main, s1, "a"),
+			launch(1.1, pid, main, s1, "b"),
+			record(1.2, pid, main, ev, s1),
+			launch(1.3, pid, main, s1, "after"),
+			enter(2, pid, dog, KindEventSynchronize, 0, ev)}, "a", "b", 2},
+		{"two waiters on one stream count each op once", []Event{
+			launch(1, pid, main, s1, "a"),
+			launch(1.1, pid, main, s1, "b"),
+			record(1.2, pid, main, ev, s1),
+			launch(1.3, pid, main, s1, "c"),
+			// the nearer target first (waiters go by thread id)
+			enter(2, pid, main, KindEventSynchronize, 0, ev),
+			enter(2.1, pid, dog, KindStreamSynchronize, s1, 0)}, "a", "c", 3},
+		{"through a stream wait, once", []Event{
+			launch(1, pid, main, s2, "other"),
+			record(1.1, pid, main, ev, s2),
+			Event{Time: at(1.2), PID: pid, TID: main, Kind: KindStreamWaitEvent, Stream: s1, Handle: ev},
+			Event{Time: at(1.25), PID: pid, TID: main, Kind: KindStreamWaitEvent, Stream: s3, Handle: ev},
+			launch(1.3, pid, main, s1, "mine"),
+			launch(1.4, pid, main, s3, "third"),
+			enter(2, pid, main, KindDeviceSynchronize, 0, 0)}, "other", "third", 3},
+		{"work known complete is not counted", []Event{
+			launch(1, pid, main, s1, "done"),
+			enter(1.1, pid, main, KindStreamSynchronize, s1, 0),
+			exit(1.2, pid, main, KindStreamSynchronize, s1, 0, 0),
+			launch(1.3, pid, main, s1, "x"),
+			launch(1.4, pid, main, s1, "y"),
+			enter(2, pid, main, KindStreamSynchronize, s1, 0)}, "x", "y", 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newTestEngine()
+			feed(e, c.evs...)
+			hs := e.Check(at(30))
+			if len(hs) != 1 || hs[0].Kind != HangGPU {
+				t.Fatalf("hangs = %+v, want one gpu", hs)
+			}
+			h := hs[0]
+			if h.Oldest == nil || h.Oldest.Kernel != c.oldest || h.Awaited != c.awaited {
+				t.Fatalf("oldest %+v awaited %d, want %s of %d", h.Oldest, h.Awaited, c.oldest, c.awaited)
+			}
+			switch {
+			case c.newest == "" && h.Newest != nil:
+				t.Fatalf("newest %+v, want none", h.Newest)
+			case c.newest != "" && (h.Newest == nil || h.Newest.Kernel != c.newest):
+				t.Fatalf("newest %+v, want %s", h.Newest, c.newest)
+			}
+		})
+	}
+}

@@ -165,15 +165,29 @@ func (p *proc) awaited(targets []target) *qop {
 	return best
 }
 
-// awaitedColls records, per communicator, the highest sequence number of
-// the collectives not known complete that the targets depend on, and
-// returns the oldest of those collectives (nil if none).
-func (p *proc) awaitedColls(targets []target, into map[string]uint64) *qop {
-	var oldest *qop
+// span is the work a set of waiters depends on that is not known
+// complete: the stuck op is one of its ops, the oldest unless that one
+// completed unobserved (the probes see no completion of work that nobody
+// waited for).
+type span struct {
+	oldest, newest *qop // first and last issued (gseq)
+	n              int  // how many ops
+	coll           *qop // the oldest collective, nil if none
+	// colls holds, per communicator, the highest sequence number of the
+	// span's collectives.
+	colls map[string]uint64
+}
+
+// awaitedSpan walks the work the targets depend on, as awaited does, and
+// describes the ops not known complete in it. Each op counts once, however
+// many targets reach it.
+func (p *proc) awaitedSpan(targets []target) span {
+	var sp span
 	reached := make(map[uint64]uint64, 4)
 	var walk func(t target)
 	walk = func(t target) {
-		if got, ok := reached[t.stream]; ok && got >= t.pos {
+		from, seen := reached[t.stream]
+		if seen && from >= t.pos {
 			return
 		}
 		reached[t.stream] = t.pos
@@ -186,14 +200,27 @@ func (p *proc) awaitedColls(targets []target, into map[string]uint64) *qop {
 			if o.pos >= t.pos {
 				break
 			}
+			if seen && o.pos < from {
+				continue // counted by the walk that reached from
+			}
+			sp.n++
+			if sp.oldest == nil || o.gseq < sp.oldest.gseq {
+				sp.oldest = o
+			}
+			if sp.newest == nil || o.gseq > sp.newest.gseq {
+				sp.newest = o
+			}
 			if o.kind != opCollective {
 				continue
 			}
-			if o.seq > into[o.comm.id] {
-				into[o.comm.id] = o.seq
+			if sp.colls == nil {
+				sp.colls = make(map[string]uint64)
 			}
-			if oldest == nil || o.gseq < oldest.gseq {
-				oldest = o
+			if o.seq > sp.colls[o.comm.id] {
+				sp.colls[o.comm.id] = o.seq
+			}
+			if sp.coll == nil || o.gseq < sp.coll.gseq {
+				sp.coll = o
 			}
 		}
 		for _, d := range s.deps {
@@ -205,7 +232,7 @@ func (p *proc) awaitedColls(targets []target, into map[string]uint64) *qop {
 	for _, t := range targets {
 		walk(t)
 	}
-	return oldest
+	return sp
 }
 
 // callName is the API name of a wait, in the vendor's spelling.

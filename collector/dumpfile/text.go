@@ -24,18 +24,10 @@ func Text(f *File) string {
 	if h := f.Hang; h != nil {
 		fmt.Fprintf(&b, "hang: %s, for %s (timeout %s), %d ops pending\n",
 			h.Kind, time.Duration(h.AgeNs), time.Duration(h.Timeout), h.Pending)
-		if op := h.Oldest; op != nil {
-			switch {
-			case op.Kind == timer.OpCollective:
-				fmt.Fprintf(&b, "  oldest: %s #%d on comm %s (%d %s, %d ranks) on stream %#x, thread %d\n",
-					op.Op, op.Seq, op.Comm, op.Count, op.Dtype, op.NRanks, op.Stream, op.TID)
-			case op.Kernel != "":
-				fmt.Fprintf(&b, "  oldest: %s %s on stream %#x, thread %d\n", op.Kind, op.Kernel, op.Stream, op.TID)
-			case op.Func != 0: // a kernel whose name no lookup we saw gave: its handle
-				fmt.Fprintf(&b, "  oldest: %s %#x on stream %#x, thread %d\n", op.Kind, op.Func, op.Stream, op.TID)
-			default:
-				fmt.Fprintf(&b, "  oldest: %s on stream %#x, thread %d\n", op.Kind, op.Stream, op.TID)
-			}
+		writeOp(&b, "oldest", h.Oldest)
+		if h.Newest != nil {
+			fmt.Fprintf(&b, "  %d awaited ops not known complete: the stuck one is among them, from the oldest to\n", h.Awaited)
+			writeOp(&b, "newest", h.Newest)
 		}
 		for _, w := range h.Waiters {
 			fmt.Fprintf(&b, "  waiter: thread %d in %s (stream %#x)\n", w.TID, w.Call, w.Stream)
@@ -75,6 +67,22 @@ func Text(f *File) string {
 		}
 	}
 	return b.String()
+}
+
+// writeOp writes one op of a decision on a line of its own, labelled.
+func writeOp(b *strings.Builder, label string, op *timer.Op) {
+	switch {
+	case op == nil:
+	case op.Kind == timer.OpCollective:
+		fmt.Fprintf(b, "  %s: %s #%d on comm %s (%d %s, %d ranks) on stream %#x, thread %d\n",
+			label, op.Op, op.Seq, op.Comm, op.Count, op.Dtype, op.NRanks, op.Stream, op.TID)
+	case op.Kernel != "":
+		fmt.Fprintf(b, "  %s: %s %s on stream %#x, thread %d\n", label, op.Kind, op.Kernel, op.Stream, op.TID)
+	case op.Func != 0: // a kernel whose name no lookup we saw gave: its handle
+		fmt.Fprintf(b, "  %s: %s %#x on stream %#x, thread %d\n", label, op.Kind, op.Func, op.Stream, op.TID)
+	default:
+		fmt.Fprintf(b, "  %s: %s on stream %#x, thread %d\n", label, op.Kind, op.Stream, op.TID)
+	}
 }
 
 func writeFrames(b *strings.Builder, frames []stack.Frame) {

@@ -27,3 +27,22 @@ func TestTextOldestKernel(t *testing.T) {
 		}
 	}
 }
+
+// Several awaited ops: the text names the newest and how many there are.
+func TestTextNewest(t *testing.T) {
+	fill := timer.Op{Kind: "kernel", Kernel: "fill", Stream: 0x10, TID: 7}
+	spin := timer.Op{Kind: "kernel", Kernel: "spin_on_flag", Stream: 0x10, TID: 7}
+	got := Text(&File{Hang: &timer.Hang{Kind: "gpu", Oldest: &fill, Newest: &spin, Awaited: 3}})
+	for _, want := range []string{
+		"  oldest: kernel fill on stream 0x10, thread 7\n",
+		"  3 awaited ops not known complete",
+		"  newest: kernel spin_on_flag on stream 0x10, thread 7\n",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("no %q in\n%s", want, got)
+		}
+	}
+	if got := Text(&File{Hang: &timer.Hang{Kind: "gpu", Oldest: &fill, Awaited: 1}}); strings.Contains(got, "newest") {
+		t.Errorf("one awaited op, yet a newest:\n%s", got)
+	}
+}

@@ -18,7 +18,7 @@ import (
 )
 
 // rows are the scenarios of the table, in its order.
-var rows = []string{"overhead", "rate8", "nccl-sleep", "triton", "ddp4", "graph-late", "ddp4-watch", "ddp4-agent"}
+var rows = []string{"overhead", "paired", "rate8", "nccl-sleep", "triton", "ddp4", "graph-late", "ddp4-watch", "ddp4-agent"}
 
 var (
 	rowRe   = regexp.MustCompile(`^(\S+)\s+\| (.*?)\s+\| (.*?)\s+\|\s+([0-9.]+|-) \| (ok|FAIL)$`)

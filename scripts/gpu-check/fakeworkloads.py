@@ -5,12 +5,14 @@ testbed's libraries (run.py's Device). Usage: fakeworkloads.py LIB_DIR NAME
 
   nccl-sleep  an NCCL all-reduce on one rank, synchronized, then a kernel
               that never ends (gemm_bf16_kernel) and cudaDeviceSynchronize
-  triton      triton_poi_fused_add_0 spinning on a flag it loads, launched
-              with cuLaunchKernelEx, then cudaDeviceSynchronize
+  triton      a fill kernel, a second later (the JIT) triton_poi_fused_add_0
+              spinning on a flag it loads, launched with cuLaunchKernelEx,
+              then cudaDeviceSynchronize
   graph       a kernel that never ends captured in a CUDA graph, the graph
               replayed, then cudaDeviceSynchronize
   launchbound trivial launches as fast as Python makes them (gpu-check's
               rate8; workloads.py's launchbound)
+  launchblocks the same in blocks until STOP_FILE exists (paired.py)
 
 Each prints "hung" before its last call.
 """
@@ -54,6 +56,27 @@ def launchbound(dev):
     run.say("launches_total=%d launches=%d ns_per_launch=%.0f" % (2000 + 3 * n, n, best * 1e9 / n))
 
 
+def launchblocks(dev):
+    """workloads.py's launchblocks: the same launches in blocks of BLOCK
+    until STOP_FILE exists (paired.py)."""
+    block = int(os.environ.get("BLOCK", "20000"))
+    stop = os.environ["STOP_FILE"]
+    vals, args = dev.params(0)
+    grid, block3 = run.Dim3(1, 1, 1), run.Dim3(16, 1, 1)
+    launch, kernel = dev._launch, dev.kernel("noop_kernel")
+    for _ in range(2000):
+        launch(kernel, grid, block3, args, 0, None)
+    dev.synchronize()
+    run.say("warm")
+    while not os.path.exists(stop):
+        t = time.time_ns()
+        for _ in range(block):
+            launch(kernel, grid, block3, args, 0, None)
+        dev.synchronize()
+        e = time.time_ns()
+        run.say("block start=%d end=%d ns=%.1f" % (t, e, (e - t) / block))
+
+
 def main(lib_dir, name):
     dev = run.Device(lib_dir, "cuda")
     time.sleep(SETUP_S)
@@ -65,10 +88,18 @@ def main(lib_dir, name):
         run.say("all-reduce done")
         dev.launch(dev.kernel("gemm_bf16_kernel"), 0, None, run.KERNEL_HANG)
     elif name == "triton":
+        # as on a GPU: torch.ones(flag) launches a fill kernel, the JIT
+        # compiles for a while, then the Triton kernel; nothing waits for
+        # the fill, so the probes never see it complete
+        dev.launch(dev.kernel("gelu_fwd_kernel"), 5, None)  # an elementwise stand-in
+        time.sleep(1.0)
         flag = ctypes.c_uint64(1)
         run.TritonKernel(dev, "triton_poi_fused_add_0")(0, None, run.SPIN_ON_FLAG, flag)
     elif name == "launchbound":
         launchbound(dev)
+        return
+    elif name == "launchblocks":
+        launchblocks(dev)
         return
     elif name == "graph":
         side = dev.stream()

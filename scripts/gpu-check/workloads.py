@@ -15,6 +15,10 @@ argument; each prints progress lines the script waits for:
   launchbound  x.add_(1) on 16 elements, LAUNCHES (default 200000) launches
                timed after a warm-up, best of 3; prints "ns_per_launch=N"
                (with RATE_DIR set, waits there after the warm-up: ratebarrier.py)
+  launchblocks x.add_(1) as launchbound, after the same warm-up ("warm"),
+               in blocks of BLOCK (default 20000) launches until the file
+               STOP_FILE exists, each printed as "block start=NS end=NS
+               ns=NS_PER_LAUNCH" (wall clock, time.time_ns): paired.py
   libs         prints the paths of the CUDA runtime and driver this torch maps
 
 Needs PyTorch with CUDA (and Triton for triton); one GPU is enough.
@@ -115,6 +119,23 @@ def launchbound():
     say("launches_total=%d launches=%d ns_per_launch=%.0f" % (20000 + 3 * n, n, best * 1e9 / n))
 
 
+def launchblocks():
+    block = int(os.environ.get("BLOCK", "20000"))
+    stop = os.environ["STOP_FILE"]
+    x = torch.zeros(16, device="cuda")
+    for _ in range(20000):
+        x.add_(1)
+    torch.cuda.synchronize()
+    say("warm")
+    while not os.path.exists(stop):
+        t = time.time_ns()
+        for _ in range(block):
+            x.add_(1)
+        torch.cuda.synchronize()
+        e = time.time_ns()
+        say("block start=%d end=%d ns=%.1f" % (t, e, (e - t) / block))
+
+
 def libs():
     torch.zeros(1, device="cuda")
     seen = []
@@ -129,7 +150,7 @@ def libs():
 
 
 WORKLOADS = {"nccl-sleep": nccl_sleep, "ddp": ddp, "triton": triton_spin, "graph": graph,
-             "launchbound": launchbound, "libs": libs}
+             "launchbound": launchbound, "launchblocks": launchblocks, "libs": libs}
 
 if __name__ == "__main__":
     # a second argument is a tag for --command-regex, else ignored
