@@ -414,7 +414,7 @@ rate8() {
 	mkdir -p "$dir/barrier"
 	# RATE_LAUNCHES each (default: as many as the single workload's), and
 	# 150 s at most.
-	LAUNCHES=${RATE_LAUNCHES:-$LAUNCHES} RATE_DIR=$dir/barrier timeout 150 "$LAUNCH" --hang-timeout 300s --port 0 --timeline-path "$dir" -- /bin/sh -c '
+	LAUNCHES=${RATE_LAUNCHES:-$LAUNCHES} RATE_DIR=$dir/barrier XPU_TIMER_CPU_PROFILE=$dir/launcher.pprof timeout 150 "$LAUNCH" --hang-timeout 300s --port 0 --timeline-path "$dir" -- /bin/sh -c '
 		n=$1 dir=$2
 		shift 2
 		for i in $(seq "$n"); do "$@" >"$dir/w$i.log" 2>&1 & done

@@ -5,19 +5,23 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/xpu-timer/xpu-timer/internal/cpuprofile"
 	"github.com/xpu-timer/xpu-timer/internal/version"
 )
 
 // Execute runs cmd, prints its error and returns the exit status of the one
 // table in package exitcode: a bad flag, argument or missing required flag
 // is a usage error (2) in every command; other errors carry their own
-// status (Of), else 1. Every binary answers --version.
+// status (Of), else 1. Every binary answers --version. With
+// XPU_TIMER_CPU_PROFILE set, the run writes a Go CPU profile there
+// (package cpuprofile).
 func Execute(cmd *cobra.Command) int {
 	if cmd.Version == "" {
 		cmd.Version = version.String()
 		cmd.SetVersionTemplate("{{.Name}} {{.Version}}\n")
 	}
 	prepare(cmd)
+	defer cpuprofile.Start()()
 	c, err := cmd.ExecuteC()
 	if err == nil {
 		return OK
