@@ -63,7 +63,9 @@ func exportedProbeSymbols(path string) (map[string]uint64, error) {
 }
 
 // probeSymbolsOf returns which of our probe symbols f, a file checked by
-// elfcheck, defines as functions, with their file offsets, and, beside the
+// elfcheck, defines as functions, with the file offsets of their probe
+// sites (the entry, or an instruction after it the kernel emulates:
+// probeSite), and, beside the
 // loader's _dl_debug_state, where its _r_debug lies (rDebugSymbol).
 func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 	out := map[string]uint64{}
@@ -93,7 +95,11 @@ func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 			if _, done := out[s.Name]; done {
 				continue
 			}
-			out[s.Name] = fileOffset(f, s.Value)
+			off := fileOffset(f, s.Value)
+			if s.Name != loaderProbe.Symbol { // r_debug is found from its entry
+				off += uint64(probeSite(codeAt(f, s.Value, maxSiteSkip+16)))
+			}
+			out[s.Name] = off
 		}
 	}
 	// r_debug is data, in no executable segment: kept at its distance
@@ -114,6 +120,19 @@ func fileOffset(f *elf.File, addr uint64) uint64 {
 		}
 	}
 	return addr
+}
+
+// codeAt reads up to n bytes of code at addr, from the executable PT_LOAD
+// segment that holds it (nil if none does).
+func codeAt(f *elf.File, addr uint64, n int) []byte {
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr <= addr && addr < p.Vaddr+p.Filesz {
+			b := make([]byte, min(uint64(n), p.Vaddr+p.Filesz-addr))
+			k, _ := p.ReadAt(b, int64(addr-p.Vaddr))
+			return b[:k]
+		}
+	}
+	return nil
 }
 
 // wanted reports whether a mapped file deserves a symbol scan: a known

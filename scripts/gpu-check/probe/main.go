@@ -10,7 +10,11 @@
 //
 // Usage:
 //
-//	gpucheck-probe [-uprobe LIB:SYMBOL]... -- CMD ARGS...
+//	gpucheck-probe [-uprobe LIB:SYMBOL[+OFFSET]]... -- CMD ARGS...
+//
+// OFFSET (bytes from the symbol, 0x for hex) places the probe inside the
+// function: where the kernel emulates the instruction rather than
+// single-stepping it (see ebpf/site.go).
 //
 // It exits with the command's status. Built statically with the other
 // binaries, it needs root (or CAP_BPF and CAP_PERFMON) where it runs.
@@ -165,7 +169,15 @@ func attachEmpty(targets []string) ([]emptyProbe, error) {
 	for i, t := range targets {
 		lib, sym, ok := strings.Cut(t, ":")
 		if !ok || lib == "" || sym == "" {
-			return out, fmt.Errorf("uprobe %q: want LIB:SYMBOL", t)
+			return out, fmt.Errorf("uprobe %q: want LIB:SYMBOL[+OFFSET]", t)
+		}
+		var off uint64
+		if s, o, ok := strings.Cut(sym, "+"); ok {
+			v, err := strconv.ParseUint(o, 0, 64)
+			if err != nil {
+				return out, fmt.Errorf("uprobe %q: offset %q: %w", t, o, err)
+			}
+			sym, off = s, v
 		}
 		name := fmt.Sprintf("empty_%d", i)
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -177,10 +189,10 @@ func attachEmpty(targets []string) ([]emptyProbe, error) {
 		if err != nil {
 			return out, fmt.Errorf("load empty program: %w", err)
 		}
-		e := emptyProbe{name: name, target: sym, prog: prog}
+		e := emptyProbe{name: name, target: strings.TrimPrefix(t[len(lib):], ":"), prog: prog}
 		ex, err := link.OpenExecutable(lib)
 		if err == nil {
-			e.link, err = ex.Uprobe(sym, prog, nil)
+			e.link, err = ex.Uprobe(sym, prog, &link.UprobeOptions{Offset: off})
 		}
 		out = append(out, e)
 		if err != nil {

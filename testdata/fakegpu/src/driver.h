@@ -1,12 +1,15 @@
 /* driver.h: the types and values of the fake CUDA driver API (driver.c),
- * as cuda.h declares them. DRVAPI exports a cu* function from libcuda.so.1;
+ * as cuda.h declares them. DRVAPI exports a cu* function from libcuda.so.1,
+ * through an entry stub as NVIDIA's (src/nvstubs.awk, -DFG_NV_STUBS);
  * linked into the MACA runtime (-DFAKE_MACA) the names stay hidden. */
 #ifndef FAKEGPU_DRIVER_H
 #define FAKEGPU_DRIVER_H
 #include <stddef.h>
 #include <stdint.h>
 
-#ifdef FAKE_MACA
+#if defined(FAKE_MACA) || defined(FG_NV_STUBS)
+/* MACA: linked into its runtime. FG_NV_STUBS: libcuda.so.1's exported
+ * names are entry stubs (src/nvstubs.awk), the definitions fg_impl_*. */
 #define DRVAPI __attribute__((visibility("hidden")))
 #else
 #define DRVAPI __attribute__((visibility("default")))
