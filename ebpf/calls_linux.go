@@ -236,19 +236,41 @@ func (r *callRings) collect() {
 func (r *callRings) take(cut uint64, dst []probesCall, max int) []probesCall {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for n := 0; n < max; n++ {
-		best, bt := -1, cut
-		for i, p := range r.pending {
-			if h := r.heads[i]; h < len(p) && p[h].Time < bt {
-				best, bt = i, p[h].Time
-			}
+	// The rings with a record before cut, in ring order: on a node of many
+	// CPUs most rings are idle, and each record would look at all of them.
+	var buf [maxRings]int
+	act := buf[:0]
+	for i, p := range r.pending {
+		if h := r.heads[i]; h < len(p) && p[h].Time < cut {
+			act = append(act, i)
 		}
-		if best < 0 {
+	}
+	for n := 0; n < max && len(act) > 0; {
+		if len(act) == 1 { // one ring: its run before cut, at once
+			i := act[0]
+			p, h := r.pending[i], r.heads[i]
+			e := h
+			for e < len(p) && e-h < max-n && p[e].Time < cut {
+				e++
+			}
+			dst = append(dst, p[h:e]...)
+			r.heads[i], r.npending, n = e, r.npending-(e-h), n+e-h
 			break
 		}
-		dst = append(dst, r.pending[best][r.heads[best]])
-		r.heads[best]++
+		best, bt := 0, r.pending[act[0]][r.heads[act[0]]].Time
+		for j := 1; j < len(act); j++ {
+			if t := r.pending[act[j]][r.heads[act[j]]].Time; t < bt {
+				best, bt = j, t
+			}
+		}
+		i := act[best]
+		dst = append(dst, r.pending[i][r.heads[i]])
+		r.heads[i]++
 		r.npending--
+		n++
+		if h := r.heads[i]; h == len(r.pending[i]) || r.pending[i][h].Time >= cut {
+			act = append(act[:best], act[best+1:]...)
+		}
 	}
 	for i, p := range r.pending {
 		if h := r.heads[i]; h == len(p) || h > len(p)/2 {

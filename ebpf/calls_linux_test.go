@@ -3,6 +3,7 @@
 package ebpf
 
 import (
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -295,5 +296,59 @@ func TestTakeInChunks(t *testing.T) {
 	}
 	if rest := r.take(20000, nil, 100); len(rest) != 10 || rest[0].Time != 9000 {
 		t.Errorf("then %v, want the 10 after the cut from 9000", handles(rest))
+	}
+}
+
+// take hands out the same records in the same order as a merge that looks
+// at every ring for every record (of two alike in time, the lower ring's
+// first), whatever the rings, ties, cuts and chunk sizes: with one ring
+// holding records, several, or none before the cut.
+func TestTakeAsFullMerge(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for trial := range 300 {
+		rings := 1 + rnd.IntN(16)
+		f, r := newFakeRings(rings, 256)
+		model := make([][]probesCall, rings)
+		busy := 1 + rnd.IntN(rings)
+		for i := range 200 {
+			ring := rnd.IntN(busy)
+			prev := uint64(0)
+			if n := len(model[ring]); n > 0 {
+				prev = model[ring][n-1].Time
+			}
+			tm := prev + uint64(rnd.IntN(4)) // ties within and across rings
+			f.write(ring, ring, tm, uint64(i))
+			var c probesCall
+			fill(&c, ring, tm, uint64(i))
+			model[ring] = append(model[ring], c)
+		}
+		r.collect()
+		cut := uint64(rnd.IntN(300))
+		var got []probesCall
+		for {
+			chunk := r.take(cut, nil, 1+rnd.IntN(70))
+			if len(chunk) == 0 {
+				break
+			}
+			got = append(got, chunk...)
+		}
+		var want []probesCall
+		heads := make([]int, rings)
+		for {
+			best, bt := -1, cut
+			for i, p := range model {
+				if h := heads[i]; h < len(p) && p[h].Time < bt {
+					best, bt = i, p[h].Time
+				}
+			}
+			if best < 0 {
+				break
+			}
+			want = append(want, model[best][heads[best]])
+			heads[best]++
+		}
+		if !slices.Equal(handles(got), handles(want)) {
+			t.Fatalf("trial %d (%d rings, %d busy, cut %d): took %v, want %v", trial, rings, busy, cut, handles(got), handles(want))
+		}
 	}
 }

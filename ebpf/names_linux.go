@@ -26,7 +26,21 @@ type kernelNames struct {
 	cache   *symbols.Cache
 	handles *ebpf.Map // func_names; nil in tests without BPF
 	procs   map[int]*procNames
+	recent  [recentNames]recentName // the latest lookups, by pid % recentNames
 }
+
+// recentName is a process's latest lookup.
+type recentName struct {
+	pid  int
+	addr uint64
+	name string
+	p    *procNames
+}
+
+// recentNames is how many processes' latest lookups are kept: the ranks of
+// a node launch at once, their records interleaved, each mostly the same
+// few kernels.
+const recentNames = 16
 
 type procNames struct {
 	syms  *symbols.Process
@@ -43,7 +57,18 @@ func (k *kernelNames) lookup(pid int, addr uint64) string {
 	if addr == 0 {
 		return ""
 	}
-	p := k.procs[pid]
+	r := &k.recent[uint(pid)%recentNames]
+	if r.p != nil && r.pid == pid {
+		if r.addr == addr {
+			return r.name
+		}
+	} else {
+		r.p = nil
+	}
+	p := r.p
+	if p == nil {
+		p = k.procs[pid]
+	}
 	if p == nil {
 		syms, err := k.cache.Process(pid)
 		if err != nil {
@@ -52,14 +77,15 @@ func (k *kernelNames) lookup(pid int, addr uint64) string {
 		p = &procNames{syms: syms, names: map[uint64]string{}}
 		k.procs[pid] = p
 	}
-	if name, ok := p.names[addr]; ok {
-		return name
+	name, ok := p.names[addr]
+	if !ok {
+		name = k.handleName(pid, addr)
+		if name == "" {
+			name = p.symbol(addr)
+		}
+		p.names[addr] = name
 	}
-	name := k.handleName(pid, addr)
-	if name == "" {
-		name = p.symbol(addr)
-	}
-	p.names[addr] = name
+	*r = recentName{pid: pid, addr: addr, name: name, p: p}
 	return name
 }
 
@@ -104,6 +130,9 @@ func (k *kernelNames) mapped(pid int) {
 		return
 	}
 	p.stale = true
+	if r := &k.recent[uint(pid)%recentNames]; r.pid == pid && r.name == "" {
+		*r = recentName{}
+	}
 	for a, n := range p.names {
 		if n == "" {
 			delete(p.names, a)
@@ -115,6 +144,9 @@ func (k *kernelNames) mapped(pid int) {
 // too.
 func (k *kernelNames) forget(pid int) {
 	delete(k.procs, pid)
+	if r := &k.recent[uint(pid)%recentNames]; r.pid == pid {
+		*r = recentName{}
+	}
 	if k.handles == nil {
 		return
 	}

@@ -42,8 +42,8 @@ type Engine struct {
 	cfg       Config
 	timeout   int64
 	procs     map[int]*proc
-	last      *proc // cache of the most recent process
-	recovered []int // pids whose decision cleared, not yet returned by Recovered
+	recent    [recentProcs]*proc // the latest processes, by pid % recentProcs
+	recovered []int              // pids whose decision cleared, not yet returned by Recovered
 	ids       map[int]identity
 }
 
@@ -83,7 +83,8 @@ func (e *Engine) SetIdentity(pid, rank, worldSize int) {
 
 // proc returns the state of pid, creating it at time t.
 func (e *Engine) proc(pid int, t int64) *proc {
-	if p := e.last; p != nil && p.pid == pid {
+	slot := &e.recent[uint(pid)%recentProcs]
+	if p := *slot; p != nil && p.pid == pid {
 		return p
 	}
 	p := e.procs[pid]
@@ -94,9 +95,13 @@ func (e *Engine) proc(pid int, t int64) *proc {
 		}
 		e.procs[pid] = p
 	}
-	e.last = p
+	*slot = p
 	return p
 }
+
+// recentProcs is how many processes Engine.proc finds without a map
+// lookup: the ranks of a node launch at once, their records interleaved.
+const recentProcs = 16
 
 // outOfWait says whether ev shows its thread outside any wait: every call
 // of a thread but a query answered "not ready" (a poll, which a waiting
@@ -193,7 +198,7 @@ func (e *Engine) handle(ev *Event) {
 			e.recovered = append(e.recovered, p.pid)
 		}
 		e.procs[ev.PID] = q
-		e.last = q
+		e.recent[uint(ev.PID)%recentProcs] = q
 	}
 }
 
@@ -208,8 +213,8 @@ func (e *Engine) drop(pid int) {
 	}
 	delete(e.procs, pid)
 	delete(e.ids, pid)
-	if e.last == p {
-		e.last = nil
+	if slot := &e.recent[uint(pid)%recentProcs]; *slot == p {
+		*slot = nil
 	}
 }
 

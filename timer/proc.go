@@ -14,6 +14,8 @@ type proc struct {
 	lastStream *stream // cache for launch bursts on one stream
 	events     map[uint64]*eventRec
 	threads    map[int]*thread
+	lastThread *thread // the latest thread(lastTID), nil when evicted
+	lastTID    int
 	comms      map[uint64]*comm
 	commOrder  int
 	groupDepth int

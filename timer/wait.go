@@ -39,9 +39,13 @@ type pollStreak struct {
 }
 
 func (p *proc) thread(tid int) *thread {
+	if th := p.lastThread; th != nil && p.lastTID == tid {
+		return th // a stream's calls come mostly from one thread
+	}
 	th := p.threads[tid]
 	if th == nil {
 		if len(p.threads) >= maxThreads {
+			p.lastThread = nil
 			for id, t := range p.threads {
 				if t.wait == nil && len(t.polls) == 0 {
 					delete(p.threads, id)
@@ -57,6 +61,7 @@ func (p *proc) thread(tid int) *thread {
 		th = &thread{}
 		p.threads[tid] = th
 	}
+	p.lastThread, p.lastTID = th, tid
 	return th
 }
 

@@ -62,14 +62,19 @@ func (r *Recorder) Add(ev timer.Event) {
 func (r *Recorder) AddAll(evs []timer.Event) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var g *ring // the ring of process last, or nil
-	last := 0
+	// The rings of the latest processes, by pid: the ranks of a node
+	// launch at once, their records interleaved.
+	var recent [16]struct {
+		pid int
+		g   *ring
+	}
 	for i := range evs {
 		ev := &evs[i]
-		if g == nil || ev.PID != last {
-			g, last = r.procs[ev.PID], ev.PID
+		c := &recent[uint(ev.PID)%uint(len(recent))]
+		if c.g == nil || c.pid != ev.PID {
+			c.pid, c.g = ev.PID, r.procs[ev.PID]
 		}
-		g = r.add(ev, g)
+		c.g = r.add(ev, c.g)
 	}
 }
 
