@@ -282,8 +282,9 @@ ddp4_late() {
 	a=$(now)
 	bg ddp4-watch "$XPU" watch --timeout "${T}s" --pid "$job"
 	local w=$PID
-	bg ddp4-agent-log "$XPU" agent --hang-timeout "${T}s" --timeline-path "$ART/ddp4-agent" --port 0 \
-		--scan-interval 1s --command-regex "$LATE_RE"
+	# (GOTRACEBACK=all: a SIGQUIT below prints every goroutine)
+	bg ddp4-agent-log env GOTRACEBACK=all XPU_TIMER_LOG_LEVEL=debug "$XPU" agent --hang-timeout "${T}s" \
+		--timeline-path "$ART/ddp4-agent" --port 0 --scan-interval 1s --command-regex "$LATE_RE"
 	local ag=$PID
 	if waitfor "$ART/ddp4-watch.log" '"event":"hang".*"rank":2[,}]' $((T + 10)); then
 		local s
@@ -300,6 +301,8 @@ ddp4_late() {
 		grep -q 'Likely culprit: rank 2$' <<<"$got" && ok=1
 	else
 		got="no dump of 4 ranks in $((T + 20)) s"
+		# where the agent is: its goroutines, into its log
+		pkill -QUIT -f -- "--command-regex $LATE_RE" && sleep 1
 	fi
 	stop "$w" "$ag" "$job"
 	row ddp4-agent "viewer: Likely culprit: rank 2" "$got" "$(since "$a")" $ok
