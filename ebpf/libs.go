@@ -65,7 +65,7 @@ func exportedProbeSymbols(path string) (map[string]uint64, error) {
 // probeSymbolsOf returns which of our probe symbols f, a file checked by
 // elfcheck, defines as functions, with the file offsets of their probe
 // sites (the entry, or an instruction after it the kernel emulates:
-// probeSite), and, beside the
+// ProbeSite), and, beside the
 // loader's _dl_debug_state, where its _r_debug lies (rDebugSymbol).
 func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 	out := map[string]uint64{}
@@ -97,7 +97,7 @@ func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 			}
 			off := fileOffset(f, s.Value)
 			if s.Name != loaderProbe.Symbol { // r_debug is found from its entry
-				off += uint64(probeSite(codeAt(f, s.Value, maxSiteSkip+16)))
+				off += uint64(ProbeSite(codeAt(f, s.Value, maxSiteSkip+16)))
 			}
 			out[s.Name] = off
 		}

@@ -33,13 +33,14 @@ const maxSiteSkip = 32
 
 var endbr64 = []byte{0xf3, 0x0f, 0x1e, 0xfa}
 
-// probeSite returns where in a function, whose first bytes are code, to
-// put its uprobes: the offset of its first instruction the kernel
+// ProbeSite returns where in a function, whose first bytes are code, to
+// put its uprobes (the offset our probes take; gpucheck-probe's
+// LIB:SYMBOL+site): the offset of its first instruction the kernel
 // emulates, if only instructions that change nothing but the flags come
 // before it (endbr64, nop, cmp, test), else 0. A probe there sees the
 // registers, the stack and the return address of the entry, as entry and
 // return programs need.
-func probeSite(code []byte) int {
+func ProbeSite(code []byte) int {
 	off := 0
 	for off < maxSiteSkip && off < len(code) {
 		rest := code[off:]

@@ -29,7 +29,7 @@ func TestProbeSite(t *testing.T) {
 		{"cut short", []byte{0x81, 0x3d, 0x7e}, 0},
 		{"nothing", nil, 0},
 	} {
-		if got := probeSite(c.code); got != c.want {
+		if got := ProbeSite(c.code); got != c.want {
 			t.Errorf("%s: site %d, want %d", c.name, got, c.want)
 		}
 	}

@@ -27,11 +27,12 @@
 #                --stall-watch=false), ROUNDS rounds, medians, the BPF
 #                statistics of every program that ran, lost events
 #   paired       the same overhead measured in one process: paired.py
-#                switches the ways (plain, one empty uprobe, two, ours as
-#                xpu-timer watch --pid) on and off around one launch-bound
-#                workload, ROUNDS rounds of DWELL seconds each, and takes
-#                differences within a round: ours at most one empty uprobe
-#                + 150 ns, 0 lost
+#                switches the ways (plain, an empty uprobe on
+#                cudaLaunchKernel, one on cuLaunchKernel at its entry and
+#                at the site our probes take, ours as xpu-timer watch
+#                --pid) on and off around one launch-bound workload, ROUNDS
+#                rounds of DWELL seconds each, and takes differences within
+#                a round: ours at most one empty uprobe + 150 ns, 0 lost
 #   rate8        8 of those launch-bound workloads at once under one
 #                launcher: events lost, the launcher's CPU per 100,000
 #                launches a second (at most 2 % of a core)

@@ -10,8 +10,11 @@ throughout, and the ways are switched on and off around it, interleaved,
 ROUNDS times:
 
   plain    nothing attached
-  empty1   an empty uprobe on cudaLaunchKernel (gpucheck-probe)
-  empty2   empty uprobes on cudaLaunchKernel and cuLaunchKernel
+  empty1   an empty uprobe on cudaLaunchKernel (gpucheck-probe), the
+           issue's anchor
+  cu0      an empty uprobe on the driver's cuLaunchKernel, at its entry
+  cusite   the same at the site our probes take (ebpf.ProbeSite: NVIDIA's
+           entry stub begins with an instruction the kernel single-steps)
   ours     xpu-timer watch --pid (our probes and reader, attached late,
            run under gpucheck-probe for the kernel's BPF statistics)
 
@@ -37,7 +40,7 @@ import time
 
 BLOCK_RE = re.compile(r"^block start=(\d+) end=(\d+) ns=([0-9.]+)$")
 STAT_RE = re.compile(r"^gpucheck-bpf owner=(\S+) prog=(\S+) target=(\S+) runs=(\d+) run_ns=(\d+)$")
-WAYS = ["plain", "empty1", "empty2", "ours"]
+WAYS = ["plain", "empty1", "cu0", "cusite", "ours"]
 TARGET_NS = 150
 
 
@@ -95,10 +98,10 @@ class Paired:
             s = time.time_ns()
             time.sleep(self.dwell)
             return s, time.time_ns()
-        if way in ("empty1", "empty2"):
-            args = [self.probe, "-uprobe", self.cudart + ":cudaLaunchKernel"]
-            if way == "empty2":
-                args += ["-uprobe", self.cuda + ":cuLaunchKernel"]
+        if way in ("empty1", "cu0", "cusite"):
+            target = {"empty1": self.cudart + ":cudaLaunchKernel", "cu0": self.cuda + ":cuLaunchKernel+0",
+                      "cusite": self.cuda + ":cuLaunchKernel+site"}[way]
+            args = [self.probe, "-uprobe", target]
             # the command starts once the uprobes are attached
             args += ["--", "sh", "-c", "echo attached; sleep %s" % self.dwell]
             with open(log, "w") as f:
@@ -224,6 +227,10 @@ class Paired:
         lines.append("events lost (ours): %d" % self.lost)
         for e in self.errors:
             lines.append("error: " + e)
+        d_site = [val[(r, "ours")] - val[(r, "cusite")] for r in range(self.rounds)
+                  if (r, "ours") in val and (r, "cusite") in val]
+        lines.append("ours over an empty uprobe at the same site (cusite), median within rounds: %s ns" % (
+            "%+.0f" % statistics.median(d_site) if d_site else "-"))
         oe, op = over["ours"][1], over["ours"][0]
         ok = int(oe is not None and oe <= TARGET_NS and self.lost == 0 and not self.errors)
         lines.append("paired ours_over_empty1=%s ours_over_plain=%s lost=%d ok=%d" % (

@@ -14,7 +14,7 @@
 //
 // OFFSET (bytes from the symbol, 0x for hex) places the probe inside the
 // function: where the kernel emulates the instruction rather than
-// single-stepping it (see ebpf/site.go).
+// single-stepping it; "site" is where our probes go (ebpf.ProbeSite).
 //
 // It exits with the command's status. Built statically with the other
 // binaries, it needs root (or CAP_BPF and CAP_PERFMON) where it runs.
@@ -22,6 +22,7 @@ package main
 
 import (
 	"bufio"
+	"debug/elf"
 	"errors"
 	"flag"
 	"fmt"
@@ -39,6 +40,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
+
+	xebpf "github.com/xpu-timer/xpu-timer/ebpf"
 )
 
 // uprobes are the -uprobe flags.
@@ -172,12 +175,22 @@ func attachEmpty(targets []string) ([]emptyProbe, error) {
 			return out, fmt.Errorf("uprobe %q: want LIB:SYMBOL[+OFFSET]", t)
 		}
 		var off uint64
+		label := sym
 		if s, o, ok := strings.Cut(sym, "+"); ok {
-			v, err := strconv.ParseUint(o, 0, 64)
-			if err != nil {
-				return out, fmt.Errorf("uprobe %q: offset %q: %w", t, o, err)
+			sym = s
+			if o == "site" {
+				v, err := siteOf(lib, sym)
+				if err != nil {
+					return out, fmt.Errorf("uprobe %q: %w", t, err)
+				}
+				off, label = v, fmt.Sprintf("%s+%d(site)", sym, v)
+			} else {
+				v, err := strconv.ParseUint(o, 0, 64)
+				if err != nil {
+					return out, fmt.Errorf("uprobe %q: offset %q: %w", t, o, err)
+				}
+				off = v
 			}
-			sym, off = s, v
 		}
 		name := fmt.Sprintf("empty_%d", i)
 		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
@@ -189,7 +202,7 @@ func attachEmpty(targets []string) ([]emptyProbe, error) {
 		if err != nil {
 			return out, fmt.Errorf("load empty program: %w", err)
 		}
-		e := emptyProbe{name: name, target: strings.TrimPrefix(t[len(lib):], ":"), prog: prog}
+		e := emptyProbe{name: name, target: label, prog: prog}
 		ex, err := link.OpenExecutable(lib)
 		if err == nil {
 			e.link, err = ex.Uprobe(sym, prog, &link.UprobeOptions{Offset: off})
@@ -200,6 +213,32 @@ func attachEmpty(targets []string) ([]emptyProbe, error) {
 		}
 	}
 	return out, nil
+}
+
+// siteOf is the offset from sym in lib where our probes go (ebpf.ProbeSite).
+func siteOf(lib, sym string) (uint64, error) {
+	f, err := elf.Open(lib)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range syms {
+		if s.Name != sym || elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
+			continue
+		}
+		for _, p := range f.Progs {
+			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr <= s.Value && s.Value < p.Vaddr+p.Filesz {
+				code := make([]byte, min(64, p.Vaddr+p.Filesz-s.Value))
+				n, _ := p.ReadAt(code, int64(s.Value-p.Vaddr))
+				return uint64(xebpf.ProbeSite(code[:n])), nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no function %s in %s", sym, lib)
 }
 
 // childProgs reads the statistics of the BPF programs pid holds open from
