@@ -500,8 +500,14 @@ func (r *Report) kernels(ranks []Rank) {
 	hangs := map[int]*timer.Hang{}
 	var colls []*timer.Op // the collectives ranks are stuck on
 	var inColl []int      // and those ranks
+	var stackWaits []int  // ranks decided on a GPU wait seen on their stacks alone
 	n := 0
 	for _, x := range ranks {
+		if h := x.Hang; h != nil && h.Kind == timer.HangGPU && h.Oldest == nil && h.StackWait != nil {
+			stackWaits = append(stackWaits, x.Rank)
+			hangs[x.Rank] = h
+			continue
+		}
 		if x.Hang == nil || x.Hang.Kind != timer.HangGPU || x.Hang.Oldest == nil {
 			continue // a host decision's oldest op is not what it waits on
 		}
@@ -520,6 +526,26 @@ func (r *Report) kernels(ranks []Rank) {
 	evidence := func(rank int, op *timer.Op) string {
 		h := hangs[rank]
 		return fmt.Sprintf("a %s outstanding %.0fs, past the %.0fs timeout", op.Kind, float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9)
+	}
+	if len(by) == 0 && len(inColl) == 0 && len(stackWaits) > 0 && len(stackWaits) <= max(1, len(ranks)/4) {
+		// Attached after the hang, the probes saw no op: the decision
+		// stands on a thread seen in one GPU wait past the timeout. The
+		// few ranks so, while the others are not hung on GPU work, are
+		// the odd ones out (a kernel that never ends holds their GPU).
+		for _, rank := range stackWaits {
+			h := hangs[rank]
+			w := h.StackWait
+			what := fmt.Sprintf(" waits on the GPU in %s (thread %d, seen on its stack)", w.Call, w.TID)
+			if others, ow := othersWait(ranks, stackWaits); len(others) > 0 {
+				what += fmt.Sprintf(", while %s are not hung on GPU work", ranksWord(others))
+				if ow != "" {
+					what += " and wait in " + ow
+				}
+			}
+			r.add(KindKernel, []int{rank}, what, fmt.Sprintf("a GPU wait of %.0fs on its native stacks, past the %.0fs timeout",
+				float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9), false)
+		}
+		return
 	}
 	if len(by) == 1 && len(inColl) == 0 {
 		for d, rs := range by {

@@ -183,6 +183,30 @@ func TestAnalyse(t *testing.T) {
 		// numbers, no spinning); their stacks still say they wait.
 		{"stalled ranks that wait are waiters", 4, glooKernel(4, 2, "stalled"), []int{2}, []string{
 			"rank 2 hangs in kernel spin", "Waiting, not blamed: ranks 0-1/3, their stacks inside a gloo collective"}},
+		// The H100 hang attached late (gpu-check's ddp4-agent): the probes
+		// saw no op, rank 2 is decided on its gloo thread's CUDA wait seen
+		// on its stack, ranks 0-1/3 stalled or not decided (dumped as
+		// peers), their gloo threads in the collective.
+		{"a GPU wait seen on the stack while the others wait in gloo", 4, job(4, func(i int, r *Rank) {
+			r.Comms = nil
+			r.Threads[2].Waits = "gloo collective"
+			switch i {
+			case 2:
+				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 10e9, Timeout: 10e9,
+					StackWait: &timer.StackWait{TID: 4157, Call: "cuStreamSynchronize", State: "R"}}
+				r.Threads[2].Waits = "CUDA synchronize"
+			case 3:
+				r.Hang = &timer.Hang{Kind: "stalled", AgeNs: 10e9, Timeout: 10e9}
+			default:
+				r.Hang = nil
+			}
+		}), []int{2}, []string{
+			"rank 2 waits on the GPU in cuStreamSynchronize (thread 4157, seen on its stack), while ranks 0-1/3 are not hung on GPU work and wait in gloo collective [a GPU wait of 10s on its native stacks, past the 10s timeout]"}},
+		{"GPU waits seen on every rank's stack name nobody", 4, job(4, func(i int, r *Rank) {
+			r.Comms = nil
+			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 10e9, Timeout: 10e9,
+				StackWait: &timer.StackWait{TID: 9, Call: "cuStreamSynchronize", State: "R"}}
+		}), nil, []string{"Likely culprit: none"}},
 		// A host decision carries the rank's oldest op; it is not what the
 		// rank is stuck on.
 		{"a host decision's oldest op is no kernel hang", 4, job(4, func(i int, r *Rank) {
