@@ -22,6 +22,10 @@ func TestRealGPU(t *testing.T) {
 			"rank 2 hangs in kernel at::cuda::(anonymous namespace)::spin_kernel (stream 0x0, not a collective), while ranks 0-1/3 are not hung on GPU work and wait in gloo collective [a kernel outstanding 11s, past the 10s timeout]",
 			"Waiting, not blamed: ranks 0-1/3, their stacks inside a gloo collective",
 		}, []string{"[host]", "evidence is thin"}},
+		{"h100-ddp-gloo-rank2-late-agent", []int{2}, []string{
+			"Likely culprit: rank 2\n",
+			"rank 2 waits on the GPU in cuStreamSynchronize (thread 4157, seen on its stack), while ranks 0-1/3 are not hung on GPU work and wait in gloo collective [a GPU wait of 10s on its native stacks, past the 10s timeout]",
+		}, []string{"evidence is weak", "evidence is thin"}},
 		{"h100-nccl1-kernel", []int{0}, []string{
 			"Likely culprit: rank 0\n",
 			"rank 0 hangs in kernel 0x167e5680 (stream 0x0, not a collective) [a kernel outstanding 11s, past the 10s timeout]",
