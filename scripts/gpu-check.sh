@@ -135,7 +135,7 @@ fi
 export FAULT_RANK=2 FAULT_STEP=3 LAUNCHES BLOCK PYTHONDONTWRITEBYTECODE=1
 
 # want ROW: whether ONLY (if set) names ROW.
-want() { [ -z "${ONLY:-}" ] || grep -qw -- "$1" <<<"$ONLY"; }
+want() { [ -z "${ONLY:-}" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 # ---- helpers ----
 
@@ -266,6 +266,10 @@ graph_late() {
 	row graph-late "gpu within ${T}+2 s of watch --pid" "$got" "$(since "$t0")" $ok
 }
 
+# ddp4_late: a 4-rank job hangs before anything follows it; then watch
+# --pid follows it until it decides, and after it the agent (one at a
+# time: two monitors sampling the same ranks at once collide in ptrace,
+# and on the H100 each found the other's samples in its way).
 ddp4_late() {
 	local t0 got ok=0
 	t0=$(now)
@@ -283,10 +287,6 @@ ddp4_late() {
 	a=$(now)
 	bg ddp4-watch "$XPU" watch --timeout "${T}s" --pid "$job"
 	local w=$PID
-	# (GOTRACEBACK=all: a SIGQUIT below prints every goroutine)
-	bg ddp4-agent-log env GOTRACEBACK=all XPU_TIMER_LOG_LEVEL=debug "$XPU" agent --hang-timeout "${T}s" \
-		--timeline-path "$ART/ddp4-agent" --port 0 --scan-interval 1s --command-regex "$LATE_RE"
-	local ag=$PID
 	if waitfor "$ART/ddp4-watch.log" '"event":"hang".*"rank":2[,}]' $((T + 10)); then
 		local s
 		s=$(since "$a")
@@ -295,8 +295,14 @@ ddp4_late() {
 	else
 		got="rank 2 not decided in $((T + 10)) s of attaching"
 	fi
+	stop "$w"
 	row ddp4-watch "rank 2 decided within ${T}+2 s" "$got" "$(since "$a")" $ok
 	ok=0
+	a=$(now)
+	# (GOTRACEBACK=all: a SIGQUIT below prints every goroutine)
+	bg ddp4-agent-log env GOTRACEBACK=all XPU_TIMER_LOG_LEVEL=debug "$XPU" agent --hang-timeout "${T}s" \
+		--timeline-path "$ART/ddp4-agent" --port 0 --scan-interval 1s --command-regex "$LATE_RE"
+	local ag=$PID
 	if waitfor "$ART/ddp4-agent-log.log" 'msg="dumped ranks" .*ranks=4 of=4' $((T + 20)); then
 		got=$(culprit "$ART/ddp4-agent")
 		grep -q 'Likely culprit: rank 2$' <<<"$got" && ok=1
@@ -305,7 +311,7 @@ ddp4_late() {
 		# where the agent is: its goroutines, into its log
 		pkill -QUIT -f -- "--command-regex $LATE_RE" && sleep 1
 	fi
-	stop "$w" "$ag" "$job"
+	stop "$ag" "$job"
 	row ddp4-agent "viewer: Likely culprit: rank 2" "$got" "$(since "$a")" $ok
 }
 
