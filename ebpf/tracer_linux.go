@@ -217,6 +217,9 @@ func (t *Tracer) Follow(pid int) error {
 			return err
 		}
 	}
+	for _, p := range pids {
+		t.prescan(p)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, p := range pids {
@@ -224,6 +227,37 @@ func (t *Tracer) Follow(pid int) error {
 		t.scan(p)
 	}
 	return nil
+}
+
+// prescan reads, without t.mu, the probe symbols of the libraries pid
+// maps that no scan has read, for the scan under t.mu to find: reading a
+// large library's symbol tables (libtorch_cuda's) takes up to a second or
+// more, during which Run waits on t.mu while the call rings of processes
+// already probed fill. A process followed while it launches (watch --pid)
+// lost 400-7,700 records at each attach on an H100 before. What fails here
+// the scan reads again, and reports.
+func (t *Tracer) prescan(pid int) {
+	libs, err := execMappings(pid)
+	if err != nil {
+		return
+	}
+	for _, m := range libs {
+		t.mu.Lock()
+		_, done := t.scanned[m.Key]
+		t.mu.Unlock()
+		if done || !t.opts.wanted(m.Path) {
+			continue
+		}
+		syms, err := exportedProbeSymbols(procPath(pid, m.Path))
+		if err != nil {
+			continue
+		}
+		t.mu.Lock()
+		if _, done := t.scanned[m.Key]; !done {
+			t.scanned[m.Key] = syms
+		}
+		t.mu.Unlock()
+	}
 }
 
 func (t *Tracer) followPID(pid int) error {
