@@ -1,15 +1,14 @@
 /* driver.h: the types and values of the fake CUDA driver API (driver.c),
- * as cuda.h declares them. DRVAPI exports a cu* function from libcuda.so.1,
- * through an entry stub as NVIDIA's (src/nvstubs.awk, -DFG_NV_STUBS);
- * linked into the MACA runtime (-DFAKE_MACA) the names stay hidden. */
+ * as cuda.h declares them. DRVAPI exports a cu* function from libcuda.so.1
+ * (the launches through an entry stub as NVIDIA's 535 driver's:
+ * src/nvstubs.awk); linked into the MACA runtime (-DFAKE_MACA) the names
+ * stay hidden. */
 #ifndef FAKEGPU_DRIVER_H
 #define FAKEGPU_DRIVER_H
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(FAKE_MACA) || defined(FG_NV_STUBS)
-/* MACA: linked into its runtime. FG_NV_STUBS: libcuda.so.1's exported
- * names are entry stubs (src/nvstubs.awk), the definitions fg_impl_*. */
+#ifdef FAKE_MACA
 #define DRVAPI __attribute__((visibility("hidden")))
 #else
 #define DRVAPI __attribute__((visibility("default")))

@@ -1,7 +1,7 @@
-# nvstubs.awk: from the cu* names driver.o defines (one a line), the entry
-# stubs of libcuda.so.1 (MODE=asm) and the header that renames each
-# definition to fg_impl_<name> (MODE=h). NVIDIA's libcuda.so.1 exports
-# every driver function as such a stub: a compare of a word with a magic
+# nvstubs.awk: from cu* names driver.o defines (one a line; the Makefile
+# picks the launches), the entry stubs of libcuda.so.1 (MODE=asm) and the
+# header that renames each definition to fg_impl_<name> (MODE=h). NVIDIA's
+# 535 libcuda.so.1 exports every driver function as such a stub: a compare of a word with a magic
 # number (the driver's deinitialised state; equal: return
 # CUDA_ERROR_DEINITIALIZED, 4), then an indirect jump through a table to
 # the implementation. A uprobe on the stub's first instruction, a compare
