@@ -254,7 +254,7 @@ func (r *callRings) take(cut uint64, dst []probesCall, max int) []probesCall {
 				e++
 			}
 			dst = append(dst, p[h:e]...)
-			r.heads[i], r.npending, n = e, r.npending-(e-h), n+e-h
+			r.heads[i], r.npending = e, r.npending-(e-h)
 			break
 		}
 		best, bt := 0, r.pending[act[0]][r.heads[act[0]]].Time
