@@ -33,27 +33,41 @@ import run  # noqa: E402  the testbed's job: its Device, TritonKernel and Proces
 SETUP_S = 2.0
 
 
+WARMUP = 2000  # launches before the timed ones
+
+
+def warm_launcher(dev):
+    """The launch-bound loops' launch: a trivial kernel through the
+    runtime, with its arguments bound; warmed up (WARMUP launches)."""
+    vals, args = dev.params(0)
+    grid, block = run.Dim3(1, 1, 1), run.Dim3(16, 1, 1)
+    launch, kernel = dev._launch, dev.kernel("noop_kernel")
+
+    def one():
+        launch(kernel, grid, block, args, 0, None)
+    one.keep = vals  # the arguments point into it
+    for _ in range(WARMUP):
+        one()
+    dev.synchronize()
+    return one
+
+
 def launchbound(dev):
     """workloads.py's launchbound: trivial launches as fast as Python makes
     them (LAUNCHES, default 200000, timed after a warm-up, best of 3), the
     same barrier (ratebarrier.py) after the warm-up."""
     n = int(os.environ.get("LAUNCHES", "200000"))
-    vals, args = dev.params(0)
-    grid, block = run.Dim3(1, 1, 1), run.Dim3(16, 1, 1)
-    launch, kernel = dev._launch, dev.kernel("noop_kernel")
-    for _ in range(2000):
-        launch(kernel, grid, block, args, 0, None)
-    dev.synchronize()
+    one = warm_launcher(dev)
     ratebarrier.wait()
     best = None
     for _ in range(3):
         t = time.perf_counter()
         for _ in range(n):
-            launch(kernel, grid, block, args, 0, None)
+            one()
         dev.synchronize()
         s = time.perf_counter() - t
         best = s if best is None else min(best, s)
-    run.say("launches_total=%d launches=%d ns_per_launch=%.0f" % (2000 + 3 * n, n, best * 1e9 / n))
+    run.say("launches_total=%d launches=%d ns_per_launch=%.0f" % (WARMUP + 3 * n, n, best * 1e9 / n))
 
 
 def launchblocks(dev):
@@ -61,17 +75,12 @@ def launchblocks(dev):
     until STOP_FILE exists (paired.py)."""
     block = int(os.environ.get("BLOCK", "20000"))
     stop = os.environ["STOP_FILE"]
-    vals, args = dev.params(0)
-    grid, block3 = run.Dim3(1, 1, 1), run.Dim3(16, 1, 1)
-    launch, kernel = dev._launch, dev.kernel("noop_kernel")
-    for _ in range(2000):
-        launch(kernel, grid, block3, args, 0, None)
-    dev.synchronize()
+    one = warm_launcher(dev)
     run.say("warm")
     while not os.path.exists(stop):
         t = time.time_ns()
         for _ in range(block):
-            launch(kernel, grid, block3, args, 0, None)
+            one()
         dev.synchronize()
         e = time.time_ns()
         run.say("block start=%d end=%d ns=%.1f" % (t, e, (e - t) / block))
