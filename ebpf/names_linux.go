@@ -3,7 +3,6 @@
 package ebpf
 
 import (
-	"bytes"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -98,11 +97,7 @@ func (k *kernelNames) handleName(pid int, addr uint64) string {
 	if err := k.handles.Lookup(probesFuncKey{Pid: uint32(pid), Handle: addr}, &v); err != nil {
 		return ""
 	}
-	raw := unsafe.Slice((*byte)(unsafe.Pointer(&v.Name[0])), len(v.Name))
-	if i := bytes.IndexByte(raw, 0); i >= 0 {
-		raw = raw[:i]
-	}
-	return symbols.Demangle(string(raw))
+	return keptName(unsafe.Slice((*byte)(unsafe.Pointer(&v.Name[0])), len(v.Name)))
 }
 
 // symbol is the name of the function starting at addr. An address inside
