@@ -97,7 +97,7 @@ func probeSymbolsOf(f *elf.File) (map[string]uint64, error) {
 			}
 			off := fileOffset(f, s.Value)
 			if s.Name != loaderProbe.Symbol { // r_debug is found from its entry
-				off += uint64(ProbeSite(codeAt(f, s.Value, maxSiteSkip+16)))
+				off += uint64(ProbeSiteAt(f, s.Value))
 			}
 			out[s.Name] = off
 		}
@@ -122,17 +122,17 @@ func fileOffset(f *elf.File, addr uint64) uint64 {
 	return addr
 }
 
-// codeAt reads up to n bytes of code at addr, from the executable PT_LOAD
-// segment that holds it (nil if none does).
-func codeAt(f *elf.File, addr uint64, n int) []byte {
+// ProbeSiteAt is ProbeSite for the function at virtual address addr of f,
+// read from the executable PT_LOAD segment that holds it (0 without one).
+func ProbeSiteAt(f *elf.File, addr uint64) int {
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr <= addr && addr < p.Vaddr+p.Filesz {
-			b := make([]byte, min(uint64(n), p.Vaddr+p.Filesz-addr))
+			b := make([]byte, min(uint64(maxSiteSkip+16), p.Vaddr+p.Filesz-addr))
 			k, _ := p.ReadAt(b, int64(addr-p.Vaddr))
-			return b[:k]
+			return ProbeSite(b[:k])
 		}
 	}
-	return nil
+	return 0
 }
 
 // wanted reports whether a mapped file deserves a symbol scan: a known

@@ -57,15 +57,13 @@ func (k *kernelNames) lookup(pid int, addr uint64) string {
 		return ""
 	}
 	r := &k.recent[uint(pid)%recentNames]
+	var p *procNames
 	if r.p != nil && r.pid == pid {
 		if r.addr == addr {
 			return r.name
 		}
+		p = r.p
 	} else {
-		r.p = nil
-	}
-	p := r.p
-	if p == nil {
 		p = k.procs[pid]
 	}
 	if p == nil {

@@ -11,13 +11,11 @@ import (
 // a push of a register, a relative jump, call or conditional jump; a nop
 // since Linux 6.x) or copies it to a page of the process and single-steps
 // it there, a second trap. On this project's VM the single-step made a hit
-// cost 14-18 us against about 1 us emulated; on an H100 host an empty
-// uprobe on the driver's cuLaunchKernel cost about 1.0 us a launch against
-// 0.4 us on the runtime's cudaLaunchKernel.
+// cost 14-18 us against about 1 us emulated.
 //
-// NVIDIA's libcuda.so.1 exports each driver function as a stub whose
-// first instruction is a compare with a RIP-relative operand, which the
-// kernel cannot emulate:
+// NVIDIA's 535 driver (Debian's libcuda1) exports each driver function as
+// a stub whose first instruction is a compare with a RIP-relative operand,
+// which the kernel cannot emulate:
 //
 //	cmpl $0x321cba00, flag(%rip)   ; the driver deinitialised?
 //	je   1f                        ; then return CUDA_ERROR_DEINITIALIZED
@@ -26,7 +24,10 @@ import (
 // The conditional jump after it is emulated, and every call passes it
 // with the arguments, the stack pointer and the return address where they
 // were at the entry: only the flags changed. So a probe there reads what
-// it would read at the entry, and costs one trap.
+// it would read at the entry, and costs one trap. (The H100's 580 driver
+// begins cuLaunchKernel with an instruction the kernel emulates: its site
+// is the entry, and an empty uprobe there cost what one on
+// cudaLaunchKernel does.)
 
 // maxSiteSkip bounds how far into a function the site may move.
 const maxSiteSkip = 32

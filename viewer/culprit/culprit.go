@@ -535,13 +535,7 @@ func (r *Report) kernels(ranks []Rank) {
 		for _, rank := range stackWaits {
 			h := hangs[rank]
 			w := h.StackWait
-			what := fmt.Sprintf(" waits on the GPU in %s (thread %d, seen on its stack)", w.Call, w.TID)
-			if others, ow := othersWait(ranks, stackWaits); len(others) > 0 {
-				what += fmt.Sprintf(", while %s are not hung on GPU work", ranksWord(others))
-				if ow != "" {
-					what += " and wait in " + ow
-				}
-			}
+			what := fmt.Sprintf(" waits on the GPU in %s (thread %d, seen on its stack)", w.Call, w.TID) + othersWait(ranks, stackWaits)
 			r.add(KindKernel, []int{rank}, what, fmt.Sprintf("a GPU wait of %.0fs on its native stacks, past the %.0fs timeout",
 				float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9), false)
 		}
@@ -553,13 +547,7 @@ func (r *Report) kernels(ranks []Rank) {
 			if len(rs) > max(1, len(ranks)/4) {
 				return
 			}
-			what := fmt.Sprintf(" hangs in %s (stream %#x, not a collective)", d, op.Stream)
-			if others, w := othersWait(ranks, rs); len(others) > 0 {
-				what += fmt.Sprintf(", while %s are not hung on GPU work", ranksWord(others))
-				if w != "" {
-					what += " and wait in " + w
-				}
-			}
+			what := fmt.Sprintf(" hangs in %s (stream %#x, not a collective)", d, op.Stream) + othersWait(ranks, rs)
 			for _, rank := range rs {
 				r.add(KindKernel, []int{rank}, what, evidence(rank, op), false)
 			}
@@ -624,10 +612,12 @@ func collWords(colls []*timer.Op, desc func(*timer.Op) string) string {
 	return "collectives (" + strings.Join(names, ", ") + ")"
 }
 
-// othersWait lists the ranks not in some (sorted), and phrases what their
-// threads wait in: "gloo collective", "gloo collective or c10d wait"; ""
-// when none waits.
-func othersWait(ranks []Rank, some []int) ([]int, string) {
+// othersWait phrases, after a finding on the ranks in some (sorted), that
+// the other ranks are not hung on GPU work and what their threads wait in:
+// ", while ranks 0-1/3 are not hung on GPU work and wait in gloo
+// collective" ("gloo collective or c10d wait" for several); without the
+// wait where none waits, "" where no rank is left.
+func othersWait(ranks []Rank, some []int) string {
 	var others []int
 	var kinds []string
 	for _, x := range ranks {
@@ -639,7 +629,14 @@ func othersWait(ranks []Rank, some []int) ([]int, string) {
 			kinds = append(kinds, w)
 		}
 	}
-	return others, strings.Join(kinds, " or ")
+	if len(others) == 0 {
+		return ""
+	}
+	out := fmt.Sprintf(", while %s are not hung on GPU work", ranksWord(others))
+	if len(kinds) > 0 {
+		out += " and wait in " + strings.Join(kinds, " or ")
+	}
+	return out
 }
 
 // waits is what a rank's first thread inside a collective or a wait

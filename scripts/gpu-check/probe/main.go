@@ -215,7 +215,7 @@ func attachEmpty(targets []string) ([]emptyProbe, error) {
 	return out, nil
 }
 
-// siteOf is the offset from sym in lib where our probes go (ebpf.ProbeSite).
+// siteOf is the offset from sym in lib where our probes go (ebpf.ProbeSiteAt).
 func siteOf(lib, sym string) (uint64, error) {
 	f, err := elf.Open(lib)
 	if err != nil {
@@ -227,15 +227,8 @@ func siteOf(lib, sym string) (uint64, error) {
 		return 0, err
 	}
 	for _, s := range syms {
-		if s.Name != sym || elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Value == 0 {
-			continue
-		}
-		for _, p := range f.Progs {
-			if p.Type == elf.PT_LOAD && p.Flags&elf.PF_X != 0 && p.Vaddr <= s.Value && s.Value < p.Vaddr+p.Filesz {
-				code := make([]byte, min(64, p.Vaddr+p.Filesz-s.Value))
-				n, _ := p.ReadAt(code, int64(s.Value-p.Vaddr))
-				return uint64(xebpf.ProbeSite(code[:n])), nil
-			}
+		if s.Name == sym && elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+			return uint64(xebpf.ProbeSiteAt(f, s.Value)), nil
 		}
 	}
 	return 0, fmt.Errorf("no function %s in %s", sym, lib)
