@@ -190,7 +190,7 @@ culprit() {
 }
 
 # hangline LOG: kind and op of the first hang line of a launcher or agent log.
-# (names cut at 40 characters)
+# (each key=value cut at 48 characters)
 hangline() {
 	grep -m1 'msg=hang' "$1" | grep -oE '(rank|kind|op|newest|awaited)=("[^"]*"|[^ ]*)' |
 		awk '{ if (length($0) > 48) $0 = substr($0, 1, 48) "..."; printf "%s ", $0 }'
