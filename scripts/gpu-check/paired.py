@@ -17,6 +17,11 @@ ROUNDS times:
            entry stub begins with an instruction the kernel single-steps)
   ours     xpu-timer watch --pid (our probes and reader, attached late,
            run under gpucheck-probe for the kernel's BPF statistics)
+  floors   cusite's empty uprobe with two more programs on its trap, each
+           one step of our launch program alone (gpucheck-probe -floor:
+           the clock, the stack-argument read): from the BPF statistics,
+           what each step costs here, and what our program spends besides
+           (the followed check and the ring record)
 
 A way's value in a round is the median of the blocks that ran wholly
 inside its window; a difference is taken within a round (ours - empty1,
@@ -40,7 +45,7 @@ import time
 
 BLOCK_RE = re.compile(r"^block start=(\d+) end=(\d+) ns=([0-9.]+)$")
 STAT_RE = re.compile(r"^gpucheck-bpf owner=(\S+) prog=(\S+) target=(\S+) runs=(\d+) run_ns=(\d+)$")
-WAYS = ["plain", "empty1", "cu0", "cusite", "ours"]
+WAYS = ["plain", "empty1", "cu0", "cusite", "ours", "floors"]
 TARGET_NS = 150
 
 
@@ -98,10 +103,12 @@ class Paired:
             s = time.time_ns()
             time.sleep(self.dwell)
             return s, time.time_ns()
-        if way in ("empty1", "cu0", "cusite"):
+        if way in ("empty1", "cu0", "cusite", "floors"):
             target = {"empty1": self.cudart + ":cudaLaunchKernel", "cu0": self.cuda + ":cuLaunchKernel+0",
-                      "cusite": self.cuda + ":cuLaunchKernel+site"}[way]
+                      "cusite": self.cuda + ":cuLaunchKernel+site", "floors": self.cuda + ":cuLaunchKernel+site"}[way]
             args = [self.probe, "-uprobe", target]
+            if way == "floors":
+                args += ["-floor", target]
             # the command starts once the uprobes are attached
             args += ["--", "sh", "-c", "echo attached; sleep %s" % self.dwell]
             with open(log, "w") as f:
@@ -158,7 +165,7 @@ class Paired:
     def add_stats(self, way, log):
         acc = self.bpf.setdefault(way, {})
         for (owner, prog), (runs, ns) in stats(log).items():
-            if owner == "empty" or prog.startswith("cu_launch_kernel") or prog.startswith("launch_kernel"):
+            if owner in ("empty", "floor") or prog.startswith("cu_launch_kernel") or prog.startswith("launch_kernel"):
                 name = re.sub(r"#\d+", "", prog)
                 r0, n0 = acc.get(name, (0, 0))
                 acc[name] = (r0 + runs, n0 + ns)
@@ -190,6 +197,33 @@ class Paired:
                 m = BLOCK_RE.match(line.strip())
                 if m:
                     self.blocks.append((int(m.group(1)), int(m.group(2)), float(m.group(3))))
+
+    def steps(self):
+        """What each step of our launch program costs (floors), from the
+        BPF statistics: a floor's ns per run less the empty program's on
+        the same trap, and our program's less the empty one's."""
+        fl = self.bpf.get("floors", {})
+
+        def per_run(prefix):
+            for prog, (runs, ns) in fl.items():
+                if prog.startswith(prefix) and runs:
+                    return ns / runs
+            return None
+        empty, clock, stack = per_run("empty_"), per_run("floor_clock_"), per_run("floor_stack_")
+        ours = [(runs, ns) for prog, (runs, ns) in self.bpf.get("ours", {}).items()
+                if prog.startswith("cu_launch_kernel") and runs]
+        ours_ns = sum(ns for _, ns in ours) / sum(r for r, _ in ours) if ours else None
+        ours_empty = [ns / runs for prog, (runs, ns) in self.bpf.get("cusite", {}).items()
+                      if prog.startswith("empty_") and runs]
+        if empty is None or clock is None or stack is None:
+            return "steps: no floors measured"
+        text = "steps alone on cuLaunchKernel's trap (floors, less the empty program's %.0f ns): clock %+.0f ns, 24-byte stack read %+.0f ns" % (
+            empty, clock - empty, stack - empty)
+        if ours_ns is not None and ours_empty:
+            rest = ours_ns - ours_empty[0] - (clock - empty) - (stack - empty)
+            text += "; our program %+.0f ns over cusite's empty one, of which the rest (followed check, ring record) %+.0f ns" % (
+                ours_ns - ours_empty[0], rest)
+        return text
 
     def report(self):
         val = {}  # (round, way) -> median ns per launch in its window
@@ -224,6 +258,7 @@ class Paired:
             for prog, (runs, ns) in sorted(self.bpf.get(way, {}).items()):
                 if runs:
                     lines.append("  %-7s %-32s runs %10d  ns/run %6.0f" % (way, prog, runs, ns / runs))
+        lines.append(self.steps())
         lines.append("events lost (ours): %d" % self.lost)
         for e in self.errors:
             lines.append("error: " + e)

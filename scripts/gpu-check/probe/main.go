@@ -10,11 +10,18 @@
 //
 // Usage:
 //
-//	gpucheck-probe [-uprobe LIB:SYMBOL[+OFFSET]]... -- CMD ARGS...
+//	gpucheck-probe [-uprobe LIB:SYMBOL[+OFFSET]]... [-floor LIB:SYMBOL[+OFFSET]]... -- CMD ARGS...
 //
 // OFFSET (bytes from the symbol, 0x for hex) places the probe inside the
 // function: where the kernel emulates the instruction rather than
 // single-stepping it; "site" is where our probes go (ebpf.ProbeSite).
+//
+// -floor attaches, at one function, two programs that each take one step
+// of our launch program alone: floor_clock reads the clock
+// (bpf_ktime_get_ns), floor_stack reads the 24 bytes of stack arguments
+// cu_launch_kernel reads (one bpf_probe_read_user). With an empty uprobe
+// at the same place they share its trap, and their run times less the
+// empty one's are what each step costs on that machine.
 //
 // It exits with the command's status. Built statically with the other
 // binaries, it needs root (or CAP_BPF and CAP_PERFMON) where it runs.
@@ -74,7 +81,9 @@ func (p progStat) String() string {
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpucheck-probe", flag.ContinueOnError)
 	var targets uprobes
+	var floors uprobes
 	fs.Var(&targets, "uprobe", "LIB:SYMBOL to attach an empty uprobe to (repeatable)")
+	fs.Var(&floors, "floor", "LIB:SYMBOL to attach the step floors to (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -86,7 +95,12 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("enable bpf stats: %w", err)
 	}
 	defer stats.Close()
-	empty, err := attachEmpty(targets)
+	empty, err := attachEmpty(targets, emptyProgs)
+	if err == nil {
+		var floor []emptyProbe
+		floor, err = attachEmpty(floors, floorProgs)
+		empty = append(empty, floor...)
+	}
 	defer func() {
 		for _, e := range empty {
 			e.close()
@@ -137,7 +151,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("stats of %s: %w", e.name, err)
 		}
-		out = append(out, progStat{"empty", e.name, e.target, st.RunCount, uint64(st.Runtime)})
+		out = append(out, progStat{e.owner, e.name, e.target, st.RunCount, uint64(st.Runtime)})
 	}
 	mu.Lock()
 	for _, p := range last {
@@ -151,12 +165,39 @@ func run(args []string, stdout, stderr io.Writer) error {
 	return werr
 }
 
-// emptyProbe is one empty program attached at one function.
+// emptyProbe is one of our programs (empty, or a floor) attached at one
+// function.
 type emptyProbe struct {
-	name, target string
-	prog         *ebpf.Program
-	link         link.Link
+	owner, name, target string
+	prog                *ebpf.Program
+	link                link.Link
 }
+
+// progKind is a program attachEmpty attaches at each target.
+type progKind struct {
+	owner, name string
+	insns       asm.Instructions
+}
+
+// ptRegsSP is the offset of sp in x86-64's struct pt_regs, a uprobe's context.
+const ptRegsSP = 19 * 8
+
+var (
+	emptyProgs = []progKind{{"empty", "empty", asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}}
+	floorProgs = []progKind{
+		{"floor", "floor_clock", asm.Instructions{asm.FnKtimeGetNs.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return()}},
+		{"floor", "floor_stack", asm.Instructions{
+			asm.LoadMem(asm.R3, asm.R1, ptRegsSP, asm.DWord),
+			asm.Add.Imm(asm.R3, 8), // the first stack argument
+			asm.Mov.Reg(asm.R1, asm.RFP),
+			asm.Add.Imm(asm.R1, -24),
+			asm.Mov.Imm(asm.R2, 24),
+			asm.FnProbeReadUser.Call(),
+			asm.Mov.Imm(asm.R0, 0),
+			asm.Return(),
+		}},
+	}
+)
 
 func (e emptyProbe) close() {
 	if e.link != nil {
@@ -165,9 +206,9 @@ func (e emptyProbe) close() {
 	e.prog.Close()
 }
 
-// attachEmpty attaches a program that returns 0 at each LIB:SYMBOL, in
-// every process that maps LIB.
-func attachEmpty(targets []string) ([]emptyProbe, error) {
+// attachEmpty attaches the programs of kinds at each LIB:SYMBOL, in every
+// process that maps LIB.
+func attachEmpty(targets []string, kinds []progKind) ([]emptyProbe, error) {
 	var out []emptyProbe
 	for i, t := range targets {
 		lib, sym, ok := strings.Cut(t, ":")
@@ -192,24 +233,26 @@ func attachEmpty(targets []string) ([]emptyProbe, error) {
 				off = v
 			}
 		}
-		name := fmt.Sprintf("empty_%d", i)
-		prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-			Name:         name,
-			Type:         ebpf.Kprobe,
-			License:      "GPL",
-			Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()},
-		})
-		if err != nil {
-			return out, fmt.Errorf("load empty program: %w", err)
-		}
-		e := emptyProbe{name: name, target: label, prog: prog}
-		ex, err := link.OpenExecutable(lib)
-		if err == nil {
-			e.link, err = ex.Uprobe(sym, prog, &link.UprobeOptions{Offset: off})
-		}
-		out = append(out, e)
-		if err != nil {
-			return out, fmt.Errorf("attach %s in %s: %w", sym, lib, err)
+		for _, k := range kinds {
+			name := fmt.Sprintf("%s_%d", k.name, i)
+			prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+				Name:         name,
+				Type:         ebpf.Kprobe,
+				License:      "GPL",
+				Instructions: k.insns,
+			})
+			if err != nil {
+				return out, fmt.Errorf("load %s program: %w", k.name, err)
+			}
+			e := emptyProbe{owner: k.owner, name: name, target: label, prog: prog}
+			ex, err := link.OpenExecutable(lib)
+			if err == nil {
+				e.link, err = ex.Uprobe(sym, prog, &link.UprobeOptions{Offset: off})
+			}
+			out = append(out, e)
+			if err != nil {
+				return out, fmt.Errorf("attach %s in %s: %w", sym, lib, err)
+			}
 		}
 	}
 	return out, nil
