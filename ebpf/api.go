@@ -24,7 +24,7 @@ type Options struct {
 	Libraries []string
 	// RingBufferBytes is what the rings that carry call records to user
 	// space may take in all, default DefaultRingBytes: CPUs share up to 16 rings,
-	// each a power of two of 88-byte records, at least 4096 (352 KiB).
+	// each a power of two of 64-byte records, at least 4096 (256 KiB).
 	// Process records have a ring buffer of their own (256 KiB).
 	RingBufferBytes int
 	// NoReturnProbes leaves out the uretprobes: queries, synchronize
@@ -78,6 +78,7 @@ type Stats struct {
 	Idle      int           // uprobes and uretprobes of libraries nobody maps now, kept for Options.Linger
 	Holds     uint64        // times a followed process was held at an exec or a load until probed
 	Held      time.Duration // how long those holds lasted in all, from the program's stop to the resume
+	Wakeups   uint64        // times a ring passed a quarter of its size: the programs then wake the reader's collector if it rests
 }
 
 // DefaultRingBytes is Options.RingBufferBytes when it is 0: 8 MiB.

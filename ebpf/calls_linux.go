@@ -3,6 +3,7 @@
 package ebpf
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"sync"
@@ -11,10 +12,12 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
 )
 
-// callSize is the size of one call record and of one ring slot.
+// callSize is the size of one call record and of one ring slot: 64 bytes,
+// one cache line (probes.bpf.c, struct call).
 const callSize = int(unsafe.Sizeof(probesCall{}))
 
 // maxRings bounds the call rings: CPU c writes into ring c % rings, rings
@@ -36,29 +39,42 @@ func ringCount(ncpu int) int {
 	return n
 }
 
-// minSlotsPerRing is the floor of each call ring: 4096 records of 88
-// bytes, 352 KiB. Read every pollInterval (20 ms), a ring sustains
+// minSlotsPerRing is the floor of each call ring: 4096 records of 64
+// bytes, 256 KiB. Read every pollInterval (20 ms), a ring sustains
 // slots/20 ms records per second: 4096 slots 205,000 records/s, more than
 // one thread makes with uprobes that cost a microsecond or more each. The
 // default budget (8 MiB) gives 2 rings (2 CPUs) 32768 slots each (1.6
-// million records/s), and 16 rings (16 CPUs or more) 4096 each (5.5 MiB
-// in all). Between polls a ring holds a burst of its size; the reader
-// polls 16 times as often while a ring is more than a quarter full
-// (busyFraction).
+// million records/s), and 16 rings (16 CPUs or more) 4096 each (4 MiB
+// in all). Between polls a ring holds a burst of its size: under load the
+// collector polls 16 times as often while a ring fills more than a
+// quarter of it between two polls (wakeFraction), and at rest a ring that
+// fills a quarter wakes it at once.
 const minSlotsPerRing = 4096
 
 // collectInterval is how often a goroutine of Run's copies the call
 // rings into memory while records come, so that they do not overflow while
 // Run itself is busy (a first launch of a process reads its symbols, which
-// may take longer than a ring holds). A drain that finds more than
-// 1/busyFraction of a ring's slots new makes it look again 16 times as
-// often, until one does not. At 5 ms, following the 8-rank testbed job
-// cost the launcher 6.6-7.0 % of a core against 6.0-6.2 % at 20 ms (and
-// 5.0-5.4 % with the BPF ring buffer, the same hour).
+// may take longer than a ring holds). At 5 ms, following the 8-rank
+// testbed job cost the launcher 6.6-7.0 % of a core against 6.0-6.2 % at
+// 20 ms (and 5.0-5.4 % with the BPF ring buffer, the same hour).
+//
+// After idleDrains drains in a row found nothing, the collector, and Run,
+// look only every idleInterval: at rest the launcher woke 100 times a
+// second for nothing (2 % of a core on the H100 host and on this
+// project's VM). The programs wake the collector (the ring buffer wakes)
+// each time a ring's head passes a multiple of 1/wakeFraction of its
+// slots, so a burst after a rest is read before it laps its ring however
+// long the collector sleeps, at one wakeup per quarter ring.
 const (
 	collectInterval = pollInterval
-	busyFraction    = 4
+	idleInterval    = 200 * time.Millisecond
+	idleDrains      = 5
+	wakeFraction    = 4
 )
+
+// wakeRingBytes is the size of the ring buffer wakes: 512 wakeups of 8
+// bytes, far more than the collector leaves unread.
+const wakeRingBytes = 4096
 
 // maxPending bounds the records collected and not yet delivered (11 MiB,
 // more than the default rings hold): beyond it, a stalled Run loses
@@ -66,14 +82,14 @@ const (
 const maxPending = 1 << 17
 
 // procRingBytes is the size of the ring buffer of process records (the
-// map procs): 2,700 records of 96 bytes with the ring's header, for the
+// map procs): 3,600 records of 72 bytes with the ring's header, for the
 // bursts of loader records of a Python import.
 const procRingBytes = 256 << 10
 
 // slotsPerRing is how many slots each call ring gets from a budget of
 // bytes (Options.RingBufferBytes, default 8 MiB) split over rings: the
-// largest power of two that fits, at least minSlotsPerRing (or floor,
-// where a test sets a smaller one).
+// largest power of two that fits with each ring's header, at least
+// minSlotsPerRing (or floor, where a test sets a smaller one).
 func slotsPerRing(budget, rings, floor int) int {
 	if budget <= 0 {
 		budget = DefaultRingBytes
@@ -82,7 +98,7 @@ func slotsPerRing(budget, rings, floor int) int {
 		floor = minSlotsPerRing
 	}
 	n := floor
-	for n < 1<<24 && 2*n*callSize*rings <= budget {
+	for n < 1<<24 && (2*n+1)*callSize*rings <= budget {
 		n *= 2
 	}
 	return n
@@ -101,6 +117,12 @@ func sizeRings(spec *ebpf.CollectionSpec, budget, floor int) (rings, slots int, 
 	slots = slotsPerRing(budget, rings, floor)
 	spec.Maps["calls"].MaxEntries = uint32(rings * (slots + 1))
 	spec.Maps["procs"].MaxEntries = procRingBytes
+	if w := spec.Maps["wakes"]; w != nil { // not in older objects (the benchmark's)
+		w.MaxEntries = wakeRingBytes
+		if err := spec.Variables["wake_mask"].Set(uint64(slots/wakeFraction - 1)); err != nil {
+			return 0, 0, fmt.Errorf("size the call rings: %w", err)
+		}
+	}
 	if err := spec.Variables["slot_mask"].Set(uint64(slots - 1)); err != nil {
 		return 0, 0, fmt.Errorf("size the call rings: %w", err)
 	}
@@ -130,22 +152,24 @@ func sizeRings(spec *ebpf.CollectionSpec, budget, floor int) (rings, slots int, 
 // may tear that record without changing its seq. The record it was
 // writing is counted lost; the torn one is not detected.
 type callRings struct {
-	mu    sync.Mutex
-	mem   []byte // nil once closed
-	unmap func() error
-	rings int
-	n     uint64 // slots per ring, a power of two
-	tails []uint64
-	holes [][]uint64 // per ring: positions below the tail still in flight
-	lost  uint64
-	busy  bool // the last drain found a ring more than 1/busyFraction full
+	mu      sync.Mutex
+	mem     []byte // nil once closed
+	unmap   func() error
+	rings   int
+	n       uint64 // slots per ring, a power of two
+	tails   []uint64
+	holes   [][]uint64 // per ring: positions below the tail still in flight
+	lost    uint64
+	quiet   int    // drains in a row that found nothing (idle: idleDrains)
+	fullest uint64 // the most new records the last drain found in a ring
+	drains  uint64 // drains made
 
 	// pending holds, per ring, the records collected, those from heads on
 	// not yet taken, in time order: a ring's records come mostly in time
 	// order already (a writer preempted between its reservation and its
 	// clock read, or a hole read at a later drain, puts one a little out
 	// of it), so each is put in place on arrival and take merges the
-	// rings. Sorting all of them at each take, 88-byte records moved by a
+	// rings. Sorting all of them at each take, records moved by a
 	// stable sort, was the reader's largest cost at a million records a
 	// second. The records taken stay until half of a ring's are, or all.
 	pending  [][]probesCall
@@ -211,10 +235,12 @@ func (r *callRings) read(i int, pos, head uint64, c *probesCall) int {
 }
 
 // collect drains the rings into the pending records; beyond maxPending
-// of them, what it finds is lost.
-func (r *callRings) collect() {
+// of them, what it finds is lost. It says whether it found any after the
+// rings were idle.
+func (r *callRings) collect() (woke bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	idle := r.quiet >= idleDrains
 	r.drainLocked(func(ring int, c *probesCall) {
 		if r.npending >= maxPending {
 			r.lost++
@@ -227,6 +253,14 @@ func (r *callRings) collect() {
 		}
 		r.pending[ring] = p
 	})
+	return idle && r.quiet == 0
+}
+
+// idle says whether the last idleDrains drains found nothing.
+func (r *callRings) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.quiet >= idleDrains
 }
 
 // take moves up to max pending records from before cut to dst, in time
@@ -281,25 +315,149 @@ func (r *callRings) take(cut uint64, dst []probesCall, max int) []probesCall {
 	return dst
 }
 
-// poll collects every collectInterval (faster while busy) until stop.
-func (r *callRings) poll(stop <-chan struct{}) {
+// poll collects until stop: every collectInterval while records come (16
+// times as often while the last drain found a ring more than
+// 1/wakeFraction full), and while the rings are idle every idleInterval
+// or as soon as w (the ring buffer wakes; nil: none) wakes it. woke is
+// called when a collect finds records after the rings were idle (Run may
+// then be in its long wait). The wakeups are waited for at rest only:
+// parked on them under load, the collector cost the launcher 2-3 % of a
+// core more at 550,000 launches a second on this project's VM than on a
+// timer, for the 70 wakeups a second it got.
+func (r *callRings) poll(stop <-chan struct{}, w *wakeWait, woke func()) {
 	tick := time.NewTimer(collectInterval)
 	defer tick.Stop()
 	for {
+		d := r.pace()
+		if d == idleInterval && w != nil {
+			if !w.wait(d, stop) {
+				return
+			}
+		} else {
+			tick.Reset(d)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			if w != nil {
+				w.consume() // counted, and the buffer never fills
+			}
+		}
+		if r.collect() && woke != nil {
+			woke()
+		}
+	}
+}
+
+// pace is how long the collector waits for its next drain, from what the
+// last drains found: idleInterval after idleDrains found nothing,
+// collectInterval/16 after one found a ring more than 1/wakeFraction
+// full, else collectInterval.
+func (r *callRings) pace() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.quiet >= idleDrains:
+		return idleInterval
+	case r.fullest > r.n/wakeFraction:
+		return collectInterval / 16
+	}
+	return collectInterval
+}
+
+// wakeWait is the collector's wait on the ring buffer wakes: parked in
+// Go's netpoller (readyWait) until the programs write a wakeup or the
+// wait's end, after which it consumes what they wrote.
+type wakeWait struct {
+	rd    *ringbuf.Reader
+	w     *readyWait
+	rec   ringbuf.Record
+	count atomic.Uint64 // wakeups consumed (Stats.Wakeups)
+
+	mu     sync.Mutex // rd is not used once closed (its AvailableBytes would fault)
+	closed bool
+}
+
+// newWakeWait waits on m, or is nil where the map cannot be read or
+// polled (the collector then polls on its timer alone).
+func newWakeWait(m *ebpf.Map) *wakeWait {
+	if m == nil {
+		return nil
+	}
+	w := newReadyWait(m)
+	if w == nil {
+		return nil
+	}
+	rd, err := ringbuf.NewReader(m)
+	if err != nil {
+		w.close()
+		return nil
+	}
+	return &wakeWait{rd: rd, w: w}
+}
+
+// wait returns after a wakeup or d, having consumed the wakeups; false
+// when stop is closed (then interrupt ends a wait under way) or the map
+// is.
+func (k *wakeWait) wait(d time.Duration, stop <-chan struct{}) bool {
+	stopped := func() bool {
 		select {
 		case <-stop:
-			return
-		case <-tick.C:
+			return true
+		default:
+			return false
 		}
-		r.collect()
-		r.mu.Lock()
-		d := collectInterval
-		if r.busy {
-			d /= 16
-		}
-		r.mu.Unlock()
-		tick.Reset(d)
 	}
+	k.w.wait(d, func() bool { return stopped() || k.available() != 0 })
+	if stopped() {
+		return false
+	}
+	return k.consume()
+}
+
+// available is how many bytes of wakeups wait; -1 once closed.
+func (k *wakeWait) available() int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return -1
+	}
+	return k.rd.AvailableBytes()
+}
+
+// consume reads the wakeups written so far (none: no system call); false
+// once the map is closed.
+func (k *wakeWait) consume() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return false
+	}
+	if k.rd.AvailableBytes() == 0 {
+		return true
+	}
+	k.rd.SetDeadline(time.Now())
+	for {
+		err := k.rd.ReadInto(&k.rec)
+		if err != nil {
+			return !errors.Is(err, os.ErrClosed)
+		}
+		k.count.Add(1)
+	}
+}
+
+// interrupt ends a wait under way: its stop is closed.
+func (k *wakeWait) interrupt() { _ = k.w.f.SetReadDeadline(time.Now()) }
+
+// close marks the wait closed, then closes its descriptors: a wait under
+// way (in readyWait, which the file's Close waits for) sees the mark and
+// returns without the lock.
+func (k *wakeWait) close() error {
+	k.mu.Lock()
+	k.closed = true
+	k.mu.Unlock()
+	return errors.Join(k.w.close(), k.rd.Close())
 }
 
 // drain appends every record published since the last drain to dst, in
@@ -317,7 +475,9 @@ func (r *callRings) drainLocked(add func(ring int, c *probesCall)) {
 	if r.mem == nil {
 		return
 	}
-	r.busy = false
+	found := false
+	r.drains++
+	r.fullest = 0
 	var c probesCall
 	for i := range r.rings {
 		head := r.head(i)
@@ -340,14 +500,18 @@ func (r *callRings) drainLocked(add func(ring int, c *probesCall)) {
 			r.lost += head - r.n - tail
 			tail = head - r.n
 		}
-		if head-tail > r.n/busyFraction {
-			r.busy = true
-		}
+		found = found || head > tail
+		r.fullest = max(r.fullest, head-tail)
 		for pos := tail; pos < head; pos++ {
 			take(pos)
 		}
 		r.holes[i] = holes
 		r.tails[i] = head
+	}
+	if found {
+		r.quiet = 0
+	} else if r.quiet < idleDrains {
+		r.quiet++
 	}
 }
 

@@ -39,37 +39,39 @@ func decode(ev *timer.Event, r *probesCall) {
 	ev.Time, ev.PID, ev.TID = int64(r.Time), int(r.Pid), int(r.Tid)
 	ev.Kind, ev.Phase, ev.Vendor = timer.Kind(r.Kind), timer.Phase(r.Phase), timer.Vendor(r.Vendor)
 	ev.Ret, ev.Stream, ev.Peer = r.Ret, r.Stream, -1
-	w := &r.Word
 	switch ev.Kind {
 	case timer.KindLaunch:
+		ev.Ret = 0 // the block (an entry record's ret holds a word of its kind)
 		ev.Func = r.Handle
-		ev.Grid = [3]uint32{w[0], w[1], w[2]}
-		ev.Block = [3]uint32{w[3], w[4], w[5]}
+		g, b := r.Handle2, uint32(r.Ret)
+		ev.Grid = [3]uint32{uint32(g), uint32(g>>32) & 0xffff, uint32(g >> 48)}
+		ev.Block = [3]uint32{b & 0x7ff, b >> 11 & 0x7ff, b >> 22 & 0x3ff}
 		ev.Shmem = r.Size
 	case timer.KindMemcpyAsync, timer.KindMemcpy:
 		ev.Bytes = r.Size
-		ev.CopyKind = int32(w[0])
+		ev.CopyKind = int32(r.Handle2)
 	case timer.KindEventElapsed:
 		ev.Handle, ev.Handle2 = r.Handle, r.Handle2
-		ev.ElapsedMs = math.Float32frombits(w[0])
+		ev.ElapsedMs = math.Float32frombits(uint32(r.Size))
 	case timer.KindCommInit:
+		ev.Stream = 0 // the first half of the id
 		ev.Comm = r.Handle2
 		if r.Op == 1 { // a split: see commIDs.split
 			ev.Handle = r.Handle // parent communicator
 			ev.Rank = -1         // not known at the split
 			break
 		}
-		for i := range 4 {
-			binary.LittleEndian.PutUint32(ev.CommID[4*i:], w[i])
-		}
-		ev.NRanks, ev.Rank = int32(w[4]), int32(w[5])
+		binary.LittleEndian.PutUint64(ev.CommID[:8], r.Stream)
+		binary.LittleEndian.PutUint64(ev.CommID[8:], r.Handle)
+		ev.NRanks, ev.Rank = int32(r.Size), int32(r.Size>>32)
 	case timer.KindCommDestroy:
 		ev.Comm = r.Handle2
 	case timer.KindCollective:
+		ev.Ret = 0 // the peer
 		ev.Op = timer.CollOp(r.Op)
 		ev.Comm = r.Handle2
 		ev.Count = r.Size
-		ev.Dtype, ev.RedOp, ev.Peer = int32(w[0]), int32(w[1]), int32(w[2])
+		ev.Dtype, ev.RedOp, ev.Peer = int32(r.Handle), int32(r.Handle>>32), r.Ret
 	default: // graph launch, event record, query, synchronize, stream wait
 		ev.Handle = r.Handle
 	}
@@ -128,7 +130,7 @@ func (t *Tracer) complete(ev *timer.Event, raw *probesCall) {
 			t.comms[ev.PID] = c
 		}
 		if raw.Op == 1 {
-			ev.CommID = c.split(raw.Handle, int32(raw.Word[0])) // the color
+			ev.CommID = c.split(raw.Handle, int32(raw.Size)) // the color
 		}
 		if ev.Ret == 0 {
 			c.ids[ev.Comm] = ev.CommID

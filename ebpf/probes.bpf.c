@@ -9,29 +9,35 @@
  * Contract with the Go side
  * -------------------------
  * Every record is one `struct call` (below, exported to Go with bpf2go
- * -type call, so the layouts cannot drift): a header (time, pid, tid,
- * kind, phase, vendor, op, ret) and five payload fields whose meaning
- * depends on the kind (decode in decode_linux.go):
+ * -type call, so the layouts cannot drift), 64 bytes: one cache line, the
+ * one line a launch writes. A header (seq, time, pid, tid, kind, phase,
+ * vendor, op, ret) and four payload fields whose meaning depends on the
+ * kind (decode in decode_linux.go); ret is the return value of an exit
+ * record (and of a query) and, in the entry records of launches and
+ * collectives, which have none, holds a word of theirs:
  *
- *   kind              stream  handle        handle2  size    word[6]
- *   LAUNCH            stream  func          -        shmem   grid[3], block[3]
- *   GRAPH_LAUNCH      stream  graph exec
- *   MEMCPY(_ASYNC)    stream  -             -        bytes   [0] copy kind
- *   EVENT_RECORD      stream  event
- *   EVENT_QUERY/SYNC  -       event
+ *   kind              stream      handle          handle2           size            ret (entry)
+ *   LAUNCH            stream      func            grid x|y<<32|z<<48 shmem          block x|y<<11|z<<22
+ *   GRAPH_LAUNCH      stream      graph exec
+ *   MEMCPY(_ASYNC)    stream      -               copy kind         bytes
+ *   EVENT_RECORD      stream      event
+ *   EVENT_QUERY/SYNC  -           event
  *   STREAM_SYNC/QUERY stream
- *   STREAM_WAIT_EVENT stream  event
- *   EVENT_ELAPSED     -       start event   end      -       [0] float bits of the ms
- *   COMM_INIT         -       -             comm     -       [0-3] comm_id, [4] nranks, [5] rank
- *     a split (op 1)  -       parent comm   comm     -       [0] color, [1] key
- *   COMM_DESTROY      -       -             comm
- *   COLLECTIVE        stream  -             comm     count   [0] dtype, [1] redop, [2] peer/root (-1: none)
- *   EV_FORK           -       parent pid
+ *   STREAM_WAIT_EVENT stream      event
+ *   EVENT_ELAPSED     -           start event     end               float bits of the ms
+ *   COMM_INIT         comm_id[0]  comm_id[1]      comm              nranks|rank<<32
+ *     a split (op 1)  -           parent comm     comm              color|key<<32
+ *   COMM_DESTROY      -           -               comm
+ *   COLLECTIVE        stream      dtype|redop<<32 comm              count           peer/root (-1: none)
+ *   EV_FORK           -           parent pid
  *
- * kind holds an enum kind, whose values are timer.Kind's, or an enum
- * proc_kind (EV_*, >= 100, beyond every timer.Kind). Both enums are
- * exported too (bpf2go -type kind -type proc_kind); kinds_linux_test.go
- * checks them against timer. Fields a kind does not use are zero.
+ * A launch's dimensions are packed to CUDA's limits (grid x 32 bits, y
+ * and z 16; block x and y 11 bits, z 10): a launch beyond them fails, and
+ * its record keeps the low bits. kind holds an enum kind, whose values are
+ * timer.Kind's, or an enum proc_kind (EV_*, >= 100, beyond every
+ * timer.Kind). Both enums are exported too (bpf2go -type kind -type
+ * proc_kind); kinds_linux_test.go checks them against timer. Fields a kind
+ * does not use are zero.
  *
  * Two transports:
  *   - Call records (every uprobe and uretprobe) go into rings in the
@@ -39,10 +45,13 @@
  *     which Go maps and reads without system calls (calls_linux.go). A
  *     record is reserved with one atomic fetch-and-add on its ring's
  *     head, written, and published by storing
- *     its seq (position + 1) last (reserve, publish). No wakeup: Go drains
- *     the rings every 20 ms (pollInterval) and before each process record, and
- *     delivers them in time order (tracer_linux.go, Run). A full ring
- *     overwrites its oldest records; Go counts what it missed as lost.
+ *     its seq (position + 1) last (reserve, publish). No wakeup per
+ *     record: Go drains the rings every 20 ms while records come
+ *     (pollInterval), every 200 ms while they are idle, before each
+ *     process record, and when a ring passes a quarter of its size (the
+ *     ring buffer `wakes`), and delivers them in time order
+ *     (tracer_linux.go, Run). A full ring overwrites its oldest records;
+ *     Go counts what it missed as lost.
  *   - Process records (fork, exec, exit, loader) go on the ring buffer
  *     `procs`, and wake Go at once: scans wait on them. A failed
  *     reservation there is counted in `lost`, never silent.
@@ -138,7 +147,8 @@
  * of a followed process adds the child here, before it can run; exec, exit
  * and dynamic loader updates (dlopen) of followed processes are
  * reported to Go, which (re)scans their libraries. Go sees a call record
- * up to its poll interval (20 ms) after the call.
+ * up to its poll interval (20 ms, 200 ms after the rings were idle) after
+ * the call.
  *
  * x86-64 only: the call rings rely on its total store order (see barrier).
  * Minimum kernel: 5.15 (ring buffer 5.8, tp_btf 5.5, BPF_F_MMAPABLE 5.5,
@@ -217,9 +227,11 @@ enum {
 #define VENDOR_CUDA 0
 
 /*
- * One call or process record (Go: probesCall). The header is the same for
- * every kind; the five payload fields mean what the table in the file's
- * header comment says, per kind, and are zero where a kind has nothing.
+ * One call or process record (Go: probesCall), 64 bytes: a slot of the
+ * call rings is one cache line. The header is the same for every kind;
+ * the four payload fields (and ret, in the entry records of launches and
+ * collectives) mean what the table in the file's header comment says, per
+ * kind, and are zero where a kind has nothing.
  */
 struct call {
 	__u64 seq;  /* call rings: position + 1 once complete, 0 while written */
@@ -235,7 +247,6 @@ struct call {
 	__u64 handle;
 	__u64 handle2;
 	__u64 size;
-	__u32 word[6];
 };
 
 /* Arguments kept from entry to return, keyed by kind << 32 | tid. */
@@ -273,6 +284,23 @@ struct {
  * one), set by Go. */
 volatile const __u64 slot_mask = 0;
 volatile const __u32 ring_mask = 0;
+
+/*
+ * The collector's wakeups (calls_linux.go, poll): reserve writes the ring's
+ * number here, with a wakeup, each time a ring's head passes a multiple of
+ * wake_mask + 1 (a quarter of the ring, set by Go). The collector then
+ * sleeps long while the rings are idle and still reads a burst before it
+ * laps its ring: one wakeup per quarter ring, not per record, and none at
+ * rest; under load it polls on its own and only counts them. A full
+ * buffer (a collector that does not read) drops the wakeup, and its timer
+ * reads the rings anyway.
+ */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 4096); /* Go: wakeRingBytes */
+} wakes SEC(".maps");
+
+volatile const __u64 wake_mask = 0;
 
 /*
  * The followed thread groups, one bit per tgid: bit tgid%64 of word
@@ -440,17 +468,20 @@ static __always_inline void count_lost(void)
 #endif
 _Static_assert(offsetof(struct call, tid) == offsetof(struct call, pid) + 4 &&
 		       offsetof(struct call, ret) == offsetof(struct call, kind) + 4 &&
-		       offsetof(struct call, kind) % 8 == 0 && offsetof(struct call, word) % 8 == 0 &&
-		       sizeof(struct call) == offsetof(struct call, word) + 24,
-	       "reserve writes struct call in 8-byte words");
+		       offsetof(struct call, kind) % 8 == 0 && sizeof(struct call) == 64 &&
+		       offsetof(struct call, size) == 56,
+	       "reserve writes struct call in 8-byte words, one cache line");
 #define STORE64(e, off, v) (*(volatile __u64 *)((char *)(e) + (off)) = (v))
 static __always_inline struct call *reserve(__u64 pid_tgid, __u8 kind, __u8 phase, __u64 cookie, __u64 *pos)
 {
-	__u32 base = (bpf_get_smp_processor_id() & ring_mask) * (__u32)(slot_mask + 2);
+	__u32 ring = bpf_get_smp_processor_id() & ring_mask;
+	__u32 base = ring * (__u32)(slot_mask + 2);
 	struct call *h = bpf_map_lookup_elem(&calls, &base);
 	if (!h)
 		return 0;
 	__u64 p = __sync_fetch_and_add(&h->seq, 1);
+	if ((p & wake_mask) == wake_mask)
+		bpf_ringbuf_output(&wakes, &ring, sizeof(ring), BPF_RB_FORCE_WAKEUP);
 	__u32 idx = base + 1 + (__u32)(p & slot_mask);
 	struct call *e = bpf_map_lookup_elem(&calls, &idx);
 	if (!e)
@@ -465,16 +496,13 @@ static __always_inline struct call *reserve(__u64 pid_tgid, __u8 kind, __u8 phas
 	STORE64(e, offsetof(struct call, handle), 0);
 	STORE64(e, offsetof(struct call, handle2), 0);
 	STORE64(e, offsetof(struct call, size), 0);
-	STORE64(e, offsetof(struct call, word[0]), 0);
-	STORE64(e, offsetof(struct call, word[2]), 0);
-	STORE64(e, offsetof(struct call, word[4]), 0);
 	*pos = p;
 	return e;
 }
 
 /* publish completes a record: its seq, stored last, tells the reader. No
- * wakeup: Go drains the rings on its poll (tracer_linux.go, pollInterval)
- * and before each process record. */
+ * wakeup: Go drains the rings on its poll (calls_linux.go, poll), at rest
+ * woken by reserve each quarter ring, and before each process record. */
 static __always_inline void publish(struct call *e, __u64 pos)
 {
 	barrier();
@@ -596,18 +624,18 @@ static __always_inline int take_stash(__u64 key, struct stash *a)
 
 /* ---- kernel launches ------------------------------------------------ */
 
+/* A launch's grid and block, packed (the header comment's table). */
+#define GRID(x, y, z) ((__u64)(__u32)(x) | (__u64)((y) & 0xffff) << 32 | (__u64)((z) & 0xffff) << 48)
+#define BLOCK(x, y, z) ((__s32)(((x) & 0x7ff) | ((y) & 0x7ff) << 11 | ((z) & 0x3ff) << 22))
+
 SEC("uprobe")
 int launch_kernel(struct pt_regs *ctx)
 {
 	BEGIN(K_LAUNCH, PHASE_ENTER);
 	__u64 grid = ARG2(ctx), block = ARG4(ctx);
 	e->handle = ARG1(ctx);
-	e->word[0] = (__u32)grid;
-	e->word[1] = grid >> 32;
-	e->word[2] = (__u32)ARG3(ctx);
-	e->word[3] = (__u32)block;
-	e->word[4] = block >> 32;
-	e->word[5] = (__u32)ARG5(ctx);
+	e->handle2 = GRID((__u32)grid, grid >> 32, ARG3(ctx));
+	e->ret = BLOCK((__u32)block, block >> 32, ARG5(ctx));
 	__u64 st[2];
 	STACK_ARGS(ctx, 1, st);
 	e->size = st[0];
@@ -637,12 +665,8 @@ static __always_inline void launch_ex(struct pt_regs *ctx, struct call *e)
 	if (bpf_probe_read_user(&cfg, sizeof(cfg), (void *)ARG1(ctx)))
 		__builtin_memset(&cfg, 0, sizeof(cfg));
 	e->handle = ARG2(ctx);
-	e->word[0] = cfg.grid[0];
-	e->word[1] = cfg.grid[1];
-	e->word[2] = cfg.grid[2];
-	e->word[3] = cfg.block[0];
-	e->word[4] = cfg.block[1];
-	e->word[5] = cfg.block[2];
+	e->handle2 = GRID(cfg.grid[0], cfg.grid[1], cfg.grid[2]);
+	e->ret = BLOCK(cfg.block[0], cfg.block[1], cfg.block[2]);
 	e->size = cfg.shmem;
 	e->stream = cfg.stream;
 }
@@ -675,14 +699,10 @@ int cu_launch_kernel(struct pt_regs *ctx)
 	FOLLOWED_CUDA_DRIVER();
 	RECORD(K_LAUNCH, PHASE_ENTER);
 	e->handle = ARG1(ctx);
-	e->word[0] = ARG2(ctx);
-	e->word[1] = ARG3(ctx);
-	e->word[2] = ARG4(ctx);
-	e->word[3] = ARG5(ctx);
-	e->word[4] = ARG6(ctx);
+	e->handle2 = GRID(ARG2(ctx), ARG3(ctx), ARG4(ctx));
 	__u64 st[3];
 	STACK_ARGS(ctx, 1, st);
-	e->word[5] = st[0];
+	e->ret = BLOCK(ARG5(ctx), ARG6(ctx), st[0]);
 	e->size = (__u32)st[1];
 	e->stream = st[2];
 	publish(e, pos);
@@ -806,7 +826,7 @@ int memcpy_async(struct pt_regs *ctx)
 		return 0;
 	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
 	e->size = ARG3(ctx);
-	e->word[0] = ARG4(ctx);
+	e->handle2 = (__u32)ARG4(ctx);
 	e->stream = ARG5(ctx);
 	publish(e, pos);
 	return 0;
@@ -821,7 +841,7 @@ int cu_memcpy_async(struct pt_regs *ctx)
 		return 0;
 	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
 	e->size = ARG3(ctx);
-	e->word[0] = COPY_KIND(cookie);
+	e->handle2 = COPY_KIND(cookie);
 	e->stream = ARG4(ctx);
 	publish(e, pos);
 	return 0;
@@ -844,7 +864,7 @@ int memcpy_enter(struct pt_regs *ctx)
 		return 0;
 	RECORD(K_MEMCPY, PHASE_ENTER);
 	e->size = s.a0;
-	e->word[0] = s.a1;
+	e->handle2 = (__u32)s.a1;
 	publish(e, pos);
 	return 0;
 }
@@ -958,7 +978,7 @@ int call_exit(struct pt_regs *ctx)
 	switch (kind) {
 	case K_MEMCPY:
 		e->size = a.a0;
-		e->word[0] = a.a1;
+		e->handle2 = (__u32)a.a1;
 		break;
 	case K_EVENT_QUERY:
 	case K_EVENT_SYNC:
@@ -971,7 +991,9 @@ int call_exit(struct pt_regs *ctx)
 	case K_EVENT_ELAPSED:
 		e->handle = a.a1;
 		e->handle2 = a.a2;
-		bpf_probe_read_user(&e->word[0], sizeof(e->word[0]), (void *)a.a0);
+		__u32 ms = 0;
+		bpf_probe_read_user(&ms, sizeof(ms), (void *)a.a0);
+		e->size = ms;
 		break;
 	}
 	publish(e, pos);
@@ -1026,9 +1048,9 @@ int comm_init_exit(struct pt_regs *ctx)
 		return 0;
 	e->ret = ctx->ax;
 	bpf_probe_read_user(&e->handle2, sizeof(e->handle2), (void *)a.a0);
-	__builtin_memcpy(e->word, a.id, 16);
-	e->word[4] = a.nranks;
-	e->word[5] = a.rank;
+	e->stream = a.id[0];
+	e->handle = a.id[1];
+	e->size = (__u32)a.nranks | (__u64)(__u32)a.rank << 32;
 	publish(e, pos);
 	return 0;
 }
@@ -1070,8 +1092,7 @@ int comm_split_exit(struct pt_regs *ctx)
 	e->ret = ctx->ax;
 	e->handle = a.a0;
 	bpf_probe_read_user(&e->handle2, sizeof(e->handle2), (void *)a.a1);
-	e->word[0] = a.nranks;
-	e->word[1] = a.rank;
+	e->size = (__u32)a.nranks | (__u64)(__u32)a.rank << 32; /* color, key */
 	e->op = 1; /* marks a split */
 	publish(e, pos);
 	return 0;
@@ -1088,6 +1109,9 @@ int comm_destroy(struct pt_regs *ctx)
 
 /* ---- NCCL collectives ----------------------------------------------- */
 
+/* A collective's data type and reduction op (the header comment's table). */
+#define DTYPE_REDOP(dtype, redop) ((__u64)(__u32)(dtype) | (__u64)(__u32)(redop) << 32)
+
 /* AllReduce and ReduceScatter (the cookie holds the op). */
 SEC("uprobe")
 int coll_reduce_op(struct pt_regs *ctx)
@@ -1095,9 +1119,8 @@ int coll_reduce_op(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->word[0] = ARG4(ctx);
-	e->word[1] = ARG5(ctx);
-	e->word[2] = -1; /* no peer */
+	e->handle = DTYPE_REDOP(ARG4(ctx), ARG5(ctx));
+	e->ret = -1; /* no peer */
 	e->handle2 = ARG6(ctx);
 	e->stream = stack_arg(ctx, 1);
 	publish(e, pos);
@@ -1110,8 +1133,8 @@ int coll_all_gather(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->word[0] = ARG4(ctx);
-	e->word[2] = -1; /* no peer */
+	e->handle = DTYPE_REDOP(ARG4(ctx), 0);
+	e->ret = -1; /* no peer */
 	e->handle2 = ARG5(ctx);
 	e->stream = ARG6(ctx);
 	publish(e, pos);
@@ -1124,8 +1147,8 @@ int coll_broadcast(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->word[0] = ARG4(ctx);
-	e->word[2] = ARG5(ctx);
+	e->handle = DTYPE_REDOP(ARG4(ctx), 0);
+	e->ret = ARG5(ctx); /* root */
 	e->handle2 = ARG6(ctx);
 	e->stream = stack_arg(ctx, 1);
 	publish(e, pos);
@@ -1138,9 +1161,8 @@ int coll_reduce(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->word[0] = ARG4(ctx);
-	e->word[1] = ARG5(ctx);
-	e->word[2] = ARG6(ctx);
+	e->handle = DTYPE_REDOP(ARG4(ctx), ARG5(ctx));
+	e->ret = ARG6(ctx); /* root */
 	__u64 st[2];
 	STACK_ARGS(ctx, 1, st);
 	e->handle2 = st[0];
@@ -1156,8 +1178,8 @@ int coll_p2p(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG2(ctx);
-	e->word[0] = ARG3(ctx);
-	e->word[2] = ARG4(ctx);
+	e->handle = DTYPE_REDOP(ARG3(ctx), 0);
+	e->ret = ARG4(ctx); /* peer */
 	e->handle2 = ARG5(ctx);
 	e->stream = ARG6(ctx);
 	publish(e, pos);

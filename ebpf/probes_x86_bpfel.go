@@ -28,7 +28,6 @@ type probesCall struct {
 	Handle  uint64
 	Handle2 uint64
 	Size    uint64
-	Word    [6]uint32
 }
 
 type probesForward struct {
@@ -120,6 +119,7 @@ const (
 	probesMapProcs                   = "procs"
 	probesMapStashes                 = "stashes"
 	probesMapUnheld                  = "unheld"
+	probesMapWakes                   = "wakes"
 	probesProgCallExit               = "call_exit"
 	probesProgCollAllGather          = "coll_all_gather"
 	probesProgCollBroadcast          = "coll_broadcast"
@@ -169,6 +169,7 @@ const (
 	probesVarUnusedProcKind          = "unused_proc_kind"
 	probesVarUnusedProcPhase         = "unused_proc_phase"
 	probesVarUnusedUnheldWhy         = "unused_unheld_why"
+	probesVarWakeMask                = "wake_mask"
 )
 
 // loadProbes returns the embedded CollectionSpec for probes.
@@ -271,6 +272,7 @@ type probesMapSpecs struct {
 	Procs     *ebpf.MapSpec `ebpf:"procs"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
 	Unheld    *ebpf.MapSpec `ebpf:"unheld"`
+	Wakes     *ebpf.MapSpec `ebpf:"wakes"`
 }
 
 // probesVariableSpecs contains global variables before they are loaded into the kernel.
@@ -284,6 +286,7 @@ type probesVariableSpecs struct {
 	UnusedProcKind  *ebpf.VariableSpec `ebpf:"unused_proc_kind"`
 	UnusedProcPhase *ebpf.VariableSpec `ebpf:"unused_proc_phase"`
 	UnusedUnheldWhy *ebpf.VariableSpec `ebpf:"unused_unheld_why"`
+	WakeMask        *ebpf.VariableSpec `ebpf:"wake_mask"`
 }
 
 // probesObjects contains all objects after they have been loaded into the kernel.
@@ -316,6 +319,7 @@ type probesMaps struct {
 	Procs     *ebpf.Map `ebpf:"procs"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
 	Unheld    *ebpf.Map `ebpf:"unheld"`
+	Wakes     *ebpf.Map `ebpf:"wakes"`
 }
 
 func (m *probesMaps) Close() error {
@@ -330,6 +334,7 @@ func (m *probesMaps) Close() error {
 		m.Procs,
 		m.Stashes,
 		m.Unheld,
+		m.Wakes,
 	)
 }
 
@@ -344,6 +349,7 @@ type probesVariables struct {
 	UnusedProcKind  *ebpf.Variable `ebpf:"unused_proc_kind"`
 	UnusedProcPhase *ebpf.Variable `ebpf:"unused_proc_phase"`
 	UnusedUnheldWhy *ebpf.Variable `ebpf:"unused_unheld_why"`
+	WakeMask        *ebpf.Variable `ebpf:"wake_mask"`
 }
 
 // probesPrograms contains all programs after they have been loaded into the kernel.

@@ -31,9 +31,11 @@ import (
 // read might have missed.
 const rescanDelay = 20 * time.Millisecond
 
-// pollInterval bounds how long a call record may wait in its ring: the
-// BPF side never wakes the reader for a call (publish in probes.bpf.c), so
-// the reader looks on its own this often, and before each process record.
+// pollInterval bounds how long a call record may wait in its ring while
+// records come: the BPF side wakes the reader only each quarter ring, and
+// only a resting one heeds it (reserve in probes.bpf.c, callRings.poll),
+// so the reader looks on its own this often (idleInterval while the rings
+// are idle), and before each process record.
 const pollInterval = 20 * time.Millisecond
 
 // inFlightWait bounds how long a process record waits for call records
@@ -61,6 +63,7 @@ type Tracer struct {
 	rd       *ringbuf.Reader // process records (map procs)
 	procWait *readyWait      // Run waits for them here, or nil (see newReadyWait)
 	rings    *callRings      // call records (map calls)
+	wakes    *wakeWait       // the collector waits for the programs here, or nil
 	calls    []probesCall    // records being delivered; Run's goroutine only
 	batch    []timer.Event   // events being delivered (deliverBatch); Run's goroutine only
 	progs    map[string]*ebpf.Program
@@ -154,6 +157,7 @@ func NewTracer(opts Options) (*Tracer, error) {
 		t.Close()
 		return nil, err
 	}
+	t.wakes = newWakeWait(t.objs.Wakes) // nil: the collector polls alone
 	for _, lib := range opts.Libraries {
 		if filepath.IsAbs(lib) {
 			t.preload(lib)
@@ -401,9 +405,11 @@ func (t *Tracer) notice(n Notice) {
 // tracer did. Both are called from this goroutine only.
 //
 // Process records come on the ring buffer procs, which wakes Run; call
-// records wait in the call rings, drained on each wakeup and
-// every pollInterval. The engine must see each thread's calls in order,
-// and a process's calls before its exit. Records of one thread are
+// records wait in the call rings, drained on each wakeup, every
+// pollInterval (idleInterval while they are idle) and by the collector
+// (callRings.poll), which at rest the programs wake each quarter ring.
+// The engine must see each thread's calls in order, and a process's calls
+// before its exit. Records of one thread are
 // published one after another, but possibly on different CPUs, so their
 // order is their time (bpf_ktime_get_ns, CLOCK_MONOTONIC). A drain first
 // takes now, then collects every published record, and delivers, sorted
@@ -415,9 +421,18 @@ func (t *Tracer) notice(n Notice) {
 // sees r1, sorts the two. A process record of time T is delivered after
 // a drain whose cut is T: the calls made before it first.
 func (t *Tracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice func(Notice)) error {
-	stop := make(chan struct{})
-	defer close(stop)
-	go t.rings.poll(stop)
+	stop, polled := make(chan struct{}), make(chan struct{})
+	defer func() {
+		close(stop)
+		if t.wakes != nil {
+			t.wakes.interrupt()
+		}
+		<-polled // the collector is done with the maps before Run returns
+	}()
+	go func() {
+		defer close(polled)
+		t.rings.poll(stop, t.wakes, t.nudge)
+	}()
 	t.beat()
 	t.readyOne.Do(func() { close(t.ready) })
 	defer t.stopReading()
@@ -508,7 +523,18 @@ func (t *Tracer) wait() time.Duration {
 	if len(t.dirty) > 0 {
 		return maxScanLag
 	}
+	if t.rings.idle() {
+		return idleInterval // the collector wakes Run (nudge) when records come
+	}
 	return pollInterval
+}
+
+// nudge ends Run's wait now: the collector found records after the rings
+// were idle, while Run may be in its long wait.
+func (t *Tracer) nudge() {
+	if t.procWait != nil {
+		_ = t.procWait.f.SetReadDeadline(time.Now())
+	}
 }
 
 // housekeep rescans processes that mapped code and hands out notices.
@@ -604,6 +630,9 @@ func (t *Tracer) processEvent(raw *probesCall, onEvents func([]timer.Event)) {
 // Stats reports counters and what is attached now.
 func (t *Tracer) Stats() Stats {
 	s := Stats{Events: t.events.Load(), Lost: t.rings.lostCount()}
+	if t.wakes != nil {
+		s.Wakeups = t.wakes.count.Load()
+	}
 	var perCPU []uint64
 	if err := t.objs.Lost.Lookup(uint32(0), &perCPU); err == nil {
 		for _, n := range perCPU {
@@ -677,6 +706,9 @@ func (t *Tracer) Close() error {
 	}
 	if t.procWait != nil {
 		errs = append(errs, t.procWait.close())
+	}
+	if t.wakes != nil {
+		errs = append(errs, t.wakes.close())
 	}
 	if t.rings != nil {
 		errs = append(errs, t.rings.close())

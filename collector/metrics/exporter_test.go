@@ -21,7 +21,7 @@ var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker
 // hungSnapshot is a two-rank node where rank 1 is hung on the GPU.
 func hungSnapshot() Snapshot {
 	return Snapshot{
-		ProbeEvents: 1000, LostEvents: 3, Holds: 12, HeldSeconds: 0.034, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
+		ProbeEvents: 1000, LostEvents: 3, Wakeups: 7, Holds: 12, HeldSeconds: 0.034, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
 		Xids: []dumpfile.Xid{
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000000, 0)},
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000010, 0)},
@@ -99,6 +99,9 @@ xpu_timer_oldest_op_age_seconds{ip="10.0.0.7",job_name="llama",local_rank="1",po
 # HELP xpu_timer_probe_lost_events_total Events the eBPF probes dropped because the ring buffer was full.
 # TYPE xpu_timer_probe_lost_events_total counter
 xpu_timer_probe_lost_events_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 3
+# HELP xpu_timer_probe_wakeups_total Times a ring of call records passed a quarter of its size: the eBPF probes then wake the agent's reader if it rests.
+# TYPE xpu_timer_probe_wakeups_total counter
+xpu_timer_probe_wakeups_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 7
 # HELP xpu_timer_process_held_seconds_total Time followed processes spent held at execs and library loads, in all.
 # TYPE xpu_timer_process_held_seconds_total counter
 xpu_timer_process_held_seconds_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 0.034
@@ -138,7 +141,7 @@ func TestExposition(t *testing.T) {
 	if err := testutil.GatherAndCompare(x.Gatherer(), strings.NewReader(wantOwn),
 		"xpu_timer_rank_hung", "xpu_timer_rank_detectors", "xpu_timer_oldest_op_age_seconds", "xpu_timer_collective_duration_seconds",
 		"xpu_timer_collective_bus_bandwidth_bytes_per_second", "xpu_timer_gpu_utilization_ratio",
-		"xpu_timer_gpu_xid_last_timestamp_seconds", "xpu_timer_probe_lost_events_total"); err != nil {
+		"xpu_timer_gpu_xid_last_timestamp_seconds", "xpu_timer_probe_lost_events_total", "xpu_timer_probe_wakeups_total"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(x.c, "xpu_timer_scrape_duration_seconds"); n != 1 {

@@ -28,6 +28,7 @@ type Snapshot struct {
 
 	ProbeEvents       uint64  // events read from the probes since start
 	LostEvents        uint64  // events the probes dropped since start (ring buffer full)
+	Wakeups           uint64  // times the probes woke the reader since start
 	AttachedProcesses int     // processes currently followed
 	ProbesAttached    int     // uprobes currently attached
 	Holds             uint64  // times a process was held at an exec or a load until probed
