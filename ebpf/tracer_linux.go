@@ -64,6 +64,7 @@ type Tracer struct {
 	procWait *readyWait      // Run waits for them here, or nil (see newReadyWait)
 	rings    *callRings      // call records (map calls)
 	wakes    *wakeWait       // the collector waits for the programs here, or nil
+	nudged   atomic.Bool     // the collector ended Run's wait (nudge)
 	calls    []probesCall    // records being delivered; Run's goroutine only
 	batch    []timer.Event   // events being delivered (deliverBatch); Run's goroutine only
 	progs    map[string]*ebpf.Program
@@ -444,9 +445,9 @@ func (t *Tracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice
 		t.beat()
 		t.housekeep(onNotice)
 		if w := t.procWait; w != nil {
-			// Parked in Go's netpoller until a record or the wait's end;
-			// then the reader only takes what is there.
-			w.wait(t.wait(), func() bool { return t.rd.AvailableBytes() > 0 })
+			// Parked in Go's netpoller until a record, a nudge or the
+			// wait's end; then the reader only takes what is there.
+			w.wait(t.wait(), func() bool { return t.rd.AvailableBytes() > 0 || t.nudged.Swap(false) })
 			t.rd.SetDeadline(time.Now())
 		} else {
 			t.rd.SetDeadline(time.Now().Add(t.wait()))
@@ -530,9 +531,11 @@ func (t *Tracer) wait() time.Duration {
 }
 
 // nudge ends Run's wait now: the collector found records after the rings
-// were idle, while Run may be in its long wait.
+// were idle, while Run may be in its long wait. The mark makes a wait
+// that begins after the deadline was moved (and moves it back) end too.
 func (t *Tracer) nudge() {
 	if t.procWait != nil {
+		t.nudged.Store(true)
 		_ = t.procWait.f.SetReadDeadline(time.Now())
 	}
 }

@@ -31,7 +31,7 @@ var rateMarkRe = regexp.MustCompile(`^launchrate-(rest|start|end) (\d+)$`)
 // share of the launch records the launcher read (the rest were lost:
 // counted by the rings' reader), how often a ring passed a quarter of its
 // size (the probes' wakeups, which the reader waits for at rest only), and
-// its CPU at rest (2 s before the loops start, nothing launching). It
+// its CPU at rest (the 2 s before the loops start, nothing launching). It
 // fails when the launcher read none.
 func BenchmarkLaunchRate(b *testing.B) {
 	privileged.Root(b)
@@ -66,11 +66,12 @@ type rateRun struct {
 	rest, wakeups      float64 // CPU % at rest; probe wakeups a second over the window
 }
 
-// launchRate runs procs launchloops at once under the launcher, 3 s after
-// it started (its attach and warm-up left out), and measures them.
+// launchRate runs procs launchloops at once under the launcher, 4 s after
+// it started (its attach and warm-up left out, then 2 s at rest), and
+// measures them.
 func launchRate(b *testing.B, loop string, procs int) rateRun {
 	b.Helper()
-	script := fmt.Sprintf(`sleep 1
+	script := fmt.Sprintf(`sleep 2
 echo "launchrate-rest $(date +%%s%%N)"
 sleep 2
 echo "launchrate-start $(date +%%s%%N)"
