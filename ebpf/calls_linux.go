@@ -72,8 +72,9 @@ const (
 	wakeFraction    = 4
 )
 
-// wakeRingBytes is the size of the ring buffer wakes: 512 wakeups of 8
-// bytes, far more than the collector leaves unread.
+// wakeRingBytes is the size of the ring buffer wakes: 256 wakeups (4
+// bytes each behind an 8-byte header, padded to 16), far more than the
+// collector leaves unread.
 const wakeRingBytes = 4096
 
 // maxPending bounds the records collected and not yet delivered (11 MiB,
@@ -240,7 +241,7 @@ func (r *callRings) read(i int, pos, head uint64, c *probesCall) int {
 func (r *callRings) collect() (woke bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	idle := r.quiet >= idleDrains
+	idle := r.restingLocked()
 	r.drainLocked(func(ring int, c *probesCall) {
 		if r.npending >= maxPending {
 			r.lost++
@@ -260,8 +261,11 @@ func (r *callRings) collect() (woke bool) {
 func (r *callRings) idle() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.quiet >= idleDrains
+	return r.restingLocked()
 }
+
+// restingLocked is idle with r.mu held.
+func (r *callRings) restingLocked() bool { return r.quiet >= idleDrains }
 
 // take moves up to max pending records from before cut to dst, in time
 // order (of two alike, the lower ring's first); the later ones stay
@@ -358,7 +362,7 @@ func (r *callRings) pace() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
-	case r.quiet >= idleDrains:
+	case r.restingLocked():
 		return idleInterval
 	case r.fullest > r.n/wakeFraction:
 		return collectInterval / 16
