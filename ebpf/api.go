@@ -22,9 +22,10 @@ type Options struct {
 	// load are not missed (a library found in a process's maps is probed
 	// a millisecond or more after it is mapped).
 	Libraries []string
-	// RingBufferBytes is what the rings that carry call records to user
-	// space may take in all, default DefaultRingBytes: CPUs share up to 16 rings,
-	// each a power of two of 64-byte records, at least 4096 (256 KiB).
+	// RingBufferBytes is what the slots of the rings that carry call
+	// records to user space may take in all, default DefaultRingBytes:
+	// CPUs share up to 16 rings, each a power of two of 64-byte records, at
+	// least 4096 (256 KiB), and a 64-byte header.
 	// Process records have a ring buffer of their own (256 KiB).
 	RingBufferBytes int
 	// NoReturnProbes leaves out the uretprobes: queries, synchronize

@@ -40,23 +40,23 @@ func ringCount(ncpu int) int {
 }
 
 // minSlotsPerRing is the floor of each call ring: 4096 records of 64
-// bytes, 256 KiB. Read every pollInterval (20 ms), a ring sustains
-// slots/20 ms records per second: 4096 slots 205,000 records/s, more than
-// one thread makes with uprobes that cost a microsecond or more each. The
-// default budget (8 MiB) gives 2 rings (2 CPUs) 32768 slots each (1.6
-// million records/s), and 16 rings (16 CPUs or more) 4096 each (4 MiB
-// in all). Between polls a ring holds a burst of its size: under load the
-// collector polls 16 times as often while a ring fills more than a
-// quarter of it between two polls (wakeFraction), and at rest a ring that
-// fills a quarter wakes it at once.
+// bytes, 256 KiB. The default budget (8 MiB of slots) gives 2 rings (2
+// CPUs) 65536 slots each, and 16 rings (16 CPUs or more) 8192 each. A ring
+// holds what its CPUs write until the collector next drains it: 130 ms of
+// one thread launching 500,000 times a second on 65536 slots, 16 ms on
+// 8192. The collector drains a ring before it is an eighth full at the
+// rate it fills (pace), and at rest a ring that fills a quarter wakes it.
 const minSlotsPerRing = 4096
 
 // collectInterval is how often a goroutine of Run's copies the call
-// rings into memory while records come, so that they do not overflow while
-// Run itself is busy (a first launch of a process reads its symbols, which
-// may take longer than a ring holds). At 5 ms, following the 8-rank
-// testbed job cost the launcher 6.6-7.0 % of a core against 6.0-6.2 % at
-// 20 ms (and 5.0-5.4 % with the BPF ring buffer, the same hour).
+// rings into memory while records come slowly, so that they do not
+// overflow while Run itself is busy (a first launch of a process reads its
+// symbols, which may take longer than a ring holds). At 5 ms, following
+// the 8-rank testbed job cost the launcher 6.6-7.0 % of a core against
+// 6.0-6.2 % at 20 ms (and 5.0-5.4 % with the BPF ring buffer, the same
+// hour). While they come fast, the collector drains sooner: before the
+// fullest ring, at the rate it filled between the last two drains, is
+// an eighth full (fillFraction), and at least every collectInterval/16.
 //
 // After idleDrains drains in a row found nothing, the collector, and Run,
 // look only every idleInterval: at rest the launcher woke 100 times a
@@ -64,12 +64,14 @@ const minSlotsPerRing = 4096
 // project's VM). The programs wake the collector (the ring buffer wakes)
 // each time a ring's head passes a multiple of 1/wakeFraction of its
 // slots, so a burst after a rest is read before it laps its ring however
-// long the collector sleeps, at one wakeup per quarter ring.
+// long the collector sleeps, at one wakeup per quarter ring. The first
+// drains after a rest, the rate unknown, come at the fastest pace.
 const (
 	collectInterval = pollInterval
 	idleInterval    = 200 * time.Millisecond
 	idleDrains      = 5
 	wakeFraction    = 4
+	fillFraction    = 8
 )
 
 // wakeRingBytes is the size of the ring buffer wakes: 256 wakeups (4
@@ -77,9 +79,9 @@ const (
 // collector leaves unread.
 const wakeRingBytes = 4096
 
-// maxPending bounds the records collected and not yet delivered (11 MiB,
-// more than the default rings hold): beyond it, a stalled Run loses
-// records, counted.
+// maxPending bounds the records collected and not yet delivered (8 MiB,
+// what the default rings hold): beyond it, a stalled Run loses records,
+// counted.
 const maxPending = 1 << 17
 
 // procRingBytes is the size of the ring buffer of process records (the
@@ -89,8 +91,11 @@ const procRingBytes = 256 << 10
 
 // slotsPerRing is how many slots each call ring gets from a budget of
 // bytes (Options.RingBufferBytes, default 8 MiB) split over rings: the
-// largest power of two that fits with each ring's header, at least
-// minSlotsPerRing (or floor, where a test sets a smaller one).
+// largest power of two whose slots fit, at least minSlotsPerRing (or
+// floor, where a test sets a smaller one). Each ring's header, one more
+// slot, is beyond the budget: counted in it, the default budget lost half
+// its slots to rounding (two rings of 32768 slots and their headers in
+// 4 MiB and 128 bytes, where 65536 slots each take 8 MiB).
 func slotsPerRing(budget, rings, floor int) int {
 	if budget <= 0 {
 		budget = DefaultRingBytes
@@ -99,7 +104,7 @@ func slotsPerRing(budget, rings, floor int) int {
 		floor = minSlotsPerRing
 	}
 	n := floor
-	for n < 1<<24 && (2*n+1)*callSize*rings <= budget {
+	for n < 1<<24 && 2*n*callSize*rings <= budget {
 		n *= 2
 	}
 	return n
@@ -161,9 +166,12 @@ type callRings struct {
 	tails   []uint64
 	holes   [][]uint64 // per ring: positions below the tail still in flight
 	lost    uint64
-	quiet   int    // drains in a row that found nothing (idle: idleDrains)
-	fullest uint64 // the most new records the last drain found in a ring
-	drains  uint64 // drains made
+	quiet   int           // drains in a row that found nothing (idle: idleDrains)
+	fullest uint64        // the most new records the last drain found in a ring
+	span    time.Duration // since the drain before the last; 0 after a rest (the rate unknown)
+	drained time.Time     // when the last drain began
+	drains  uint64        // drains made
+	now     func() time.Time
 
 	// pending holds, per ring, the records collected, those from heads on
 	// not yet taken, in time order: a ring's records come mostly in time
@@ -195,7 +203,7 @@ func mapCallRings(m *ebpf.Map, rings, n int) (*callRings, error) {
 // newCallRings reads rings laid out in mem.
 func newCallRings(mem []byte, rings, n int) *callRings {
 	return &callRings{mem: mem, rings: rings, n: uint64(n), tails: make([]uint64, rings), holes: make([][]uint64, rings),
-		pending: make([][]probesCall, rings), heads: make([]int, rings)}
+		pending: make([][]probesCall, rings), heads: make([]int, rings), now: time.Now}
 }
 
 // entry is the address of entry i of the map (block headers included).
@@ -319,15 +327,13 @@ func (r *callRings) take(cut uint64, dst []probesCall, max int) []probesCall {
 	return dst
 }
 
-// poll collects until stop: every collectInterval while records come (16
-// times as often while the last drain found a ring more than
-// 1/wakeFraction full), and while the rings are idle every idleInterval
-// or as soon as w (the ring buffer wakes; nil: none) wakes it. woke is
-// called when a collect finds records after the rings were idle (Run may
-// then be in its long wait). The wakeups are waited for at rest only:
-// parked on them under load, the collector cost the launcher 2-3 % of a
-// core more at 550,000 launches a second on this project's VM than on a
-// timer, for the 70 wakeups a second it got.
+// poll collects until stop, waiting pace between drains (while the rings
+// are idle, idleInterval or until w, the ring buffer wakes, wakes it; nil:
+// none). woke is called when a collect finds records after the rings were
+// idle (Run may then be in its long wait). The wakeups are waited for at
+// rest only: parked on them under load, the collector cost the launcher
+// 2-3 % of a core more at 550,000 launches a second on this project's VM
+// than on a timer, for the 70 wakeups a second it got.
 func (r *callRings) poll(stop <-chan struct{}, w *wakeWait, woke func()) {
 	tick := time.NewTimer(collectInterval)
 	defer tick.Stop()
@@ -355,19 +361,30 @@ func (r *callRings) poll(stop <-chan struct{}, w *wakeWait, woke func()) {
 }
 
 // pace is how long the collector waits for its next drain, from what the
-// last drains found: idleInterval after idleDrains found nothing,
-// collectInterval/16 after one found a ring more than 1/wakeFraction
-// full, else collectInterval.
+// last drains found: idleInterval after idleDrains found nothing; else
+// the time in which the fullest ring, at the rate it filled between the
+// last two drains, fills 1/fillFraction of its slots, within
+// collectInterval/16 and collectInterval (at once collectInterval/16
+// after a rest, when the rate is unknown: the wakeup that ended it says a
+// ring is already a quarter full).
 func (r *callRings) pace() time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.paceLocked()
+}
+
+func (r *callRings) paceLocked() time.Duration {
+	const fastest = collectInterval / 16
 	switch {
 	case r.restingLocked():
 		return idleInterval
-	case r.fullest > r.n/wakeFraction:
-		return collectInterval / 16
+	case r.fullest == 0:
+		return collectInterval
+	case r.span == 0:
+		return fastest
 	}
-	return collectInterval
+	d := r.span * time.Duration(r.n/fillFraction) / time.Duration(r.fullest)
+	return min(max(d, fastest), collectInterval)
 }
 
 // wakeWait is the collector's wait on the ring buffer wakes: parked in
@@ -482,6 +499,12 @@ func (r *callRings) drainLocked(add func(ring int, c *probesCall)) {
 	found := false
 	r.drains++
 	r.fullest = 0
+	now := r.now()
+	r.span = now.Sub(r.drained)
+	if r.restingLocked() {
+		r.span = 0 // how fast records come again is not known yet
+	}
+	r.drained = now
 	var c probesCall
 	for i := range r.rings {
 		head := r.head(i)

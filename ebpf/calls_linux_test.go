@@ -166,11 +166,13 @@ func TestDeliverCallsInTimeOrder(t *testing.T) {
 
 func TestRingSizes(t *testing.T) {
 	for _, c := range []struct{ budget, rings, floor, want int }{
-		{0, 2, 0, 32768},            // 8 MiB default over 2 rings, rounded down to a power of two
-		{0, 16, 0, minSlotsPerRing}, // the floor
-		{1 << 30, 1, 0, 1 << 23},    // as many as fit
-		{4096, 2, 8, 16},            // a test's floor
-		{64 << 20, 4, 0, 128 << 10}, // 64 MiB over 4 rings
+		{0, 2, 0, 65536},                  // 8 MiB default over 2 rings, their headers beyond it
+		{0, 16, 0, 8192},                  // and over 16
+		{1 << 20, 16, 0, minSlotsPerRing}, // the floor, over a small budget
+		{1 << 30, 1, 0, 1 << 24},          // as many as fit (at most 1<<24)
+		{4096, 2, 8, 32},                  // a test's floor
+		{5000, 2, 8, 32},                  // rounded down to a power of two
+		{64 << 20, 4, 0, 256 << 10},       // 64 MiB over 4 rings
 	} {
 		if got := slotsPerRing(c.budget, c.rings, c.floor); got != c.want {
 			t.Errorf("slotsPerRing(%d, %d, %d) = %d, want %d", c.budget, c.rings, c.floor, got, c.want)
@@ -183,8 +185,8 @@ func TestRingSizes(t *testing.T) {
 			t.Errorf("ringCount(%d) = %d, want %d", ncpu, got, want)
 		}
 	}
-	if bytes := ringCount(256) * (slotsPerRing(0, ringCount(256), 0) + 1) * callSize; bytes > 8<<20 {
-		t.Errorf("a 256-CPU machine's rings take %d bytes, over the 8 MiB budget", bytes)
+	if bytes := ringCount(256) * slotsPerRing(0, ringCount(256), 0) * callSize; bytes > 8<<20 {
+		t.Errorf("a 256-CPU machine's ring slots take %d bytes, over the 8 MiB budget", bytes)
 	}
 }
 

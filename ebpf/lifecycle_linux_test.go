@@ -193,7 +193,7 @@ func TestRenamedLibraryMissingSymbol(t *testing.T) {
 func TestLostEventsCounted(t *testing.T) {
 	privileged.Root(t)
 	s := buildStubs(t)
-	tr := newTracer(t, Options{RingBufferBytes: 4096, slotsPerRing: 8})
+	tr := newTracer(t, Options{RingBufferBytes: 1024, slotsPerRing: 8})
 	// About 45 call records; a CPU's ring holds 8.
 	bed := testbed.Build(t)
 	p := start(t, s.Calls, "cuda", bed.Lib("libcudart.so.12"), bed.Lib("libnccl.so.2"), "-", "-", "0", "1")

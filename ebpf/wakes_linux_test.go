@@ -42,6 +42,41 @@ func TestCallRingsIdle(t *testing.T) {
 	}
 }
 
+// The collector drains before the fullest ring, at the rate it filled
+// between the last two drains, is an eighth full, within 1.25 and 20 ms;
+// at the fastest pace right after a rest, the rate unknown.
+func TestCallRingsPace(t *testing.T) {
+	const n = 1024 // an eighth: 128 records
+	f, r := newFakeRings(2, n)
+	clock := time.Unix(1000, 0)
+	r.now = func() time.Time { return clock }
+	step := func(what string, d time.Duration, records int, want time.Duration) {
+		t.Helper()
+		clock = clock.Add(d)
+		for i := range records {
+			f.write(1, 7, uint64(clock.UnixNano())+uint64(i), 1)
+			if i%8 == 0 { // the other ring, slower: the fuller one sets the pace
+				f.write(0, 8, uint64(clock.UnixNano())+uint64(i), 1)
+			}
+		}
+		r.collect()
+		r.take(^uint64(0), nil, maxPending)
+		if got := r.pace(); got != want {
+			t.Errorf("%s: pace %v, want %v", what, got, want)
+		}
+	}
+	step("nothing yet", time.Millisecond, 0, collectInterval)
+	for range idleDrains - 2 {
+		step("not yet idle", time.Millisecond, 0, collectInterval)
+	}
+	step("idle", time.Millisecond, 0, idleInterval)
+	step("woken after a rest", 150*time.Millisecond, n/4, collectInterval/16)
+	step("slow: an eighth in 20 ms or more", 10*time.Millisecond, 64, collectInterval)
+	step("an eighth in 2 ms", 2*time.Millisecond, 128, 2*time.Millisecond)
+	step("an eighth in 0.5 ms: the fastest pace", time.Millisecond, 256, collectInterval/16)
+	step("quiet again", 5*time.Millisecond, 0, collectInterval)
+}
+
 // The programs wake the collector each time a ring's head passes a
 // quarter of the ring, and only then: a thread pinned to one CPU making n
 // launches into rings of 1024 slots wakes it n/256 times (give or take
