@@ -166,20 +166,21 @@ func (p *proc) pruneStreams() {
 	p.lastStream = nil
 }
 
-// push queues o, dropping the oldest op when limit are queued.
-func (s *stream) push(o *qop, limit int) (dropped bool) {
+// add queues a new op, zero, for the caller to fill in, dropping the
+// oldest op when limit are queued.
+func (s *stream) add(limit int) (o *qop, dropped bool) {
 	if s.q.n >= limit {
-		s.q.pop()
+		s.q.drop()
 		dropped = true
 	}
-	s.q.push(o)
-	return dropped
+	return s.q.grow(), dropped
 }
 
 // issue enqueues a launch, graph launch, async copy or collective.
 func (p *proc) issue(ev *Event) {
 	s := p.stream(ev.Stream)
-	q := qop{vendor: ev.Vendor, stream: ev.Stream, tid: int32(ev.TID), issued: ev.Time}
+	q := p.enqueue(s, ev.Time)
+	q.vendor, q.stream, q.tid, q.issued = ev.Vendor, ev.Stream, int32(ev.TID), ev.Time
 	var ref opRef
 	switch ev.Kind {
 	case KindLaunch:
@@ -198,16 +199,18 @@ func (p *proc) issue(ev *Event) {
 		q.seq, q.comm = c.issued, c
 		ref = opRef{valid: true, coll: true, key: collKey(c.lastOp, DtypeName(q.dtype), q.bytes, c.nranks), bytes: q.bytes}
 	}
-	p.enqueue(s, &q, ev.Time)
 	s.last = ref
 }
 
-func (p *proc) enqueue(s *stream, o *qop, t int64) {
+// enqueue queues a new op on s at time t and returns it, its place set,
+// for the caller to fill in.
+func (p *proc) enqueue(s *stream, t int64) *qop {
+	o, dropped := s.add(p.maxOps)
 	o.pos, o.gseq = s.next, p.gseq
 	s.next++
 	s.nops++
 	p.gseq++
-	if s.push(o, p.maxOps) {
+	if dropped {
 		p.dropped++
 	} else {
 		p.pending++
@@ -215,6 +218,7 @@ func (p *proc) enqueue(s *stream, o *qop, t int64) {
 	if t > p.lastWork {
 		p.lastWork = t
 	}
+	return o
 }
 
 // retire marks every item of s below pos complete, observed at time t, and
@@ -277,8 +281,8 @@ func (p *proc) memcpy(ev *Event) {
 	th := p.thread(ev.TID)
 	if ev.Phase == PhaseEnter {
 		s := p.stream(0)
-		o := qop{kind: opMemcpy, vendor: ev.Vendor, tid: int32(ev.TID), issued: ev.Time, bytes: ev.Bytes}
-		p.enqueue(s, &o, ev.Time)
+		o := p.enqueue(s, ev.Time)
+		o.kind, o.vendor, o.tid, o.issued, o.bytes = opMemcpy, ev.Vendor, int32(ev.TID), ev.Time, ev.Bytes
 		s.last = opRef{}
 		th.wait = &blockWait{kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}
 		th.returned = ev.Time

@@ -27,8 +27,9 @@ func (q *opQueue) at(i int) *qop {
 // front is the oldest op; q.n > 0.
 func (q *opQueue) front() *qop { return &q.blocks[0][q.head] }
 
-// push adds o as the newest op.
-func (q *opQueue) push(o *qop) {
+// grow adds a newest op, zero, and returns it: the caller fills it in
+// place (an op is 128 bytes).
+func (q *opQueue) grow() *qop {
 	j := q.head + q.n
 	if j/queueBlock == len(q.blocks) {
 		b := q.spare
@@ -38,15 +39,21 @@ func (q *opQueue) push(o *qop) {
 		q.spare = nil
 		q.blocks = append(q.blocks, b)
 	}
-	q.blocks[j/queueBlock][j%queueBlock] = *o
 	q.n++
+	return &q.blocks[j/queueBlock][j%queueBlock] // zero: new, or cleared by drop
 }
 
 // pop takes the oldest op out; q.n > 0.
 func (q *opQueue) pop() qop {
+	o := *q.front()
+	q.drop()
+	return o
+}
+
+// drop forgets the oldest op; q.n > 0.
+func (q *opQueue) drop() {
 	b := q.blocks[0]
-	o := b[q.head]
-	b[q.head] = qop{} // what it points to may go
+	b[q.head] = qop{} // what it points to may go, and grow hands out zero ops
 	q.head++
 	q.n--
 	switch {
@@ -60,5 +67,4 @@ func (q *opQueue) pop() qop {
 		q.blocks = q.blocks[1:]
 		q.head = 0
 	}
-	return o
 }

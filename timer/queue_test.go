@@ -18,7 +18,7 @@ func TestOpQueue(t *testing.T) {
 		grow := step < 5000 || step >= 10000 && r.IntN(2) == 0
 		if grow || len(model) == 0 {
 			next++
-			q.push(&qop{pos: next})
+			q.grow().pos = next
 			model = append(model, next)
 		} else {
 			if o := q.pop(); o.pos != model[0] {
@@ -54,7 +54,12 @@ func TestStreamPushDropsOldest(t *testing.T) {
 	var s stream
 	dropped := 0
 	for i := range 3 * queueBlock {
-		if s.push(&qop{pos: uint64(i)}, queueBlock+5) {
+		o, d := s.add(queueBlock + 5)
+		if *o != (qop{}) {
+			t.Fatalf("op %d: handed out %+v, not a zero op", i, *o)
+		}
+		o.pos = uint64(i)
+		if d {
 			dropped++
 		}
 	}
