@@ -79,10 +79,15 @@ const (
 // collector leaves unread.
 const wakeRingBytes = 4096
 
-// maxPending bounds the records collected and not yet delivered (8 MiB,
-// what the default rings hold): beyond it, a stalled Run loses records,
-// counted.
-const maxPending = 1 << 17
+// maxPending bounds the records collected and not yet delivered (16 MiB,
+// twice what the default rings hold): beyond it, a stalled Run loses
+// records, counted. On the CI VM, at the start of a burst of 2 launch-bound
+// processes on its 2 cores, Run fell 50-270 ms behind them (page faults
+// and GC of the buffers growing, and the new ranks' read-ahead, all on the
+// cores the processes kept busy): in 1 of 40 runs more than 131,072
+// records waited, the bound before. A ring's pending records that grew
+// beyond its ring's size are let go once all are taken.
+const maxPending = 1 << 18
 
 // procRingBytes is the size of the ring buffer of process records (the
 // map procs): 3,600 records of 72 bytes with the ring's header, for the
@@ -319,7 +324,10 @@ func (r *callRings) take(cut uint64, dst []probesCall, max int) []probesCall {
 		}
 	}
 	for i, p := range r.pending {
-		if h := r.heads[i]; h == len(p) || h > len(p)/2 {
+		switch h := r.heads[i]; {
+		case h == len(p) && cap(p) > int(r.n):
+			r.pending[i], r.heads[i] = nil, 0 // a backlog's buffer, let go
+		case h == len(p) || h > len(p)/2:
 			r.pending[i] = p[:copy(p, p[h:])]
 			r.heads[i] = 0
 		}

@@ -164,6 +164,44 @@ func TestDeliverCallsInTimeOrder(t *testing.T) {
 	}
 }
 
+// A Run that does not take what the collector collects makes it lose
+// records beyond maxPending, counted; once Run takes them all, the
+// buffers of that backlog are let go.
+func TestPendingBound(t *testing.T) {
+	const n = 1024
+	f, r := newFakeRings(2, n)
+	made := 0
+	for now := uint64(1); made < maxPending+5000; {
+		for range n / 2 {
+			for cpu := range 2 {
+				f.write(cpu, 7+cpu, now, 1)
+				now++
+				made++
+			}
+		}
+		r.collect()
+	}
+	if r.npending != maxPending || r.lost != uint64(made-maxPending) {
+		t.Fatalf("%d made: %d pending, %d lost; want %d, %d", made, r.npending, r.lost, maxPending, made-maxPending)
+	}
+	got := 0
+	for dst := make([]probesCall, 0, 4096); ; {
+		dst = r.take(^uint64(0), dst[:0], cap(dst))
+		if len(dst) == 0 {
+			break
+		}
+		got += len(dst)
+	}
+	if got != maxPending {
+		t.Fatalf("took %d, want %d", got, maxPending)
+	}
+	for i, p := range r.pending {
+		if cap(p) > n {
+			t.Errorf("ring %d keeps a buffer of %d records after its backlog, over its ring's %d", i, cap(p), n)
+		}
+	}
+}
+
 func TestRingSizes(t *testing.T) {
 	for _, c := range []struct{ budget, rings, floor, want int }{
 		{0, 2, 0, 65536},                  // 8 MiB default over 2 rings, their headers beyond it

@@ -161,7 +161,7 @@ var variables = []variable{
 			return err
 		}},
 	{env: "XPU_TIMER_PROBE_RING_BYTES", flag: "probe-ring-bytes", def: strconv.Itoa(ebpf.DefaultRingBytes), kind: "bytes",
-		usage: "memory of the rings the probes' call records wait in until read (bytes, or with a KiB, MiB or GiB suffix; at least 4096 records of 64 bytes per ring, 16 rings at most): raise it when probe events are lost",
+		usage: "memory of the slots of the rings the probes' call records wait in until read (bytes, or with a KiB, MiB or GiB suffix; a power of two of 64-byte records per ring, at least 4096, and a 64-byte header; 16 rings at most): raise it when probe events are lost",
 		set: func(c *Config, v string) (err error) {
 			c.ProbeRingBytes, err = parseBytes(v)
 			return err
