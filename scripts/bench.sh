@@ -19,7 +19,11 @@
 # comparison with it (no Debian package ships it).
 #
 # go test runs with -v: without it a benchmark's log is cut to its first
-# lines and later rows would be lost. Exit status: non-zero when go test
+# lines and later rows would be lost; and with -p 1: by default it runs as
+# many packages' benchmarks at once as there are CPUs, and each measures
+# the others' load (on a 2-core machine BenchmarkProbeOverhead's launch
+# loops ran beside BenchmarkMonitorFootprint's job, whose scrape of the
+# launcher then timed out). Exit status: non-zero when go test
 # failed (a benchmark calls b.Fatal when it measured nothing or lost
 # events), when no benchmark ran, when no benchmark printed a row, or when
 # a listed figure of a benchmark that ran measured nothing.
@@ -28,7 +32,7 @@ cd "$(dirname "$0")/.."
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
-go test -v -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count "${COUNT:-1}" -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...} 2>&1 |
+go test -v -p 1 -run '^$' -bench "${BENCH:-.}" -benchtime=1x -count "${COUNT:-1}" -timeout "${BENCH_TIMEOUT:-90m}" ${BENCH_PKGS:-./...} 2>&1 |
 	tee "$out" | grep -v '^ok\|no test files\|^PASS$'
 status=${PIPESTATUS[0]}
 bad=0
