@@ -171,12 +171,12 @@ type callRings struct {
 	tails   []uint64
 	holes   [][]uint64 // per ring: positions below the tail still in flight
 	lost    uint64
-	quiet   int           // drains in a row that found nothing (idle: idleDrains)
-	fullest uint64        // the most new records the last drain found in a ring
-	span    time.Duration // since the drain before the last; 0 after a rest (the rate unknown)
-	drained time.Time     // when the last drain began
-	drains  uint64        // drains made
-	now     func() time.Time
+	quiet   int              // drains in a row that found nothing (idle: idleDrains)
+	fullest uint64           // the most new records the last drain found in a ring
+	span    time.Duration    // since the drain before the last; 0 after a rest (the rate unknown)
+	drained time.Time        // when the last drain began
+	drains  uint64           // drains made
+	now     func() time.Time // the clock of span (a test's own)
 
 	// pending holds, per ring, the records collected, those from heads on
 	// not yet taken, in time order: a ring's records come mostly in time
@@ -376,13 +376,9 @@ func (r *callRings) poll(stop <-chan struct{}, w *wakeWait, woke func()) {
 // after a rest, when the rate is unknown: the wakeup that ended it says a
 // ring is already a quarter full).
 func (r *callRings) pace() time.Duration {
+	const fastest = collectInterval / 16
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.paceLocked()
-}
-
-func (r *callRings) paceLocked() time.Duration {
-	const fastest = collectInterval / 16
 	switch {
 	case r.restingLocked():
 		return idleInterval
