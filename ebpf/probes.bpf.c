@@ -622,6 +622,11 @@ static __always_inline int take_stash(__u64 key, struct stash *a)
 	return 1;
 }
 
+/* Two 32-bit values in one word, lo in the low half (the header comment's
+ * table: a collective's data type and reduction op, a communicator's
+ * nranks and rank, a split's color and key). */
+#define PAIR32(lo, hi) ((__u64)(__u32)(lo) | (__u64)(__u32)(hi) << 32)
+
 /* ---- kernel launches ------------------------------------------------ */
 
 /* A launch's grid and block, packed (the header comment's table). */
@@ -1050,7 +1055,7 @@ int comm_init_exit(struct pt_regs *ctx)
 	bpf_probe_read_user(&e->handle2, sizeof(e->handle2), (void *)a.a0);
 	e->stream = a.id[0];
 	e->handle = a.id[1];
-	e->size = (__u32)a.nranks | (__u64)(__u32)a.rank << 32;
+	e->size = PAIR32(a.nranks, a.rank);
 	publish(e, pos);
 	return 0;
 }
@@ -1092,7 +1097,7 @@ int comm_split_exit(struct pt_regs *ctx)
 	e->ret = ctx->ax;
 	e->handle = a.a0;
 	bpf_probe_read_user(&e->handle2, sizeof(e->handle2), (void *)a.a1);
-	e->size = (__u32)a.nranks | (__u64)(__u32)a.rank << 32; /* color, key */
+	e->size = PAIR32(a.nranks, a.rank); /* color, key */
 	e->op = 1; /* marks a split */
 	publish(e, pos);
 	return 0;
@@ -1109,9 +1114,6 @@ int comm_destroy(struct pt_regs *ctx)
 
 /* ---- NCCL collectives ----------------------------------------------- */
 
-/* A collective's data type and reduction op (the header comment's table). */
-#define DTYPE_REDOP(dtype, redop) ((__u64)(__u32)(dtype) | (__u64)(__u32)(redop) << 32)
-
 /* AllReduce and ReduceScatter (the cookie holds the op). */
 SEC("uprobe")
 int coll_reduce_op(struct pt_regs *ctx)
@@ -1119,7 +1121,7 @@ int coll_reduce_op(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->handle = DTYPE_REDOP(ARG4(ctx), ARG5(ctx));
+	e->handle = PAIR32(ARG4(ctx), ARG5(ctx));
 	e->ret = -1; /* no peer */
 	e->handle2 = ARG6(ctx);
 	e->stream = stack_arg(ctx, 1);
@@ -1133,7 +1135,7 @@ int coll_all_gather(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->handle = DTYPE_REDOP(ARG4(ctx), 0);
+	e->handle = PAIR32(ARG4(ctx), 0);
 	e->ret = -1; /* no peer */
 	e->handle2 = ARG5(ctx);
 	e->stream = ARG6(ctx);
@@ -1147,7 +1149,7 @@ int coll_broadcast(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->handle = DTYPE_REDOP(ARG4(ctx), 0);
+	e->handle = PAIR32(ARG4(ctx), 0);
 	e->ret = ARG5(ctx); /* root */
 	e->handle2 = ARG6(ctx);
 	e->stream = stack_arg(ctx, 1);
@@ -1161,7 +1163,7 @@ int coll_reduce(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG3(ctx);
-	e->handle = DTYPE_REDOP(ARG4(ctx), ARG5(ctx));
+	e->handle = PAIR32(ARG4(ctx), ARG5(ctx));
 	e->ret = ARG6(ctx); /* root */
 	__u64 st[2];
 	STACK_ARGS(ctx, 1, st);
@@ -1178,7 +1180,7 @@ int coll_p2p(struct pt_regs *ctx)
 	BEGIN(K_COLLECTIVE, PHASE_ENTER);
 	e->op = cookie >> 8;
 	e->size = ARG2(ctx);
-	e->handle = DTYPE_REDOP(ARG3(ctx), 0);
+	e->handle = PAIR32(ARG3(ctx), 0);
 	e->ret = ARG4(ctx); /* peer */
 	e->handle2 = ARG5(ctx);
 	e->stream = ARG6(ctx);
