@@ -473,7 +473,7 @@ func (k *wakeWait) consume() bool {
 }
 
 // interrupt ends a wait under way: its stop is closed.
-func (k *wakeWait) interrupt() { _ = k.w.f.SetReadDeadline(time.Now()) }
+func (k *wakeWait) interrupt() { k.w.interrupt() }
 
 // close marks the wait closed, then closes its descriptors: a wait under
 // way (in readyWait, which the file's Close waits for) sees the mark and

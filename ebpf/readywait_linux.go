@@ -60,4 +60,8 @@ func (w *readyWait) wait(d time.Duration, ready func() bool) {
 	_ = w.rc.Read(func(uintptr) bool { return ready() })
 }
 
+// interrupt ends a wait under way now (one that begins after it still
+// waits: callers pair it with a mark their ready checks).
+func (w *readyWait) interrupt() { _ = w.f.SetReadDeadline(time.Now()) }
+
 func (w *readyWait) close() error { return w.f.Close() }

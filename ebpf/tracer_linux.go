@@ -536,7 +536,7 @@ func (t *Tracer) wait() time.Duration {
 func (t *Tracer) nudge() {
 	if t.procWait != nil {
 		t.nudged.Store(true)
-		_ = t.procWait.f.SetReadDeadline(time.Now())
+		t.procWait.interrupt()
 	}
 }
 
