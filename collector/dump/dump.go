@@ -216,6 +216,7 @@ func Capture(pid int, o Options) (*Process, error) {
 		if res.Partial {
 			p.Errors = append(p.Errors, "some threads did not stop in time")
 		}
+		p.Errors = append(p.Errors, res.Damage...)
 		for i := range res.Threads {
 			th := res.Threads[i]
 			byTID[th.TID] = &th

@@ -137,6 +137,8 @@ func fileOf(r io.ReaderAt) *rawfile.File {
 		return r
 	case readAt:
 		return fileOf(r.ReaderAt)
+	case interface{ Underlying() io.ReaderAt }: // elfcheck.Salvage's, over the file
+		return fileOf(r.Underlying())
 	}
 	return nil
 }

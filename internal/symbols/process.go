@@ -281,3 +281,22 @@ func (p *Process) Lookup(addr uint64) (Symbol, bool) {
 	s.Name, s.Offset = name, v-start
 	return s, true
 }
+
+// Damage says, for each file holding one of addrs whose headers or debug
+// file could not be trusted (Object.Damage), what was left out and where
+// names came from, as "path: what" lines, in the order of addrs.
+func (p *Process) Damage(addrs []uint64) []string {
+	var out []string
+	seen := map[*Object]bool{}
+	for _, a := range addrs {
+		mod, ok := p.Module(a)
+		if !ok || mod.Object == nil || seen[mod.Object] {
+			continue
+		}
+		seen[mod.Object] = true
+		if d := mod.Object.Damage(); d != "" {
+			out = append(out, mod.Path+": "+d)
+		}
+	}
+	return out
+}
