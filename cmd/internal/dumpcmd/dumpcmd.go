@@ -116,8 +116,16 @@ func New() *cobra.Command {
 // links the stack capture alone: none of the agent's probes, metrics and
 // GPU libraries, whose start-up (package initialisation, the pages of a
 // binary three times the size) was a fifth of a first dump's time and
-// half of its memory.
-func Standalone() *cobra.Command {
+// half of its memory. Run with args (os.Args) whose first argument is
+// "dump", it is `xpu-timer dump`, as xpu-timer hands it over
+// (cmd/internal/leandump): the dump command under a root named xpu-timer,
+// so that its usage, help and messages read as the full binary's.
+func Standalone(args []string) *cobra.Command {
+	if len(args) > 1 && args[1] == "dump" {
+		root := &cobra.Command{Use: "xpu-timer", SilenceUsage: true}
+		root.AddCommand(New())
+		return root
+	}
 	cmd := New()
 	cmd.Use = "xpu-timer-dump --pid PID"
 	return cmd
