@@ -2,12 +2,13 @@ package elfcheck
 
 import (
 	"bytes"
+	"cmp"
 	"debug/elf"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -209,16 +210,19 @@ func (t *sectionTable) entry(i uint64) []byte {
 }
 
 // sectionName returns the name of section i, or "" when unknown.
-func (t *sectionTable) sectionName(i uint64) string {
+func (t *sectionTable) sectionName(i uint64) string { return string(t.nameBytes(i)) }
+
+// nameBytes is sectionName in the name table's bytes.
+func (t *sectionTable) nameBytes(i uint64) []byte {
 	off := uint64(t.order.Uint32(t.entry(i)[t.name:]))
 	if t.names == nil || off >= uint64(len(t.names)) {
-		return ""
+		return nil
 	}
 	s := t.names[off:]
 	if n := bytes.IndexByte(s, 0); n >= 0 {
 		s = s[:n]
 	}
-	return string(s)
+	return s
 }
 
 // check reads the name table and checks each section against the file;
@@ -283,7 +287,7 @@ func (t *sectionTable) check(r io.ReaderAt, size int64) (damage []string) {
 				bad[i] = why
 				continue
 			}
-		} else if name := t.sectionName(i); strings.HasPrefix(name, ".zdebug") {
+		} else if bytes.HasPrefix(t.nameBytes(i), []byte(".zdebug")) {
 			if why := zdebug(r, off, n); why != "" {
 				bad[i] = why
 				continue
@@ -294,7 +298,7 @@ func (t *sectionTable) check(r io.ReaderAt, size int64) (damage []string) {
 		}
 	}
 	// Sections whose contents overlap: which one lies is unknown.
-	sort.Slice(extents, func(a, b int) bool { return extents[a].lo < extents[b].lo })
+	slices.SortFunc(extents, func(a, b extent) int { return cmp.Compare(a.lo, b.lo) })
 	var reach extent // of the sections so far, the one reaching furthest
 	for k, x := range extents {
 		if k > 0 && x.lo < reach.hi {
@@ -318,7 +322,7 @@ func (t *sectionTable) check(r io.ReaderAt, size int64) (damage []string) {
 	for i := range bad {
 		idx = append(idx, i)
 	}
-	sort.Slice(idx, func(a, b int) bool { return idx[a] < idx[b] })
+	slices.Sort(idx)
 	for _, i := range idx {
 		damage = append(damage, fmt.Sprintf("section %d (%s): %s: left out", i, t.sectionName(i), bad[i]))
 	}
