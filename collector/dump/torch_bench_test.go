@@ -29,8 +29,9 @@ const torchPython = "/usr/bin/python3"
 
 // torchRounds is how many times each rank is dumped by each tool but gdb
 // (once): every dump is a first one, by a new process or a new symbol
-// cache, and one round was too few to tell 10 % on this noisy machine.
-const torchRounds = 3
+// cache, and one round was too few to tell 10 % on this noisy machine;
+// a ratio on one rank is the median of one per round.
+const torchRounds = 5
 
 // torchRanks is how many ranks the job starts; the last one hangs.
 const torchRanks = 4
@@ -108,7 +109,7 @@ func BenchmarkTorchJob(b *testing.B) {
 				for j := range newProcesses {
 					t := newProcesses[(round+i+j)%len(newProcesses)]
 					r := t.run(pid)
-					r.rank = i
+					r.rank, r.round = i, round
 					maxStop = max(maxStop, r.stop)
 					t.runs.add(r)
 				}
@@ -153,10 +154,13 @@ func BenchmarkTorchJob(b *testing.B) {
 	// ranks differ (rank 3 sleeps in clock_nanosleep, whose compile unit
 	// lies deep in libc's compressed DWARF).
 	for i := range pids {
-		full, anchor := cliFull.rank(i).time(), eu.rank(i).time()
-		b.ReportMetric(ms(full), fmt.Sprintf("cli-full-rank%d-ms", i))
-		b.ReportMetric(ms(anchor), fmt.Sprintf("eu-stack-rank%d-ms", i))
-		row(fmt.Sprintf("rank %d, first dump, xpu-timer dump (new process)", i), ms(full), ms(anchor), "ms", "eu-stack on that rank")
+		full, anchor := cliFull.rank(i), eu.rank(i)
+		ratio := pairedRatio(full, anchor)
+		b.ReportMetric(ms(full.time()), fmt.Sprintf("cli-full-rank%d-ms", i))
+		b.ReportMetric(ms(anchor.time()), fmt.Sprintf("eu-stack-rank%d-ms", i))
+		b.ReportMetric(ratio, fmt.Sprintf("cli-full-rank%d-ratio", i))
+		benchtable.Row(b, fmt.Sprintf("torch rank %d, first dump, xpu-timer dump (new process), median of the ratios by round", i),
+			fmt.Sprintf("%.1f ms", ms(full.time())), fmt.Sprintf("%.1f ms (eu-stack on that rank, same rounds)", ms(anchor.time())), ratio)
 	}
 	row("first dump in the agent, after its read-ahead", ms(agent.time()), ms(eu.time()), "ms", "eu-stack")
 	row("peak RSS, xpu-timer-dump", mb(cli.rss()), mb(eu.rss()), "MB", "eu-stack")
@@ -168,7 +172,7 @@ func BenchmarkTorchJob(b *testing.B) {
 
 // torchRun is one dump of one rank.
 type torchRun struct {
-	rank           int // in the job
+	rank, round    int // in the job, of the benchmark
 	took           time.Duration
 	cpu            time.Duration // of a new process; 0 in-process
 	rssKB          int64         // peak RSS of a new process; 0 in-process
@@ -179,6 +183,21 @@ type torchRun struct {
 type torchRuns []torchRun
 
 func (rs *torchRuns) add(r torchRun) { *rs = append(*rs, r) }
+
+// pairedRatio is the median, over the rounds, of a's time over b's in the
+// same round (a and b of one rank): the two ran one after the other, so
+// a load that comes and goes weighs on both.
+func pairedRatio(a, b torchRuns) float64 {
+	var rs []float64
+	for _, x := range a {
+		for _, y := range b {
+			if x.round == y.round && y.took > 0 {
+				rs = append(rs, float64(x.took)/float64(y.took))
+			}
+		}
+	}
+	return benchtable.Quantile(rs, 0.5)
+}
 
 // rank returns the runs on one rank.
 func (rs torchRuns) rank(i int) torchRuns {
