@@ -143,6 +143,7 @@ func Capture(pid int, o Options) (*Process, error) {
 		if proc, err = u.Cache().Process(pid); err != nil {
 			return nil, fmt.Errorf("capture %d: read maps: %w", pid, ErrNoProcess)
 		}
+		proc.ReadLibcAhead()
 	}
 	var py *python.Reader
 	if !o.NoPython {
