@@ -78,7 +78,7 @@ type header struct {
 	shoff, shentsize, shnum, shstrndx      uint64
 	shoffAt, shentsizeAt, shnumAt, shstrAt int    // where the fields lie in raw
 	want                                   uint64 // the size of a section header of this class
-	name, typ, flags, offset, fsize, link  int    // fields of a section header
+	name, typ, flags, offset, fsize, link  int    // where the fields of a section header lie in it
 	word                                   int    // 4 or 8: sh_flags, sh_offset, sh_size
 }
 
@@ -122,7 +122,7 @@ func readHeader(r io.ReaderAt, size int64) (*header, bool) {
 	return h, true
 }
 
-// word reads a field of sh_flags' size (4 or 8 bytes) of a section header.
+// uword reads a field of sh_flags' size (4 or 8 bytes) of a section header.
 func (h *header) uword(b []byte) uint64 {
 	if h.word == 4 {
 		return uint64(h.order.Uint32(b))
