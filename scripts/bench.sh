@@ -59,7 +59,11 @@ Sample	max-stop-ms	=10	1	longest stop of a GPU-wait sample vs 10 ms
 TorchJob	cli-ms	eu-stack-ms	1	torch rank, first dump by xpu-timer-dump (new process) vs eu-stack
 TorchJob	cli-ms	gdb-ms	0.05	torch rank, first dump (new process) vs gdb
 TorchJob	cli-ms	eu-stack-lines-ms	-	torch rank, first dump (new process) vs eu-stack -i -s (inlined frames and lines, as ours)
-TorchJob	cli-full-ms	eu-stack-ms	-	torch rank, first dump by xpu-timer dump (full binary) vs eu-stack
+TorchJob	cli-full-ms	eu-stack-ms	1	torch rank, first dump by xpu-timer dump (the command users type) vs eu-stack
+TorchJob	cli-full-rank0-ratio	=1	1	torch rank 0 (in a gloo allreduce): xpu-timer dump over eu-stack on rank 0, median of the ratios by round
+TorchJob	cli-full-rank1-ratio	=1	1	torch rank 1 (in a gloo allreduce), the same
+TorchJob	cli-full-rank2-ratio	=1	1	torch rank 2 (in a gloo allreduce), the same
+TorchJob	cli-full-rank3-ratio	=1	1	torch rank 3 (asleep in Python), the same
 TorchJob	cli-full-rss-MB	eu-stack-rss-MB	-	torch rank, peak RSS of xpu-timer dump (full binary) vs eu-stack
 TorchJob	agent-ms	eu-stack-ms	0.5	torch rank, first dump in the agent vs eu-stack
 TorchJob	cli-cpu-ms	eu-stack-cpu-ms	-	torch rank, CPU of a new-process dump vs eu-stack

@@ -143,6 +143,7 @@ func Capture(pid int, o Options) (*Process, error) {
 		if proc, err = u.Cache().Process(pid); err != nil {
 			return nil, fmt.Errorf("capture %d: read maps: %w", pid, ErrNoProcess)
 		}
+		proc.ReadLibcAhead()
 	}
 	var py *python.Reader
 	if !o.NoPython {
@@ -216,6 +217,7 @@ func Capture(pid int, o Options) (*Process, error) {
 		if res.Partial {
 			p.Errors = append(p.Errors, "some threads did not stop in time")
 		}
+		p.Errors = append(p.Errors, res.Damage...)
 		for i := range res.Threads {
 			th := res.Threads[i]
 			byTID[th.TID] = &th

@@ -32,7 +32,8 @@
 //	hang              timer.Hang: this rank's own decision (kind "gpu" or "host", oldest op, waiters, comms); omitted when it did not hang
 //	comms             []timer.CommState: per communicator id, rank, nranks, issued and completed sequence numbers, last_op
 //	threads           []stack.Thread (below)
-//	errors            []string: what could not be captured, and why
+//	errors            []string: what could not be captured, and why (a library on the stacks whose headers lie:
+//	                  what was left out and where its names came from, "path: ...; names from .symtab")
 //	gpu               NVML's view of the device, with Xid events
 //
 // A thread is {tid, name, state, gil, native, python, merged, error}; each

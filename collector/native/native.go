@@ -54,6 +54,10 @@ type Result struct {
 	WhileStoppedErr error
 	// Partial is set when MaxStop ran out before every thread stopped.
 	Partial bool
+	// Damage says, for each file on the stacks whose headers lie or whose
+	// debug file is not its own, what was left out and where its names
+	// came from ("path: what", symbols.Process.Damage).
+	Damage []string
 	// Released is CLOCK_MONOTONIC ns (the probes' clock) just after the
 	// stopped threads were let go, before their copies were unwound: the
 	// instant the stacks show, as near as the caller can order a probe

@@ -124,6 +124,13 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 		}
 	}
 	res.Threads = name(proc, s.threads, o.ReturnAddress)
+	var pcs []uint64
+	for _, th := range res.Threads {
+		for _, f := range th.Native {
+			pcs = append(pcs, f.Addr)
+		}
+	}
+	res.Damage = proc.Damage(pcs)
 	return res, nil
 }
 

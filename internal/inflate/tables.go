@@ -100,7 +100,8 @@ func build(t []uint32, lengths []uint8, root uint, entry func(int) uint32) error
 		next[l+1] = (next[l] + uint32(count[l])) << 1
 	}
 	// Codes are sent first bit first: index by the reversed code.
-	codes := make([]uint32, len(lengths))
+	var codeBuf [286 + 30]uint32
+	codes := codeBuf[:len(lengths)]
 	for sym, l := range lengths {
 		if l > 0 {
 			codes[sym] = bits.Reverse32(next[l]) >> (32 - uint(l))

@@ -3,9 +3,13 @@ package symbols
 import (
 	"debug/elf"
 	"fmt"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
@@ -104,4 +108,52 @@ func TestCacheBuildIDKeys(t *testing.T) {
 	if _, ok := c.byBuild["abcd"]; ok {
 		t.Error("build-id still held")
 	}
+}
+
+// ReadLibcAhead reads the C library's symbols and debug information on
+// another goroutine: they are there without a lookup asking.
+func TestReadLibcAhead(t *testing.T) {
+	cmd := exec.Command("sleep", "100")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	c := NewCache()
+	var p *Process
+	var libc procfs.Mapping
+	// Until ld.so has mapped the C library into sleep.
+	for deadline := time.Now().Add(10 * time.Second); libc.Path == ""; time.Sleep(5 * time.Millisecond) {
+		var err error
+		if p, err = c.Process(cmd.Process.Pid); err == nil {
+			for _, m := range p.Mappings() {
+				if strings.HasPrefix(filepath.Base(m.Path), "libc.so") && m.Exec() {
+					libc = m
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep maps no libc.so: %v", err)
+		}
+	}
+	p.ReadLibcAhead()
+	// The goroutine holds the mapping's resolution and the object's
+	// reads: once they are done, the object holds its tables.
+	for deadline := time.Now().Add(20 * time.Second); c.Len() == 0 || c.bytesOf(libc.Path) == 0; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("libc was not read ahead")
+		}
+	}
+}
+
+// bytesOf returns the memory the cached object of path holds, 0 when none.
+func (c *Cache) bytesOf(path string) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for e := c.lru.Front(); e != nil; e = e.Next() {
+		if o := e.Value.(*cached).o; o.Path == path {
+			return o.Bytes()
+		}
+	}
+	return 0
 }

@@ -11,6 +11,8 @@ import (
 	"sync"
 
 	"github.com/go-delve/delve/pkg/dwarf/frame"
+
+	"github.com/xpu-timer/xpu-timer/internal/elfcheck"
 )
 
 // ehIndex finds call frame information through .eh_frame_hdr's sorted
@@ -91,6 +93,51 @@ func newEhIndex(f *elf.File, frame []byte, open func() (io.ReaderAt, io.Closer, 
 	}
 	ix.frame, ix.open, ix.frameOff = frame, open, es.Offset
 	return ix, nil
+}
+
+// segmentEhIndex reads the search table that PT_GNU_EH_FRAME holds (the
+// contents of .eh_frame_hdr) in f, a file of size bytes that open opens,
+// for the .eh_frame the table points to, read from the file as needed:
+// what a running program's unwinder reads, whatever the section headers
+// say. The .eh_frame's size is unknown: it may reach its segment's end.
+func segmentEhIndex(f *elf.File, size int64, open func() (io.ReaderAt, io.Closer, error)) (*ehIndex, error) {
+	var hp *elf.Prog
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_GNU_EH_FRAME {
+			hp = p
+			break
+		}
+	}
+	if hp == nil || f.Class != elf.ELFCLASS64 {
+		return nil, errNoHdr
+	}
+	if hp.Filesz > uint64(size) || hp.Filesz > elfcheck.MaxSection {
+		return nil, fmt.Errorf("segment of %d bytes in a file of %d", hp.Filesz, size)
+	}
+	hdr := make([]byte, hp.Filesz)
+	if _, err := hp.ReadAt(hdr, 0); err != nil {
+		return nil, err
+	}
+	pos := 4
+	if len(hdr) < pos || hdr[0] != 1 {
+		return nil, errNoHdr
+	}
+	frameAddr, ok := readEncoded(hdr, &pos, hdr[1], f.ByteOrder, hp.Vaddr)
+	if !ok {
+		return nil, errNoHdr
+	}
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_LOAD || frameAddr < p.Vaddr || frameAddr-p.Vaddr >= p.Filesz {
+			continue
+		}
+		ix, err := parseEhHdr(hdr, f.ByteOrder, hp.Vaddr, frameAddr, p.Filesz-(frameAddr-p.Vaddr))
+		if err != nil {
+			return nil, err
+		}
+		ix.open, ix.frameOff = open, p.Off+(frameAddr-p.Vaddr)
+		return ix, nil
+	}
+	return nil, fmt.Errorf(".eh_frame at %#x in no segment", frameAddr)
 }
 
 // parseEhHdr parses .eh_frame_hdr's contents (at hdrAddr) for the

@@ -5,6 +5,8 @@ import (
 	"debug/dwarf"
 	"debug/elf"
 	"fmt"
+	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -25,45 +27,81 @@ var DebugRoot = "/usr/lib/debug"
 // debugFileHandle is an opened separate debug file.
 type debugFileHandle struct {
 	*elf.File
-	f *rawfile.File
+	f    *rawfile.File
+	path string
 }
 
 func (d *debugFileHandle) Close() error { return d.f.Close() }
 
+// debugCandidate is where a separate debug file may be.
+type debugCandidate struct {
+	path string
+	// crc is the CRC-32 of the right file, when .gnu_debuglink named it
+	// (link) with one.
+	crc          uint32
+	link, hasCRC bool
+}
+
 // debugFile opens the separate debug file of an object, if one exists:
 // /usr/lib/debug/.build-id/xx/rest.debug, then the .gnu_debuglink name next
-// to the file, in its .debug directory, and under /usr/lib/debug.
+// to the file, in its .debug directory, and under /usr/lib/debug. A file
+// whose build-id is not the object's is not it; nor is one that the
+// link names whose CRC-32 is not the link's, when the two files have no
+// build-ids to tell (as gdb checks): another library's, or an older
+// build's, whose names and lines would be wrong.
 func (o *Object) debugFile(f *elf.File) *debugFileHandle {
 	for _, c := range o.debugFiles(f) {
-		fi, err := os.Stat(c)
+		fi, err := os.Stat(c.path)
 		if err != nil || !fi.Mode().IsRegular() {
 			continue
 		}
-		fh, err := rawfile.Open(c)
+		fh, err := rawfile.Open(c.path)
 		if err != nil {
 			continue
 		}
 		ef, err := elfcheck.NewFile(fh, fi.Size())
 		if err != nil {
 			fh.Close()
+			o.note(fmt.Sprintf("separate debug file %s: %v: not read", c.path, err))
 			continue
 		}
-		if o.BuildID != "" {
-			if id := buildID(ef); id != "" && id != o.BuildID {
+		id := buildID(ef)
+		if o.BuildID != "" && id != "" && id != o.BuildID {
+			fh.Close()
+			continue
+		}
+		if c.link && c.hasCRC && (o.BuildID == "" || id == "") {
+			if sum, err := crcOf(fh, fi.Size()); err != nil || sum != c.crc {
 				fh.Close()
+				o.note(fmt.Sprintf("separate debug file %s: not the one .gnu_debuglink names (CRC-32 %08x, not %08x): not read", c.path, sum, c.crc))
 				continue
 			}
 		}
-		return &debugFileHandle{File: ef, f: fh}
+		return &debugFileHandle{File: ef, f: fh, path: c.path}
 	}
 	return nil
+}
+
+// crcOf returns the CRC-32 (IEEE, as .gnu_debuglink's) of the size bytes r holds.
+func crcOf(r io.ReaderAt, size int64) (uint32, error) {
+	buf := make([]byte, 64<<10)
+	var sum uint32
+	for off := int64(0); off < size; {
+		n, err := r.ReadAt(buf[:min(int64(len(buf)), size-off)], off)
+		sum = crc32.Update(sum, crc32.IEEETable, buf[:n])
+		off += int64(n)
+		if err != nil && off < size {
+			return 0, err
+		}
+	}
+	return sum, nil
 }
 
 // mayHaveDebugFile reports whether a file is where debugFile looks for the
 // separate debug file of an object, without opening it.
 func (o *Object) mayHaveDebugFile(f *elf.File) bool {
 	for _, c := range o.debugFiles(f) {
-		if _, err := os.Stat(c); err == nil {
+		if _, err := os.Stat(c.path); err == nil {
 			return true
 		}
 	}
@@ -72,17 +110,26 @@ func (o *Object) mayHaveDebugFile(f *elf.File) bool {
 
 // debugFiles lists where the separate debug file of an object may be, in
 // the order debugFile tries them.
-func (o *Object) debugFiles(f *elf.File) []string {
-	var cands []string
+func (o *Object) debugFiles(f *elf.File) []debugCandidate {
+	var cands []debugCandidate
 	if len(o.BuildID) > 2 {
-		cands = append(cands, filepath.Join(DebugRoot, ".build-id", o.BuildID[:2], o.BuildID[2:]+".debug"))
+		cands = append(cands, debugCandidate{path: filepath.Join(DebugRoot, ".build-id", o.BuildID[:2], o.BuildID[2:]+".debug")})
 	}
 	if s := f.Section(".gnu_debuglink"); s != nil && o.Path != "" && o.Path[0] == '/' {
 		if b, err := sectionBytes(s); err == nil {
+			// The name, zero bytes to a multiple of 4, the CRC-32.
 			name := cstring(b, 0)
+			at := align4(uint64(len(name)) + 1)
+			c := debugCandidate{link: true}
+			if at+4 <= uint64(len(b)) {
+				c.crc, c.hasCRC = f.ByteOrder.Uint32(b[at:]), true
+			}
 			if name != "" && !strings.Contains(name, "/") {
 				dir := filepath.Dir(o.Path)
-				cands = append(cands, filepath.Join(dir, name), filepath.Join(dir, ".debug", name), filepath.Join(DebugRoot, dir, name))
+				for _, p := range []string{filepath.Join(dir, name), filepath.Join(dir, ".debug", name), filepath.Join(DebugRoot, dir, name)} {
+					c.path = p
+					cands = append(cands, c)
+				}
 			}
 		}
 	}
@@ -98,6 +145,7 @@ type lineTable struct {
 	units []unitRange // by lo; off is the unit's header
 	// per-unit data, filled on first use
 	rows  map[dwarf.Offset][]lineRow
+	err   error // the first unit whose line table could not be read
 	infos map[dwarf.Offset]*unitInfo
 }
 
@@ -194,7 +242,7 @@ func (o *Object) loadLines() {
 func (o *Object) linesFrom(f *elf.File, contents file) {
 	defer func() {
 		if r := recover(); r != nil {
-			o.lines, o.lineErr = nil, fmt.Errorf("read debug information of %s: %w", o.Path, recovered(r))
+			o.lines, o.lineErr = nil, fmt.Errorf("debug information: %w", recovered(r))
 		}
 	}()
 	src := f
@@ -208,7 +256,7 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 	}
 	di, err := openDebugInfo(src, contents)
 	if err != nil {
-		o.lineErr = fmt.Errorf("read debug information of %s: %w", o.Path, err)
+		o.lineErr = fmt.Errorf("debug information: %w", err)
 		return
 	}
 	lt := &lineTable{mem: &o.mem, di: di, rows: map[dwarf.Offset][]lineRow{}}
@@ -221,7 +269,7 @@ func (o *Object) linesFrom(f *elf.File, contents file) {
 		lt.units = nil
 		offs, err := di.all()
 		if err != nil {
-			o.lineErr = fmt.Errorf("read debug information of %s: %w", o.Path, err)
+			o.lineErr = fmt.Errorf("debug information: %w", err)
 			return
 		}
 		d := lt.data(offs...)
@@ -298,6 +346,9 @@ func (lt *lineTable) lookupLocked(vaddr uint64) (string, int) {
 	}
 	rows, err := lt.unitRows(u.off)
 	if err != nil {
+		if lt.err == nil {
+			lt.err = fmt.Errorf("debug information: %w", err)
+		}
 		return "", 0
 	}
 	j := sort.Search(len(rows), func(j int) bool { return rows[j].addr > vaddr }) - 1

@@ -65,6 +65,62 @@ type Object struct {
 	lineErr  error      // why lines is nil, when the DWARF could not be read
 
 	mem atomic.Int64 // bytes of memory what was read so far holds (see Cache)
+
+	// damage is what of the file (its headers: elfcheck.Salvage; its
+	// debug file) could not be trusted and was left out, one line each,
+	// guarded by damageMu; namesFrom says which table named its
+	// functions (set with the symbols).
+	damageMu  sync.Mutex
+	damage    []string
+	namesFrom string
+}
+
+// note adds a line to o's damage, once.
+func (o *Object) note(line string) {
+	o.damageMu.Lock()
+	defer o.damageMu.Unlock()
+	if !slices.Contains(o.damage, line) {
+		o.damage = append(o.damage, line)
+	}
+}
+
+// damaged reports whether anything of o's file was left out.
+func (o *Object) damaged() bool {
+	o.damageMu.Lock()
+	defer o.damageMu.Unlock()
+	return len(o.damage) > 0
+}
+
+// Damage says what of o's file could not be trusted and was left out, and
+// where its functions' names came from then, or why they could not be
+// read ("" for a sound file): the reason a dump gives for names and lines
+// it lacks. It reads o's symbols if they are not yet.
+func (o *Object) Damage() string {
+	err := o.loadSymbols()
+	o.damageMu.Lock()
+	lines := slices.Clone(o.damage)
+	o.damageMu.Unlock()
+	if lt := o.lineTable(); lt != nil {
+		lt.mu.Lock()
+		if lt.err != nil {
+			lines = append(lines, lt.err.Error())
+		}
+		lt.mu.Unlock()
+	} else if o.lineErr != nil {
+		lines = append(lines, o.lineErr.Error())
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	switch {
+	case err != nil:
+		lines = append(lines, err.Error())
+	case o.namesFrom == "":
+		lines = append(lines, "no function names")
+	default:
+		lines = append(lines, "names from "+o.namesFrom)
+	}
+	return strings.Join(lines, "; ")
 }
 
 // Bytes returns about how much memory the object holds: the symbol and
@@ -117,12 +173,12 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 		}
 		r, c = bytes.NewReader(b), io.NopCloser(nil)
 	}
-	f, err := elfcheck.NewFile(r, size)
+	f, damage, err := elfcheck.Salvage(r, size)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("parse elf %s: %w", path, err)
 	}
-	o := &Object{Path: path, open: open, size: size}
+	o := &Object{Path: path, open: open, size: size, damage: damage}
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_LOAD {
 			o.loads = append(o.loads, segment{p.Vaddr, p.Off, p.Filesz, p.Memsz})
@@ -167,30 +223,61 @@ func bytesOpener(b []byte) func() (io.ReaderAt, io.Closer, error) {
 	}
 }
 
-// buildID returns the GNU build-id note in hex, or "".
+// buildID returns the GNU build-id note in hex, or "": from the note
+// sections, else, in a file without them (its section headers left out),
+// from the PT_NOTE segments.
 func buildID(f *elf.File) string {
+	notes := false
 	for _, s := range f.Sections {
 		if s.Type != elf.SHT_NOTE {
 			continue
 		}
+		notes = true
 		b, err := sectionBytes(s)
 		if err != nil {
 			continue
 		}
-		for len(b) >= 12 {
-			namesz := f.ByteOrder.Uint32(b[0:])
-			descsz := f.ByteOrder.Uint32(b[4:])
-			typ := f.ByteOrder.Uint32(b[8:])
-			nameEnd := 12 + align4(uint64(namesz))
-			descEnd := nameEnd + align4(uint64(descsz))
-			if descEnd > uint64(len(b)) {
-				break
-			}
-			if typ == 3 && namesz == 4 && string(b[12:15]) == "GNU" {
-				return fmt.Sprintf("%x", b[nameEnd:nameEnd+uint64(descsz)])
-			}
-			b = b[descEnd:]
+		if id := buildIDNote(f, b); id != "" {
+			return id
 		}
+	}
+	if notes {
+		return ""
+	}
+	for _, p := range f.Progs {
+		if p.Type != elf.PT_NOTE || p.Filesz > maxNotes {
+			continue
+		}
+		b := make([]byte, p.Filesz)
+		if _, err := p.ReadAt(b, 0); err != nil {
+			continue
+		}
+		if id := buildIDNote(f, b); id != "" {
+			return id
+		}
+	}
+	return ""
+}
+
+// maxNotes bounds a PT_NOTE segment read for its build-id: real ones are
+// tens of bytes.
+const maxNotes = 64 << 10
+
+// buildIDNote returns the GNU build-id of the notes b, in hex, or "".
+func buildIDNote(f *elf.File, b []byte) string {
+	for len(b) >= 12 {
+		namesz := f.ByteOrder.Uint32(b[0:])
+		descsz := f.ByteOrder.Uint32(b[4:])
+		typ := f.ByteOrder.Uint32(b[8:])
+		nameEnd := 12 + align4(uint64(namesz))
+		descEnd := nameEnd + align4(uint64(descsz))
+		if descEnd > uint64(len(b)) {
+			break
+		}
+		if typ == 3 && namesz == 4 && string(b[12:15]) == "GNU" {
+			return fmt.Sprintf("%x", b[nameEnd:nameEnd+uint64(descsz)])
+		}
+		b = b[descEnd:]
 	}
 	return ""
 }
@@ -216,7 +303,7 @@ func (o *Object) parse() (f *elf.File, contents file, err error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if f, err = elfcheck.NewFile(r, o.size); err != nil {
+	if f, _, err = elfcheck.Salvage(r, o.size); err != nil {
 		c.Close()
 		return nil, nil, fmt.Errorf("parse elf %s: %w", o.Path, err)
 	}
@@ -237,20 +324,33 @@ func (o *Object) loadSymbols() error {
 }
 
 // symbolsFrom reads the symbol tables of f, o's file, or of its separate
-// debug file when f has none. Called once, from symOnce.
+// debug file when f has none, and the dynamic symbol table through the
+// dynamic segment, as ld.so reads it, when f's section headers give none
+// (they were left out, or lie). Called once, from symOnce.
 func (o *Object) symbolsFrom(f *elf.File) {
 	defer func() {
 		if r := recover(); r != nil {
 			o.symErr = fmt.Errorf("read symbols of %s: %w", o.Path, recovered(r))
 		}
 	}()
-	o.addSymbols(f)
+	o.addSymbols(f, "")
 	o.pltAt = pltSections(f)
 	if len(o.syms) == 0 || f.Section(".symtab") == nil {
 		// A stripped file: its separate debug file may hold .symtab.
 		if df := o.debugFile(f); df != nil {
-			o.addSymbols(df.File)
+			o.addSymbols(df.File, " of "+df.path)
 			df.Close()
+		}
+	}
+	if sectionOfType(f, elf.SHT_DYNSYM) == nil {
+		symtab, strtab, err := elfcheck.DynamicSymbols(f, o.size)
+		if err == nil {
+			if len(f.Sections) == 0 && !o.damaged() {
+				o.note("no section headers")
+			}
+			o.addTable(f.ByteOrder, symtab, strtab, "the dynamic segment")
+		} else if !errors.Is(err, elfcheck.ErrNoDynamic) || o.damaged() {
+			o.note(fmt.Sprintf("dynamic segment: %v", err))
 		}
 	}
 	sortSyms(o.syms)
@@ -261,19 +361,25 @@ func (o *Object) symbolsFrom(f *elf.File) {
 	o.mem.Add(int64(n))
 }
 
-// addSymbols appends the function symbols of .symtab and .dynsym. A table
-// is read where the file lies, mapped (see mapSection), not copied: a
-// large library's is megabytes of fresh memory for one pass, and the
-// slice of symbols is sized in a first pass, not grown. A file truncated
-// while mapped faults; symbolsFrom recovers.
-func (o *Object) addSymbols(f *elf.File) {
+// addSymbols appends the function symbols of f's .symtab and .dynsym
+// (whose file is named by where). A table is read where the file lies,
+// mapped (see mapSection), not copied: a large library's is megabytes
+// of fresh memory for one pass, and the slice of symbols is sized in a
+// first pass, not grown. A file truncated while mapped faults;
+// symbolsFrom recovers.
+func (o *Object) addSymbols(f *elf.File, where string) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	for _, typ := range []elf.SectionType{elf.SHT_SYMTAB, elf.SHT_DYNSYM} {
 		s := sectionOfType(f, typ)
-		if s == nil || s.Link >= uint32(len(f.Sections)) || f.Class != elf.ELFCLASS64 {
+		if s == nil || f.Class != elf.ELFCLASS64 || len(o.strtab) >= 255 {
 			continue
 		}
-		if len(o.strtab) >= 255 {
+		if s.Link >= uint32(len(f.Sections)) {
+			o.note(fmt.Sprintf("%s%s: names in section %d of %d: not read", s.Name, where, s.Link, len(f.Sections)))
+			continue
+		}
+		if t := f.Sections[s.Link].Type; t != elf.SHT_STRTAB {
+			o.note(fmt.Sprintf("%s%s: names in a section of type %v: not read", s.Name, where, t))
 			continue
 		}
 		// The names are mapped for the object's life: a dump reads a few
@@ -293,29 +399,42 @@ func (o *Object) addSymbols(f *elf.File) {
 		if unmap != nil {
 			defer unmap() // at the end, or when a fault panics
 		}
-		tab := uint8(len(o.strtab))
-		o.strtab = append(o.strtab, strs)
-		funcs := func(yield func(e []byte) bool) {
-			for i := elf.Sym64Size; i+elf.Sym64Size <= len(data); i += elf.Sym64Size {
-				e := data[i : i+elf.Sym64Size]
-				t := elf.SymType(e[4] & 0xf)
-				if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || f.ByteOrder.Uint16(e[6:]) == uint16(elf.SHN_UNDEF) || f.ByteOrder.Uint64(e[8:]) == 0 {
-					continue
-				}
-				if !yield(e) {
-					return
-				}
+		o.addTable(f.ByteOrder, data, strs, s.Name+where)
+	}
+}
+
+// addTable appends the function symbols of data, an ELF64 symbol table
+// whose names strs holds, which from names (for namesFrom). The slice of
+// symbols is sized in a first pass, not grown.
+func (o *Object) addTable(order binary.ByteOrder, data, strs []byte, from string) {
+	if len(o.strtab) >= 255 {
+		return
+	}
+	tab := uint8(len(o.strtab))
+	o.strtab = append(o.strtab, strs)
+	funcs := func(yield func(e []byte) bool) {
+		for i := elf.Sym64Size; i+elf.Sym64Size <= len(data); i += elf.Sym64Size {
+			e := data[i : i+elf.Sym64Size]
+			t := elf.SymType(e[4] & 0xf)
+			if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || order.Uint16(e[6:]) == uint16(elf.SHN_UNDEF) || order.Uint64(e[8:]) == 0 {
+				continue
+			}
+			if !yield(e) {
+				return
 			}
 		}
-		n := 0
-		for range funcs {
-			n++
-		}
-		o.syms = slices.Grow(o.syms, n)
-		for e := range funcs {
-			o.syms = append(o.syms, sym{addr: f.ByteOrder.Uint64(e[8:]), size: f.ByteOrder.Uint64(e[16:]), tab: tab,
-				name: f.ByteOrder.Uint32(e[0:]), global: elf.SymBind(e[4]>>4) != elf.STB_LOCAL})
-		}
+	}
+	n := 0
+	for range funcs {
+		n++
+	}
+	if n > 0 && o.namesFrom == "" {
+		o.namesFrom = from
+	}
+	o.syms = slices.Grow(o.syms, n)
+	for e := range funcs {
+		o.syms = append(o.syms, sym{addr: order.Uint64(e[8:]), size: order.Uint64(e[16:]), tab: tab,
+			name: order.Uint32(e[0:]), global: elf.SymBind(e[4]>>4) != elf.STB_LOCAL})
 	}
 }
 
@@ -605,6 +724,9 @@ func (o *Object) cfiFrom(f *elf.File, whole bool) {
 		}
 		if err == nil {
 			o.eh, err = newEhIndex(f, data, o.open)
+			if errors.Is(err, errNoHdr) {
+				err = nil // parsed whole below
+			}
 		}
 		if err != nil && !errors.Is(err, errNoHdr) {
 			o.cfiErr = fmt.Errorf("read .eh_frame_hdr of %s: %w", o.Path, err)
@@ -619,6 +741,15 @@ func (o *Object) cfiFrom(f *elf.File, whole bool) {
 				o.cfiErr = fmt.Errorf("parse .eh_frame of %s: %w", o.Path, err)
 			}
 			all = all.Append(fdes)
+		}
+	}
+	if f.Section(".eh_frame") == nil {
+		// No section says where it lies (its header was left out, or all
+		// of them): the program headers do, as to the program's own
+		// unwinder.
+		var err error
+		if o.eh, err = segmentEhIndex(f, o.size, o.open); err != nil && !errors.Is(err, errNoHdr) {
+			o.cfiErr = fmt.Errorf("read PT_GNU_EH_FRAME of %s: %w", o.Path, err)
 		}
 	}
 	if s := f.Section(".debug_frame"); s != nil && s.Type != elf.SHT_NOBITS {

@@ -48,13 +48,17 @@ var hugePages = sync.OnceValue(func() bool {
 })
 
 // offHeap returns a zeroed buffer of n bytes outside the Go heap, in
-// transparent huge pages mapped at once, and what unmaps it; nil when n is
-// below hugeMin, the kernel has huge pages off, or mmap fails. A first
-// dump inflates megabytes of libc's DWARF: on the Go heap those are a
-// thousand 4 KiB pages, each faulted in (or populated) and cleared, which
-// on a VM cost more than the inflating itself; a 2 MiB page is one fault.
-// The buffer must not be used once unmapped: its owner unmaps it when it
-// is itself unreachable (see openSection).
+// transparent huge pages, and what unmaps it; nil when n is below
+// hugeMin, the kernel has huge pages off, or mmap fails. A first dump
+// inflates megabytes of libc's DWARF: on the Go heap those are a thousand
+// 4 KiB pages, each faulted in (or populated) and cleared, which on a VM
+// cost more than the inflating itself; a 2 MiB page is one fault. The
+// pages are mapped on another goroutine, from the first: the caller goes
+// on at once (clearing libc's 6 MB was on the critical path of a dump
+// when done here), and whoever fills the buffer from its start finds
+// them there before it. The buffer must not be used
+// once unmapped: its owner unmaps it when it is itself unreachable (see
+// openSection).
 func offHeap(n int) ([]byte, func()) {
 	if n < hugeMin || !hugePages() {
 		return nil, nil
@@ -75,8 +79,15 @@ func offHeap(n int) ([]byte, func()) {
 	}
 	b := unsafe.Slice((*byte)(start), size)
 	unix.Madvise(b, unix.MADV_HUGEPAGE)
-	unix.Madvise(b, unix.MADV_POPULATE_WRITE) // else faulted in as written
-	return b[:n:n], func() { unix.MunmapPtr(start, uintptr(size)) }
+	mapped := make(chan struct{})
+	go func() {
+		unix.Madvise(b, unix.MADV_POPULATE_WRITE) // else faulted in as written
+		close(mapped)
+	}()
+	return b[:n:n], func() {
+		<-mapped
+		unix.MunmapPtr(start, uintptr(size))
+	}
 }
 
 // mapFile maps n bytes of r's file from off, read-only and outside the Go
@@ -137,6 +148,8 @@ func fileOf(r io.ReaderAt) *rawfile.File {
 		return r
 	case readAt:
 		return fileOf(r.ReaderAt)
+	case interface{ Underlying() io.ReaderAt }: // elfcheck.Salvage's, over the file
+		return fileOf(r.Underlying())
 	}
 	return nil
 }

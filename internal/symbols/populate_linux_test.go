@@ -157,7 +157,7 @@ func TestSymbolTableMapped(t *testing.T) {
 	}
 
 	mapped, read := &Object{Path: lib}, &Object{Path: lib}
-	mapped.addSymbols(f)
+	mapped.addSymbols(f, "")
 	g, err := elfcheck.NewFile(bytes.NewReader(mustRead(t, lib)), fi.Size()) // not a file: read
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func TestSymbolTableMapped(t *testing.T) {
 	if b, _ := mapSection(sectionOfType(g, elf.SHT_DYNSYM), true); b != nil {
 		t.Fatal("a section of bytes in memory mapped")
 	}
-	read.addSymbols(g)
+	read.addSymbols(g, "")
 	if len(mapped.syms) == 0 || !slices.Equal(mapped.syms, read.syms) {
 		t.Fatalf("mapped: %d symbols, read: %d", len(mapped.syms), len(read.syms))
 	}

@@ -2,8 +2,10 @@ package symbols
 
 import (
 	"fmt"
+	"path"
 	"runtime"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
@@ -280,4 +282,53 @@ func (p *Process) Lookup(addr uint64) (Symbol, bool) {
 	}
 	s.Name, s.Offset = name, v-start
 	return s, true
+}
+
+// Damage says, for each file holding one of addrs whose headers or debug
+// file could not be trusted (Object.Damage), what was left out and where
+// names came from, as "path: what" lines, in the order of addrs.
+func (p *Process) Damage(addrs []uint64) []string {
+	var out []string
+	seen := map[*Object]bool{}
+	for _, a := range addrs {
+		mod, ok := p.Module(a)
+		if !ok || mod.Object == nil || seen[mod.Object] {
+			continue
+		}
+		seen[mod.Object] = true
+		if d := mod.Object.Damage(); d != "" {
+			out = append(out, mod.Path+": "+d)
+		}
+	}
+	return out
+}
+
+// ReadLibcAhead starts reading, on another goroutine, the symbols and
+// debug information of the C library the process maps (libc.so.6, or
+// musl's loader), and returns at once. Every thread's stack ends in it,
+// most threads wait in it, and its debug information (a separate debug
+// file, compressed) is the longest part of a first dump: this starts it
+// while the dump still reads Python's state and stops the threads.
+// Lookups that need it meanwhile wait for it.
+func (p *Process) ReadLibcAhead() {
+	p.mu.Lock()
+	var libc *mapping
+	for _, m := range p.maps {
+		if base := path.Base(m.Path); strings.HasPrefix(base, "libc.so") || strings.HasPrefix(base, "libc-") || strings.HasPrefix(base, "ld-musl-") {
+			libc = m
+			break
+		}
+	}
+	p.mu.Unlock()
+	if libc == nil {
+		return
+	}
+	go func() {
+		mod, ok := p.Module(libc.Start)
+		if !ok || mod.Object == nil {
+			return
+		}
+		mod.Object.loadSymbols()
+		mod.Object.lineTable()
+	}()
 }

@@ -22,7 +22,9 @@ func TestExitStatuses(t *testing.T) {
 		"xpu-timer":                   NewRoot,
 		"xpu_timer_launch":            launch.New,
 		"xpu_timer_stacktrace_viewer": viewercmd.New,
-		"xpu-timer-dump":              dumpcmd.Standalone,
+		"xpu-timer-dump":              func() *cobra.Command { return dumpcmd.Standalone([]string{"xpu-timer-dump"}) },
+		// As xpu-timer hands it `xpu-timer dump` (cmd/internal/leandump).
+		"xpu-timer-dump as xpu-timer": func() *cobra.Command { return dumpcmd.Standalone([]string{"xpu-timer", "dump"}) },
 	}
 	for _, tc := range []struct {
 		bin    string
@@ -37,6 +39,8 @@ func TestExitStatuses(t *testing.T) {
 		{bin: "xpu-timer-dump", args: []string{"--version"}, want: exitcode.OK, stdout: "xpu-timer-dump dev (revision "},
 		{bin: "xpu-timer-dump", args: nil, want: exitcode.Usage, stderr: "--pid is required"},
 		{bin: "xpu-timer-dump", args: []string{"--pid", "999999999"}, want: exitcode.NoProcess, stderr: "process 999999999 does not exist"},
+		{bin: "xpu-timer-dump as xpu-timer", args: []string{"dump"}, want: exitcode.Usage, stderr: "xpu-timer dump: --pid is required\nRun 'xpu-timer dump --help' for usage."},
+		{bin: "xpu-timer-dump as xpu-timer", args: []string{"dump", "--pid", "999999999"}, want: exitcode.NoProcess, stderr: "xpu-timer dump: process 999999999 does not exist"},
 
 		{bin: "xpu-timer", args: nil, want: exitcode.Usage, stderr: "xpu-timer: no command given"},
 		{bin: "xpu-timer", args: []string{"bogus"}, want: exitcode.Usage, stderr: `unknown command "bogus"`},

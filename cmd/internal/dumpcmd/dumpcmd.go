@@ -38,7 +38,10 @@ const oneShotLimit = 256 << 20
 // by the huge page reservation) took a tenth of its time and freed
 // little. The collector is off, bounded by oneShotLimit, unless GOGC or
 // GOMEMLIMIT say otherwise; the heap is fresh memory, faulted in a huge
-// page at a time (hugeheap) rather than 2,500 small ones.
+// page at a time (hugeheap) rather than 2,500 small ones. The reservation
+// collects once, which held up the dump's start: it is made on another
+// goroutine while the dump reads the process's maps and stops its
+// threads, before the symbol tables are read.
 func oneShot() (restore func()) {
 	gc, limit := debug.SetGCPercent(-1), debug.SetMemoryLimit(-1)
 	if os.Getenv("GOGC") != "" {
@@ -47,7 +50,7 @@ func oneShot() (restore func()) {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(oneShotLimit)
 	}
-	hugeheap.Reserve(dumpHeap)
+	go hugeheap.Reserve(dumpHeap)
 	return func() {
 		debug.SetGCPercent(gc)
 		debug.SetMemoryLimit(limit)
@@ -116,8 +119,16 @@ func New() *cobra.Command {
 // links the stack capture alone: none of the agent's probes, metrics and
 // GPU libraries, whose start-up (package initialisation, the pages of a
 // binary three times the size) was a fifth of a first dump's time and
-// half of its memory.
-func Standalone() *cobra.Command {
+// half of its memory. Run with args (os.Args) whose first argument is
+// "dump", it is `xpu-timer dump`, as xpu-timer hands it over
+// (cmd/internal/leandump): the dump command under a root named xpu-timer,
+// so that its usage, help and messages read as the full binary's.
+func Standalone(args []string) *cobra.Command {
+	if len(args) > 1 && args[1] == "dump" {
+		root := &cobra.Command{Use: "xpu-timer", SilenceUsage: true}
+		root.AddCommand(New())
+		return root
+	}
 	cmd := New()
 	cmd.Use = "xpu-timer-dump --pid PID"
 	return cmd
