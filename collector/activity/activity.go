@@ -153,7 +153,7 @@ func savesPython(fr stack.Frame) bool {
 	case strings.HasSuffix(file, "torch/utils/checkpoint.py"):
 		return false // activation checkpointing
 	case strings.HasSuffix(file, "torch/serialization.py"):
-		switch fr.Func {
+		switch bare(fr.Func) {
 		case "save", "_save", "_legacy_save", "load", "_load", "_legacy_load":
 			return true
 		}
@@ -207,7 +207,7 @@ func loadsData(fr stack.Frame) bool {
 	if strings.HasSuffix(file, "torch/utils/data/dataloader.py") || strings.Contains(file, "torch/utils/data/_utils/") {
 		return true
 	}
-	switch fr.Func {
+	switch bare(fr.Func) {
 	case "_next_data", "_get_data", "_try_get_data":
 		return true
 	}
@@ -243,5 +243,9 @@ func frameString(fr stack.Frame) string {
 	}
 	return s
 }
+
+// bare is a function's name without its class: dumps of CPython 3.11
+// and later may carry qualified names ("_MultiProcessingDataLoaderIter._get_data").
+func bare(fn string) string { return fn[strings.LastIndexByte(fn, '.')+1:] }
 
 func unnamed(fr stack.Frame) bool { return fr.Func == "" || fr.Func == "??" }

@@ -1,6 +1,7 @@
 package activity
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -214,5 +215,32 @@ func TestClassifyH100(t *testing.T) {
 	got := Classify(f.PID, f.Threads, Facts{})
 	if want := (Activity{GPUWait, "cuCtxSynchronize_v2 from c10::cuda::device_synchronize"}); got != want {
 		t.Errorf("Classify = %+v, want %+v", got, want)
+	}
+}
+
+// Real dumps of a torch job on the CPU (viewer/testdata/torchjob: gloo,
+// DistributedDataParallel, 2 DataLoader workers per rank), rank 2 faulty:
+// what the rank does, and what a rank waiting in gloo's all-reduce does.
+func TestClassifyTorchJob(t *testing.T) {
+	for _, c := range []struct {
+		fault string
+		rank  int
+		want  Activity
+	}{
+		{"sleep", 2, Activity{Python, "stall_in_python_sleep@job.py:153"}},
+		{"deadlock", 2, Activity{Python, "deadlock_two_locks@job.py:176"}},
+		{"busy", 2, Activity{Python, "spin_forever@job.py:159"}},
+		{"dataloader", 2, Activity{DataLoader, "_MultiProcessingDataLoaderIter._try_get_data@dataloader.py:1120"}},
+		{"sleep", 0, Activity{Python, "backward@__init__.py:197"}},
+	} {
+		f, err := dumpfile.Read(filepath.Join("..", "..", "viewer", "testdata", "torchjob", c.fault, fmt.Sprintf("%05d-00004.stacktrace", c.rank)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, threads := range [][]stack.Thread{f.Threads, reversed(f.Threads)} {
+			if got := Classify(f.PID, threads, Facts{}); got != c.want {
+				t.Errorf("%s rank %d: Classify = %+v, want %+v", c.fault, c.rank, got, c.want)
+			}
+		}
 	}
 }

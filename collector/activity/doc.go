@@ -58,5 +58,7 @@
 //   - unknown: anything else. Detail: the innermost native frame that is
 //     neither the C runtimes' nor unnamed, when there is one.
 //
-// A sample with no thread at all is unknown with no detail.
+// Python functions are compared by name without their class (dumps of
+// CPython 3.11 and later may carry qualified names). A sample with no
+// thread at all is unknown with no detail.
 package activity
