@@ -52,7 +52,7 @@ type lagWatch struct {
 type rankActivity struct {
 	active int64 // the rank's latest collective (or communicator's creation) when sampled
 	act    activity.Activity
-	stack  bool // from a stack sample, not the probes alone
+	stack  bool // from a stack sample (or none can be taken), not the probes alone: final until the rank issues
 }
 
 type lagKey struct {
@@ -173,7 +173,11 @@ func (a *Agent) watchLags(now int64) {
 			e.Laggard = l
 			continue
 		}
-		e := &lagEpisode{Laggard: l, act: w.samples[l.PID].act, lagging: true}
+		act := w.samples[l.PID].act
+		if act.Kind == "" {
+			act.Kind = activity.Unknown // not a live rank: never sampled
+		}
+		e := &lagEpisode{Laggard: l, act: act, lagging: true}
 		w.lags[k] = e
 		a.warnLag(e, now)
 	}
@@ -219,7 +223,8 @@ func (a *Agent) activities(needs []activityNeed) []rankActivity {
 			acts[i].act = activity.Activity{Kind: activity.Collective, Detail: n.facts.Collective}
 			continue
 		case sampler == nil:
-			acts[i].act = activity.Activity{Kind: activity.Unknown}
+			// No stack to read: nothing more to learn until it issues.
+			acts[i].act, acts[i].stack = activity.Activity{Kind: activity.Unknown}, true
 			continue
 		}
 		acts[i].stack = true

@@ -218,3 +218,30 @@ func TestCommSeries(t *testing.T) {
 		t.Errorf("commSeries of %d = %d, first %q", len(many), len(got), got[0].ID)
 	}
 }
+
+// Without a way to take stacks (watch with the stall watch off, ptrace
+// refused), the warning still names the rank, its activity unknown.
+func TestLagWarningWithoutSamples(t *testing.T) {
+	envs := map[int]map[string]string{100: env(0, 2), 101: env(1, 2)}
+	b := newBed(t, "node-a", t.TempDir(), envs, func(o *Options) {
+		o.HangTimeout, o.LagWarn, o.Capturer = time.Minute, 5*time.Second, nil
+	})
+	for i, pid := range []int{100, 101} {
+		b.HandleEvent(commInitEvent(pid, sec/2, int32(i), 2))
+		allReduces(b.Agent, pid, 0xc0+uint64(pid), 1*sec, 3, true)
+	}
+	allReduces(b.Agent, 100, 0xc0+100, 2*sec, 3, false)
+	for _, s := range []float64{5.5, 6.5, 7.1, 8} {
+		b.at(int64(s * float64(sec)))
+		b.Tick(context.Background())
+	}
+	lags := b.events(EventLagging)
+	if len(lags) != 1 || lags[0].PID != 101 || lags[0].Activity != "unknown" {
+		t.Fatalf("lagging reports %+v", lags)
+	}
+	for _, r := range b.Snapshot().Ranks {
+		if r.Rank == 1 && (r.Activity == nil || r.Activity.Kind != "unknown") {
+			t.Errorf("rank 1 activity %+v, want unknown", r.Activity)
+		}
+	}
+}
