@@ -192,7 +192,8 @@
 // communicator when it is a waiter (see "Waiters and the hang rule") and
 // the work it awaits holds a collective of that communicator not known
 // complete: it waits in the lowest such sequence number, N, since the
-// waiter began (Progress: CommProgress.Waiting, WaitSince). A process q
+// waiter began (Progress: CommProgress.Waiting, WaitSince, once the
+// waiter has waited ProgressWait). A process q
 // lags on a communicator (Laggards) when a peer p has waited in its
 // collective N for at least the warning's wait, and q, which belongs to
 // that communicator (by its unique id), has issued only collectives

@@ -15,12 +15,17 @@ type CommProgress struct {
 	// created it (monotonic ns).
 	Active int64 `json:"active_ns"`
 	// Waiting is the collective of it a thread of the process waits in:
-	// the oldest not known complete of the work a waiter awaits; 0 when
-	// no thread waits on one. WaitSince is since when the thread waiting
-	// longest on it waits.
+	// the oldest not known complete of the work a waiter awaits, once
+	// the thread has waited ProgressWait; 0 when none does. WaitSince is
+	// since when the thread waiting longest on it waits.
 	Waiting   uint64 `json:"waiting,omitempty"`
 	WaitSince int64  `json:"wait_since_ns,omitempty"`
 }
+
+// ProgressWait is how long a thread waits before Progress says in which
+// collective: shorter waits are a healthy job's, and looking costs a walk
+// of the work it awaits under the engine's lock.
+const ProgressWait = time.Second
 
 // Progress reports what pid knows of its communicators at time now, in
 // order of creation.
@@ -31,7 +36,7 @@ func (e *Engine) Progress(pid int, now int64) []CommProgress {
 	if p == nil {
 		return nil
 	}
-	waits := p.collectiveWaits(now, e.cfg.PollRepeat)
+	waits := p.collectiveWaits(now, e.cfg.PollRepeat, int64(ProgressWait))
 	cs := p.commStates()
 	out := make([]CommProgress, len(cs))
 	for i, c := range cs {
@@ -56,10 +61,13 @@ type collWait struct {
 }
 
 // collectiveWaits finds, per communicator, the collective p's waiters
-// wait in.
-func (p *proc) collectiveWaits(now int64, repeat int) map[string]collWait {
+// that have waited at least least wait in.
+func (p *proc) collectiveWaits(now int64, repeat int, least int64) map[string]collWait {
 	var out map[string]collWait
 	for _, w := range p.waiters(now, repeat) {
+		if now-w.Since < least {
+			continue
+		}
 		sp := p.awaitedSpan(w.targets)
 		for id, low := range sp.low {
 			if out == nil {
@@ -115,9 +123,8 @@ func (e *Engine) Laggards(now int64, wait time.Duration) []Laggard {
 	found := map[key]*Laggard{}
 	peers := map[key]map[int]bool{}
 	for _, p := range procs {
-		waits := p.collectiveWaits(now, e.cfg.PollRepeat)
-		for id, w := range waits {
-			if isLocal(id) || now-w.since < int64(wait) {
+		for id, w := range p.collectiveWaits(now, e.cfg.PollRepeat, int64(wait)) {
+			if isLocal(id) {
 				continue
 			}
 			for _, q := range procs {

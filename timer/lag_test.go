@@ -180,6 +180,9 @@ func TestProgressAndAwaiting(t *testing.T) {
 		if !reflect.DeepEqual(got, want) {
 			t.Errorf("reverse %v: progress\n%+v\nwant\n%+v", reverse, got, want)
 		}
+		if early := e.Progress(1, at(2.5)); early[0].Waiting != 0 || early[0].WaitSince != 0 {
+			t.Errorf("reverse %v: a wait of 0.49 s shown: %+v", reverse, early)
+		}
 		got = e.Progress(2, at(10))
 		want = []CommProgress{
 			{CommState: CommState{ID: a, Rank: 1, NRanks: 2}, Active: 0},
