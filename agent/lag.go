@@ -32,6 +32,9 @@ import (
 //     One whose main thread the probes see waiting in a collective is
 //     not stopped: that collective is its activity.
 //
+// The loop checks just as a wait reaches the warning's, or a rank's
+// silence its sampling point, rather than at the next interval.
+//
 // A sample stops the rank's threads once, as a dump does, for at most
 // a few milliseconds; it is never a dump (no file, no marker) and sets
 // no hang family. One sample serves both while the rank issues nothing
@@ -46,6 +49,14 @@ type lagWatch struct {
 	mu      sync.Mutex
 	samples map[int]rankActivity // by pid: the latest sample and what the rank had issued then
 	lags    map[lagKey]*lagEpisode
+	next    int64 // when the next check is due that may warn or sample, if before the next interval's (0: none)
+}
+
+// due is when the early warning wants a check (0: at the next interval).
+func (w *lagWatch) due() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.next
 }
 
 // rankActivity is what one sample of a rank said.
@@ -133,8 +144,23 @@ func (a *Agent) watchLags(now int64) {
 	}
 	w.mu.Unlock()
 	var needs []activityNeed
+	var next int64 // the next check a wait or an idle rank will want
+	soon := func(at int64) {
+		if at > now && at < now+int64(a.o.Interval) && (next == 0 || at < next) {
+			next = at
+		}
+	}
 	for _, pid := range live {
-		active, ok := lastCollective(a.engine.Progress(pid, now))
+		ps := a.engine.Progress(pid, now)
+		for _, p := range ps {
+			if p.Waiting > 0 {
+				soon(p.WaitSince + int64(warn)) // a peer of it may be warned of then
+			}
+		}
+		active, ok := lastCollective(ps)
+		if ok {
+			soon(active + a.idleAfter())
+		}
 		if !ok || now-active < a.idleAfter() && !fresh[pid] {
 			continue
 		}
@@ -156,6 +182,7 @@ func (a *Agent) watchLags(now int64) {
 
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.next = next
 	for i, n := range needs {
 		w.samples[n.pid] = acts[i]
 		if !fresh[n.pid] {

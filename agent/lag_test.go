@@ -105,6 +105,12 @@ func TestLagWarning(t *testing.T) {
 			if n := sampler.count(102); n != 1 {
 				t.Fatalf("rank 2 sampled %d times, want once", n)
 			}
+			// The loop is asked to check again just as the peers' wait
+			// (entered 2 s + 1 ns) reaches the warning's, not at the next
+			// interval.
+			if due := b.lag.due(); due != 7*sec+1 {
+				t.Errorf("next check at %d ns, want %d", due, 7*sec+1)
+			}
 			if len(b.events(EventLagging)) != 0 {
 				t.Fatalf("warned before the peers waited %v: %+v", warn, b.events(EventLagging))
 			}
