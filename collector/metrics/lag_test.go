@@ -26,6 +26,13 @@ func TestLagFamilies(t *testing.T) {
 	for i := range MaxComms + 4 {
 		r.Comms = append(r.Comms, Comm{ID: fmt.Sprintf("%012x", i), Issued: uint64(i)})
 	}
+	many := r
+	for i := range MaxComms + 4 {
+		many.Lags = append(many.Lags, Lag{Comm: fmt.Sprintf("%012x", i), Activity: "python"})
+	}
+	if n := testutil.CollectAndCount(newTestExporter(Snapshot{Ranks: []Rank{many}}).c, "xpu_timer_rank_lagging"); n != MaxComms {
+		t.Errorf("lagging series of a rank with %d: %d, want %d", len(many.Lags), n, MaxComms)
+	}
 	x := newTestExporter(Snapshot{Ranks: []Rank{r}})
 	want := `
 # HELP xpu_timer_rank_activity 1 while the rank has issued no collective for about XPU_TIMER_LAG_WARN: what it is doing (checkpoint, dataloader, compile, gc, gpu-wait, collective, python, unknown), from one stack sample; detail names the frame, wait or collective.
