@@ -35,10 +35,11 @@ import (
 // The loop checks just as a wait reaches the warning's, or a rank's
 // silence its sampling point, rather than at the next interval.
 //
-// A sample stops the rank's threads once, as a dump does, for at most
-// a few milliseconds; it is never a dump (no file, no marker) and sets
-// no hang family. One sample serves both while the rank issues nothing
-// new.
+// A sample is the dumps' capture of that rank alone: its threads stopped
+// once for at most a few milliseconds (twice when a thread could not be
+// stopped in time), never a dump (no file, no marker, no other rank),
+// and it sets no hang family. One sample serves both while the rank
+// issues nothing new.
 
 // CommIdle is how long a communicator a rank stopped using, while it
 // used another since, stays in the metrics.
