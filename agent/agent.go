@@ -26,6 +26,9 @@ const (
 	DefaultTimelinePath = "/root/timeline"
 	// DefaultInterval is how often the engine is checked.
 	DefaultInterval = time.Second
+	// DefaultLagWarn is the commands' XPU_TIMER_LAG_WARN: how long peers
+	// wait for a rank before the early warning names it (lag.go).
+	DefaultLagWarn = 30 * time.Second
 )
 
 // Options configure an Agent. Zero values take the defaults noted.
@@ -43,6 +46,10 @@ type Options struct {
 	GPU      GPUSource       // nil: no GPU facts
 	Looker   Looker          // nil: a look.Proc with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 	Sampler  Sampler         // nil: no native samples, so no waits known by their stack (see timer's "Waits known by their stack")
+	// LagSampler takes the one stack sample of a lagging or idle rank
+	// that the early warning classifies (lag.go); nil: Capturer; both
+	// nil: activities are unknown.
+	LagSampler Capturer
 
 	// Injected for tests.
 	Monotonic   func() int64     // CLOCK_MONOTONIC ns
@@ -65,6 +72,7 @@ type Agent struct {
 	start  time.Time
 
 	book *rankBook // the traced processes and their identities
+	lag  *lagWatch // the early warning (lag.go)
 
 	mu        sync.Mutex
 	episode   map[int]*dumped // pids dumped since the last time nothing was hung
@@ -145,6 +153,7 @@ func New(o Options) *Agent {
 		rec:      trace.New(0),
 		start:    o.Now(),
 		book:     newRankBook(),
+		lag:      newLagWatch(),
 		episode:  make(map[int]*dumped),
 		killed:   make(map[int]bool),
 		watched:  make(map[int]*watchState),

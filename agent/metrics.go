@@ -29,6 +29,7 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 		stats := a.engine.ProcStats(p.pid)
 		r.Kernels = kernels(stats.Kernels)
 		r.Collectives = collectives(stats.Collectives)
+		a.lagSeries(&r, p.pid, now)
 		if a.o.GPU != nil {
 			r.GPU = a.o.GPU.GPU(r.LocalRank)
 		}

@@ -26,6 +26,8 @@ const (
 	EventDumpFailed Event = "dump_failed"
 	EventMarker     Event = "marker" // another node's hang marker was seen
 	EventKill       Event = "kill"
+	EventLagging    Event = "lagging"   // peers wait for the rank in a collective it has not issued (lag.go)
+	EventCaughtUp   Event = "caught_up" // a lagging rank issued the collective
 )
 
 // Report is one notable event of the loop, as `xpu-timer watch` prints it.
@@ -68,6 +70,12 @@ type Report struct {
 	NewestOp   string            `json:"newest_op,omitempty"`  // the newest awaited op not known complete, when several are: the stuck op is one from OldestOp to it
 	Newest     *timer.Op         `json:"newest,omitempty"`
 	Awaited    int               `json:"awaited,omitempty"` // awaited ops not known complete
+
+	// "lagging": who waits and what the rank does (op, comm, seq and
+	// age_s above: the collective its peers wait in, and for how long).
+	Laggard  *timer.Laggard `json:"laggard,omitempty"`
+	Activity string         `json:"activity,omitempty"`
+	Detail   string         `json:"detail,omitempty"`
 
 	// "lost".
 	Lost      uint64 `json:"lost,omitempty"`

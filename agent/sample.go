@@ -198,12 +198,16 @@ func (a *Agent) sampledOnce(pid int) {
 	a.mu.Unlock()
 }
 
-// wakeIn is how long until the sample that confirms a wait is due (0:
-// none is): Run checks then rather than at the next interval.
+// wakeIn is how long until the sample that confirms a wait is due, or
+// a check the early warning needs (lag.go) (0: none is): Run checks then
+// rather than at the next interval.
 func (a *Agent) wakeIn() time.Duration {
 	a.mu.Lock()
 	at := a.wakeAt
 	a.mu.Unlock()
+	if lw := a.lag.due(); lw != 0 && (at == 0 || lw < at) {
+		at = lw
+	}
 	if at == 0 {
 		return 0
 	}

@@ -18,6 +18,7 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.settle()
 	a.lookAll(now)
 	a.sampleAll(now)
+	a.watchLags(now)
 
 	hangs := a.engine.Check(now)
 	for _, pid := range a.engine.Recovered(now) {

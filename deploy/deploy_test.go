@@ -57,6 +57,9 @@ func servedFamilies(t *testing.T) map[string]bool {
 				Kernels:     []metrics.Kernel{{Name: "k", Operation: "Matmul", Durations: d}},
 				Collectives: []metrics.Collective{{Operation: "AllReduce", Durations: d}},
 				GPU:         &dumpfile.GPU{},
+				Comms:       []metrics.Comm{{ID: "9c1e04a1b2c3d4e5"}},
+				Lags:        []metrics.Lag{{Comm: "9c1e04a1b2c3d4e5", Activity: "python", Lagging: true}},
+				Activity:    &metrics.Activity{Kind: "python"},
 			}},
 		}
 	})
@@ -97,7 +100,7 @@ func TestAlertRulesUseServedMetrics(t *testing.T) {
 	}
 	var f struct {
 		Groups []struct {
-			Rules []struct{ Alert, Expr string }
+			Rules []struct{ Alert, Record, Expr string }
 		}
 	}
 	if err := yaml.Unmarshal(data, &f); err != nil {
@@ -107,13 +110,14 @@ func TestAlertRulesUseServedMetrics(t *testing.T) {
 	var alerts []string
 	for _, g := range f.Groups {
 		for _, r := range g.Rules {
-			alerts = append(alerts, r.Alert)
-			if checkRefs(t, r.Alert, r.Expr, served) == 0 {
-				t.Errorf("%s: no metric in %q", r.Alert, r.Expr)
+			name := r.Alert + r.Record
+			alerts = append(alerts, name)
+			if checkRefs(t, name, r.Expr, served) == 0 {
+				t.Errorf("%s: no metric in %q", name, r.Expr)
 			}
 		}
 	}
-	for _, want := range []string{"XpuTimerRankHung", "XpuTimerJobPartlyHung", "XpuTimerProbesLosingEvents", "XpuTimerAgentDown"} {
+	for _, want := range []string{"XpuTimerRankHung", "XpuTimerJobPartlyHung", "XpuTimerProbesLosingEvents", "XpuTimerAgentDown", "XpuTimerRankLagging"} {
 		if !slices.Contains(alerts, want) {
 			t.Errorf("alert %s missing (have %v)", want, alerts)
 		}
@@ -163,7 +167,7 @@ func TestGrafanaDashboard(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"hang state", "oldest", "bus bandwidth", "kernel latency", "lost", "dump"} {
+	for _, want := range []string{"hang state", "oldest", "bus bandwidth", "kernel latency", "lost", "dump", "lagging", "collective wait"} {
 		if !slices.ContainsFunc(titles, func(s string) bool { return strings.Contains(s, want) }) {
 			t.Errorf("no panel about %q in %v", want, titles)
 		}

@@ -15,6 +15,7 @@ type comm struct {
 	completed uint64
 	lastOp    string
 	order     int
+	last      int64 // monotonic ns of its creation or its latest collective
 }
 
 // CommIDString is the name of a communicator: hex of the first 16 bytes
@@ -26,7 +27,7 @@ func CommIDString(id [16]byte) string { return hex.EncodeToString(id[:]) }
 func (p *proc) comm(handle uint64) *comm {
 	c := p.comms[handle]
 	if c == nil {
-		c = &comm{id: "local:" + strconv.FormatUint(handle, 16), rank: -1, order: p.commOrder}
+		c = &comm{id: "local:" + strconv.FormatUint(handle, 16), rank: -1, order: p.commOrder, last: p.lastWork}
 		p.commOrder++
 		p.comms[handle] = c
 	}
@@ -42,7 +43,7 @@ func (p *proc) commInit(ev *Event) {
 		c.rank, c.nranks = ev.Rank, ev.NRanks // the same creation seen twice
 		return
 	}
-	p.comms[ev.Comm] = &comm{id: id, rank: ev.Rank, nranks: ev.NRanks, order: p.commOrder}
+	p.comms[ev.Comm] = &comm{id: id, rank: ev.Rank, nranks: ev.NRanks, order: p.commOrder, last: ev.Time}
 	p.commOrder++
 }
 

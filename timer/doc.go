@@ -185,6 +185,41 @@
 // which it may fire again. A process that exits or execs is reported
 // recovered if it was hung.
 //
+// # Lagging ranks
+//
+// The hang rules wait for the timeout; the lag rule warns before it,
+// and decides nothing. A thread of a process waits in a collective of a
+// communicator when it is a waiter (see "Waiters and the hang rule") and
+// the work it awaits holds a collective of that communicator not known
+// complete: it waits in the lowest such sequence number, N, since the
+// waiter began (Progress: CommProgress.Waiting, WaitSince, once the
+// waiter has waited ProgressWait). A process q
+// lags on a communicator (Laggards) when a peer p has waited in its
+// collective N for at least the warning's wait, and q, which belongs to
+// that communicator (by its unique id), has issued only collectives
+// below N: it has not issued the one p waits in. Laggard.Seq is the
+// lowest such N, Since the earliest start of those waits, Peers how
+// many processes wait so.
+//   - A communicator known only by its handle ("local:") links nobody.
+//   - Ranks that all issued N and wait in it (a dead network, a kernel
+//     that never ends) lag on nothing: no rank is behind.
+//   - A rank that waits in a collective below N, whose completion it has
+//     not seen, has still not issued N: it lags.
+//   - Ranks that wait a moment in each collective for a slower peer (a
+//     healthy job with uneven steps) lag on nothing while each wait is
+//     shorter than the warning's.
+//   - A peer whose own completions the probes did not see waits, for the
+//     rule, in the oldest collective not known complete: it may then
+//     name too low an N and miss a laggard, never name a rank that
+//     issued the collective it waits in.
+//
+// The rule compares processes of one engine (one node). Across nodes
+// the same comparison is made on the metrics (issued and completed
+// sequence numbers, the wait), by the alert rules in deploy/prometheus.
+// A process waits (Awaiting) when a thread of it waits on GPU work not
+// known complete: its longest wait, with the oldest op and the oldest
+// collective of that work, tells what a lagging rank waits on.
+//
 // # Timing
 //
 // The observed duration of an op runs from the later of its issue and the

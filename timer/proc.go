@@ -194,6 +194,7 @@ func (p *proc) issue(ev *Event) {
 		c := p.comm(ev.Comm)
 		c.issued++
 		c.lastOp = ev.Op.String()
+		c.last = ev.Time
 		q.kind, q.coll, q.dtype, q.count, q.peer = opCollective, ev.Op, ev.Dtype, ev.Count, ev.Peer
 		q.bytes = ev.Count * DtypeSize(ev.Dtype)
 		q.seq, q.comm = c.issued, c

@@ -179,8 +179,9 @@ type span struct {
 	n              int  // how many ops
 	coll           *qop // the oldest collective, nil if none
 	// colls holds, per communicator, the highest sequence number of the
-	// span's collectives.
+	// span's collectives; low the collective of lowest sequence number.
 	colls map[string]uint64
+	low   map[string]*qop
 }
 
 // awaitedSpan walks the work the targets depend on, as awaited does, and
@@ -219,10 +220,13 @@ func (p *proc) awaitedSpan(targets []target) span {
 				continue
 			}
 			if sp.colls == nil {
-				sp.colls = make(map[string]uint64)
+				sp.colls, sp.low = make(map[string]uint64), make(map[string]*qop)
 			}
 			if o.seq > sp.colls[o.comm.id] {
 				sp.colls[o.comm.id] = o.seq
+			}
+			if l := sp.low[o.comm.id]; l == nil || o.seq < l.seq {
+				sp.low[o.comm.id] = o
 			}
 			if sp.coll == nil || o.gseq < sp.coll.gseq {
 				sp.coll = o

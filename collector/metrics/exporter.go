@@ -94,6 +94,7 @@ type collector struct {
 	holds, held, wakeups                       *prometheus.Desc
 	dumps, dumpFailures, xid                   *prometheus.Desc
 	scrapeDuration                             *prometheus.Desc
+	lag                                        lagDescs
 }
 
 var mmLabels = []string{"dtype", "level", "operation"}
@@ -148,6 +149,7 @@ func newCollector(s Static) *collector {
 		dumpFailures:   d("xpu_timer_dump_failures_total", "Stack dumps that failed to capture or write.", nodeLabels),
 		xid:            d("xpu_timer_gpu_xid_last_timestamp_seconds", "Unix time of the latest GPU Xid error of this code on this device; the series disappears once the event ages out.", with(nodeLabels, "gpu", "uuid", "xid")),
 		scrapeDuration: d("xpu_timer_scrape_duration_seconds", "Time taken to collect this scrape's snapshot and metrics.", nodeLabels),
+		lag:            newLagDescs(),
 	}
 }
 
@@ -165,6 +167,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	} {
 		ch <- d
 	}
+	c.lag.describe(ch)
 }
 
 // Collect takes one snapshot and emits it.
@@ -296,6 +299,7 @@ func (c *collector) collectRank(ch chan<- prometheus.Metric, r Rank, top int) {
 		gauge(c.gpuMemUsed, float64(g.MemoryUsed), gl...)
 		gauge(c.gpuMemTotal, float64(g.MemoryTotal), gl...)
 	}
+	c.lag.collect(ch, rl, r)
 }
 
 func orUnknown(s string) string {

@@ -67,6 +67,11 @@ type Rank struct {
 	Kernels     []Kernel
 	Collectives []Collective
 
+	// The early warning (lag.go).
+	Comms    []Comm    // where the rank stands on its communicators, most recently active first
+	Lags     []Lag     // communicators on which its peers on this node wait for it
+	Activity *Activity // what it does while it issues no collective; nil while it issues
+
 	GPU *dumpfile.GPU // NVML facts of the rank's device; nil when NVML is unavailable
 }
 

@@ -26,7 +26,7 @@ func WaitSite(pid int, threads []Thread) string {
 			parts = append(parts, fmt.Sprintf("%s (%s:%d)", f.Func, filepath.Base(f.File), f.Line))
 		}
 		for _, f := range th.Native {
-			if f.Func == "" || f.Func == "??" || isSystem(f.Module) {
+			if f.Func == "" || f.Func == "??" || System(f.Module) {
 				continue
 			}
 			parts = append(parts, f.Func)
@@ -37,7 +37,9 @@ func WaitSite(pid int, threads []Thread) string {
 	return ""
 }
 
-func isSystem(module string) bool {
+// System says whether module is one of the C and C++ runtimes, whose
+// frames are where every wait ends, never what it waits for.
+func System(module string) bool {
 	base := filepath.Base(module)
 	for _, m := range systemModules {
 		if strings.HasPrefix(base, m) {

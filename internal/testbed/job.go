@@ -36,9 +36,16 @@ type JobOptions struct {
 	// step is that many trivial launches and one synchronize, and each
 	// rank ends with a launch-rate line (LaunchRate reads it).
 	LaunchBound int
-	Python      string   // interpreter, default python3
-	Env         []string // extra environment
-	Args        []string // extra run.py arguments (e.g. "--step-ms", "5")
+	// NNodes, when above 1, makes the job one node of NNodes (run.py
+	// --nnodes, --node-rank NodeRank): its ranks are NodeRank*NProc on.
+	// Every node needs the same Store.
+	NNodes, NodeRank int
+	// Store is the job's XPU_FAKEGPU_STORE, shared by the nodes of a
+	// multi-node job (NewStore); "" makes one of its own.
+	Store  string
+	Python string   // interpreter, default python3
+	Env    []string // extra environment
+	Args   []string // extra run.py arguments (e.g. "--step-ms", "5")
 }
 
 func (o JobOptions) args(b *Bed) []string {
@@ -55,6 +62,9 @@ func (o JobOptions) args(b *Bed) []string {
 	}
 	if o.Fault != "" {
 		a = append(a, "--fault", o.Fault, "--fault-rank", strconv.Itoa(o.FaultRank), "--fault-step", strconv.Itoa(o.FaultStep))
+	}
+	if o.NNodes > 1 {
+		a = append(a, "--nnodes", strconv.Itoa(o.NNodes), "--node-rank", strconv.Itoa(o.NodeRank))
 	}
 	return append(a, o.Args...)
 }
@@ -141,18 +151,50 @@ func (b *Bed) StartJob(t testing.TB, o JobOptions) *Job {
 
 // Start starts a job in its own process group. The caller must Stop it.
 func (b *Bed) Start(o JobOptions) (*Job, error) {
-	store, err := os.MkdirTemp("", "xpufake-store-")
-	if err != nil {
-		return nil, fmt.Errorf("create store: %w", err)
+	store := o.Store
+	if store == "" {
+		s, err := NewStore()
+		if err != nil {
+			return nil, err
+		}
+		store = s
 	}
 	o.Env = append(append([]string{}, o.Env...), "XPU_FAKEGPU_STORE="+store)
 	j := &Job{Cmd: b.JobCommand(o), store: store, pids: map[int]int{}, steps: map[int]int{}}
+	var err error
 	j.g, err = testutil.StartGroup(j.Cmd, j.line)
 	if err != nil {
 		os.RemoveAll(store)
 		return nil, err
 	}
 	return j, nil
+}
+
+// NewStore makes a store (XPU_FAKEGPU_STORE) for a job, or for the nodes
+// of one; Stop removes it.
+func NewStore() (string, error) {
+	store, err := os.MkdirTemp("", "xpufake-store-")
+	if err != nil {
+		return "", fmt.Errorf("create store: %w", err)
+	}
+	return store, nil
+}
+
+// StartNodes starts the nnodes nodes of one job (o.NNodes and o.NodeRank
+// set for each), sharing a store; t.Cleanup stops them.
+func (b *Bed) StartNodes(t testing.TB, o JobOptions, nnodes int) []*Job {
+	t.Helper()
+	store, err := NewStore()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []*Job
+	for i := range nnodes {
+		n := o
+		n.NNodes, n.NodeRank, n.Store = nnodes, i, store
+		jobs = append(jobs, b.StartJob(t, n))
+	}
+	return jobs
 }
 
 // line records the ranks' progress.

@@ -40,6 +40,12 @@ const (
 	// The graph's kernels make no launch call: only the graph launch and
 	// the synchronize (cuCtxSynchronize_v2) are seen.
 	FaultGraphHang = "graph-hang"
+	// FaultCheckpoint is no hang (not in Faults): rank R saves a
+	// checkpoint before the all-reduce of step K for run.py's
+	// --checkpoint-seconds (60 by default), through functions shaped as
+	// torch.save's, while the others wait in the all-reduce; then it
+	// goes on.
+	FaultCheckpoint = "checkpoint"
 )
 
 // Faults lists every fault kind.

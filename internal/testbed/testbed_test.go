@@ -2,6 +2,7 @@ package testbed
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -295,6 +296,59 @@ func TestLaunchBound(t *testing.T) {
 				}
 			}
 			t.Logf("%s launches per second by rank: %v", v, rates)
+		})
+	}
+}
+
+// TestTwoNodes: two launchers with --nnodes 2 and one store are one job
+// of 2 x 2 ranks: the second node's ranks are 2 and 3 of a world of 4,
+// the fake NCCL joins all four, and both nodes train to the end. With
+// the checkpoint fault on rank 3 (the second node) for 2 s at step 2,
+// every rank waits for it, and the job then goes on to the end.
+func TestTwoNodes(t *testing.T) {
+	b := Build(t)
+	for _, fault := range []string{"", FaultCheckpoint} {
+		t.Run("fault="+fault, func(t *testing.T) {
+			start := time.Now()
+			o := JobOptions{NProc: 2, Steps: 6, Args: []string{"--step-ms", "5", "--checkpoint-seconds", "2"}}
+			if fault != "" {
+				o.Fault, o.FaultRank, o.FaultStep = fault, 3, 2
+			}
+			nodes := b.StartNodes(t, o, 2)
+			ids := map[string]bool{}
+			for i, j := range nodes {
+				pids, err := j.RankPIDs(30 * time.Second)
+				if err != nil {
+					t.Fatalf("node %d: %v\n%s", i, err, j.Output())
+				}
+				if want := []int{2 * i, 2*i + 1}; !slices.Equal(slices.Sorted(maps.Keys(pids)), want) {
+					t.Errorf("node %d runs ranks %v, want %v", i, slices.Sorted(maps.Keys(pids)), want)
+				}
+				for _, pid := range pids {
+					env, err := procfs.Environ(pid)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if env["WORLD_SIZE"] != "4" || env["GROUP_RANK"] != fmt.Sprint(i) || env["LOCAL_WORLD_SIZE"] != "2" {
+						t.Errorf("node %d: rank environment %v", i, env)
+					}
+					ids[env["TORCHELASTIC_RUN_ID"]+" "+env["MASTER_PORT"]] = true
+				}
+			}
+			for i, j := range nodes {
+				if code, err := j.Wait(60 * time.Second); err != nil || code != 0 {
+					t.Fatalf("node %d: exit %d, %v\n%s", i, code, err, j.Output())
+				}
+			}
+			took := time.Since(start)
+			if len(ids) != 1 {
+				t.Errorf("run ids and master ports %v: one job, want one of each", ids)
+			}
+			saved := strings.Contains(nodes[1].Output(), "xpu-fakegpu rank=3 checkpoint records=")
+			if saved != (fault != "") || fault != "" && took < 2*time.Second {
+				t.Errorf("checkpoint line %v after %v\n%s", saved, took, nodes[1].Output())
+			}
+			t.Logf("2 nodes x 2 ranks, 6 steps, fault %q: %v", fault, took.Round(time.Millisecond))
 		})
 	}
 }

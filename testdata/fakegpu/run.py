@@ -3,13 +3,23 @@
 
     python3 run.py --nproc N --steps S [--vendor cuda|maca] [--workers W]
                    [--fault KIND --fault-rank R --fault-step K]
-                   [--launch-bound L]
+                   [--launch-bound L] [--nnodes M --node-rank I]
 
 Without XPU_FAKEGPU_ROLE=rank this is a torchrun-like launcher: it spawns
 --nproc rank processes (its direct children) with RANK, LOCAL_RANK,
 WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, forwards
 SIGTERM/SIGINT to them and fails when a rank fails. Each rank runs a small
 trainer through ctypes on the fake CUDA (or MACA) libraries in --lib-dir.
+
+With --nnodes M (default 1) the job is M nodes of --nproc ranks each, and
+this launcher is node --node-rank I: its ranks are I*N .. I*N+N-1 of a
+world of M*N, GROUP_RANK=I. Run one launcher per node, each with the same
+arguments but --node-rank, and the same XPU_FAKEGPU_STORE (required with
+M > 1): the store carries the communicator's unique id, the run id and
+master port derive from it, and the fake NCCL joins every rank of the
+world on this machine (its segment is named from the unique id). Each
+launcher may run under its own xpu_timer_launch (its own timeline path
+and metrics port): two nodes on one machine.
 
 Batches come from a data loader. With --workers 0 (the default) it is a
 thread of the rank. With --workers W it is like PyTorch's DataLoader with
@@ -40,6 +50,20 @@ Steps are numbered from 0; a fault at step K hangs forever (never exits):
                    R's replay of step K never ends (a captured kernel spins
                    on a flag), so no launch call names the stuck kernel
 
+Not a hang (it ends; not in the hang matrix):
+  checkpoint       rank R saves a checkpoint before the all-reduce of step
+                   K, for --checkpoint-seconds (default 60), through
+                   functions shaped as torch.save's (save_checkpoint ->
+                   save -> _save -> write_record, a throttled writer of
+                   1 MiB records into a 64 MiB file), while the others wait
+                   in the all-reduce; then it goes on
+
+--slow-rank R --slow-factor F makes rank R's steps F times as long on the
+GPU (a healthy job with uneven steps). --init-delay S waits S seconds
+between loading the GPU libraries and creating the communicator, as
+building a model does (a node agent scanning for new ranks every second
+then follows them before their communicator's creation).
+
 The CUDA path is the one a real GPU takes: the runtime calls the driver,
 and waits spin on a CPU (XPU_FAKEGPU_SCHED=yield|blocking changes that).
 With --launch-bound L each step is L trivial launches (cudaLaunchKernel
@@ -62,9 +86,10 @@ import threading
 import time
 import traceback
 import warnings
+import zlib
 
 FAULTS = ("skip-collective", "kernel-hang", "python-sleep", "deadlock", "dataloader", "dataloader-worker", "nccl-stall",
-          "triton-hang", "graph-hang")
+          "triton-hang", "graph-hang", "checkpoint")
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLECTIVES_PER_STEP = 3  # two gradient buckets and the loss
 
@@ -84,7 +109,16 @@ def parse_args(argv=None):
                    help="launch-bound mode: L trivial launches and one synchronize per step")
     p.add_argument("--workers", type=int, default=None,
                    help="data loader worker processes (0: a thread; default 0, 2 with --fault dataloader-worker)")
+    p.add_argument("--nnodes", type=int, default=1, help="nodes of the job (one launcher each)")
+    p.add_argument("--node-rank", type=int, default=0, help="this launcher's node")
+    p.add_argument("--checkpoint-seconds", type=float, default=60.0, help="how long the checkpoint fault writes")
+    p.add_argument("--slow-rank", type=int, default=-1, help="a rank whose steps are --slow-factor times as long")
+    p.add_argument("--slow-factor", type=float, default=1.0)
+    p.add_argument("--init-delay", type=float, default=0.0,
+                   help="seconds between loading the GPU libraries and creating the communicator (building a model)")
     args = p.parse_args(argv)
+    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+        p.error("--node-rank must be in [0, --nnodes)")
     if args.workers is None:
         args.workers = 2 if args.fault == "dataloader-worker" else 0
     if args.workers < 0 or (args.fault == "dataloader-worker" and args.workers == 0):
@@ -102,6 +136,9 @@ def launch(args):
     store = os.environ.get("XPU_FAKEGPU_STORE")
     own_store = store is None
     if own_store:
+        if args.nnodes > 1:
+            sys.stderr.write("xpu-fakegpu: --nnodes > 1 needs XPU_FAKEGPU_STORE, shared by every node\n")
+            return 2
         store = tempfile.mkdtemp(prefix="xpufake-store-")
     procs = []
     kill_at = []  # when ranks still alive after a forwarded signal are killed
@@ -120,21 +157,25 @@ def launch(args):
 
     signal.signal(signal.SIGTERM, forward)
     signal.signal(signal.SIGINT, forward)
-    port = 29500 + os.getpid() % 1000
+    port, run_id = 29500 + os.getpid() % 1000, "xpufake-%d" % os.getpid()
+    if args.nnodes > 1:
+        # every node's launcher names the same job
+        tag = zlib.crc32(os.path.abspath(store).encode())
+        port, run_id = 29500 + tag % 1000, "xpufake-%08x" % tag
     try:
-        for rank in range(args.nproc):
+        for local in range(args.nproc):
             env = dict(os.environ)
             env.update(
                 XPU_FAKEGPU_ROLE="rank",
                 XPU_FAKEGPU_STORE=store,
-                RANK=str(rank),
-                LOCAL_RANK=str(rank),
-                WORLD_SIZE=str(args.nproc),
+                RANK=str(args.node_rank * args.nproc + local),
+                LOCAL_RANK=str(local),
+                WORLD_SIZE=str(args.nnodes * args.nproc),
                 LOCAL_WORLD_SIZE=str(args.nproc),
-                GROUP_RANK="0",
+                GROUP_RANK=str(args.node_rank),
                 MASTER_ADDR="127.0.0.1",
                 MASTER_PORT=str(port),
-                TORCHELASTIC_RUN_ID="xpufake-%d" % os.getpid(),
+                TORCHELASTIC_RUN_ID=run_id,
             )
             procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
         failed = 0
@@ -587,6 +628,18 @@ class DataLoader(threading.Thread):
         return {"index": i, "tokens": 4096}
 
     def next(self):
+        return self._next_data()
+
+    # PyTorch's DataLoader iterator routines (_next_data -> _get_data ->
+    # _try_get_data), by name; the queue is read without PyTorch's 5 s
+    # timeout, as before
+    def _next_data(self):
+        return self._get_data()
+
+    def _get_data(self):
+        return self._try_get_data()
+
+    def _try_get_data(self):
         return self.q.get()
 
     def close(self):
@@ -661,15 +714,26 @@ class WorkerDataLoader:
         self.sent += 1
 
     def next(self):
-        i = self.got
-        if i == self.stall_at:
-            BlockingSource().read()
-        batch = json.loads(self.data[i % self.n].line())
-        if batch["index"] != i:
-            raise RuntimeError("worker %d sent batch %d, want %d" % (i % self.n, batch["index"], i))
+        batch = self._next_data()
         self.got += 1
         if self.sent < self.steps:
             self.send()
+        return batch
+
+    # PyTorch's DataLoader iterator routines
+    def _next_data(self):
+        return self._get_data()
+
+    def _get_data(self):
+        i = self.got
+        if i == self.stall_at:
+            BlockingSource().read()
+        return self._try_get_data(i)
+
+    def _try_get_data(self, i):
+        batch = json.loads(self.data[i % self.n].line())
+        if batch["index"] != i:
+            raise RuntimeError("worker %d sent batch %d, want %d" % (i % self.n, batch["index"], i))
         return batch
 
     def close(self):
@@ -733,6 +797,57 @@ def straggle_forever():
         time.sleep(1)
 
 
+class _ZipFileWriter:
+    """torch.save's PyTorchFileWriter, throttled: records of 1 MiB written
+    into a file that wraps at 64 MiB (a checkpoint larger than the disk
+    needs), one every 50 ms (a slow file system), until a deadline."""
+
+    RECORD, WRAP, PACE = 1 << 20, 64, 0.05
+
+    def __init__(self, path, seconds):
+        self.path, self.deadline = path, time.monotonic() + seconds
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        self.buf, self.n = b"\0" * self.RECORD, 0
+
+    def write_record(self, name):
+        os.pwrite(self.fd, self.buf, (self.n % self.WRAP) * self.RECORD)
+        self.n += 1
+        time.sleep(self.PACE)
+        return time.monotonic() < self.deadline
+
+    def close(self):
+        os.close(self.fd)
+        os.unlink(self.path)
+
+
+def _open_zipfile_writer(path, seconds):
+    return _ZipFileWriter(path, seconds)
+
+
+def _save(state, zip_file):
+    """torch/serialization.py's _save: one record per tensor."""
+    i = 0
+    while zip_file.write_record("data/%d" % i):
+        i += 1
+    return i
+
+
+def save(state, path, seconds):
+    """torch.save's shape: open the writer, _save into it."""
+    writer = _open_zipfile_writer(path, seconds)
+    try:
+        return _save(state, writer)
+    finally:
+        writer.close()
+
+
+def save_checkpoint(rank, seconds):
+    """What a training script calls every so many steps."""
+    path = os.path.join(os.environ.get("XPU_FAKEGPU_CKPT_DIR", os.environ["XPU_FAKEGPU_STORE"]), "ckpt-rank%d.pt" % rank)
+    records = save({"model": "state"}, path, seconds)
+    say("xpu-fakegpu rank=%d checkpoint records=%d done" % (rank, records))
+
+
 class Trainer:
     def __init__(self, args, rank, world):
         self.args, self.rank, self.world = args, rank, world
@@ -740,11 +855,12 @@ class Trainer:
         if self.fault == "nccl-stall":
             os.environ["XPU_FAKEGPU_NCCL_STALL"] = str(args.fault_step * COLLECTIVES_PER_STEP)
         self.dev = Device(args.lib_dir, args.vendor)
+        time.sleep(args.init_delay)
         # Compute runs on the legacy default stream, as PyTorch's current
         # stream does unless the script changes it; NCCL gets its own.
         self.compute = None
         self.pg = ProcessGroup(self.dev, rank, world, os.environ["XPU_FAKEGPU_STORE"])
-        step_us = int(args.step_ms * 1000)
+        step_us = int(args.step_ms * 1000 * (args.slow_factor if rank == args.slow_rank else 1.0))
         self.model = Model(self.dev, self.compute, args.layers, step_us)
         self.watchdog = Watchdog(self.dev)
         self.ddp = DistributedDataParallel(self.model, self.pg, self.dev, self.compute, self.watchdog)
@@ -798,6 +914,8 @@ class Trainer:
         self.model.backward(loss)
         if self.fault_here(step, "python-sleep"):
             straggle_forever()
+        if self.fault_here(step, "checkpoint"):
+            save_checkpoint(self.rank, self.args.checkpoint_seconds)
         if self.fault_here(step, "deadlock"):
             deadlock_forever()
         self.ddp.reduce_gradients(step, skip=self.fault_here(step, "skip-collective"))

@@ -38,7 +38,7 @@ func load(t *testing.T, args []string, env map[string]string) (Config, *Binding,
 // defaults is the configuration with nothing set.
 func defaults() Config {
 	return Config{
-		Settings: agent.Settings{HangTimeout: timer.DefaultHangTimeout, TimelinePath: agent.DefaultTimelinePath, Port: DefaultBasePort + 1,
+		Settings: agent.Settings{HangTimeout: timer.DefaultHangTimeout, LagWarn: agent.DefaultLagWarn, TimelinePath: agent.DefaultTimelinePath, Port: DefaultBasePort + 1,
 			PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes,
 			StallWatch: true, Retain: timeline.Retention{Count: timeline.DefaultRetainCount}},
 		BasePort: DefaultBasePort, LogFormat: LogFormatText,
@@ -52,7 +52,7 @@ func TestDefaults(t *testing.T) {
 	}
 	// The defaults spelled out: they are the documented ones.
 	want := Config{
-		Settings: agent.Settings{HangTimeout: 300 * time.Second, TimelinePath: "/root/timeline", Port: 18889, PushInterval: 15 * time.Second,
+		Settings: agent.Settings{HangTimeout: 300 * time.Second, LagWarn: 30 * time.Second, TimelinePath: "/root/timeline", Port: 18889, PushInterval: 15 * time.Second,
 			SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, StallWatch: true, Retain: timeline.Retention{Count: 10}},
 		BasePort: 18888, LogFormat: "logfmt",
 	}
@@ -113,6 +113,9 @@ func TestPrecedence(t *testing.T) {
 				c.TopKernels = 20
 			}},
 		{name: "port zero picks free port", env: map[string]string{"XPU_TIMER_PORT": "0"}, want: func(c *Config) { c.Port = 0 }},
+		{name: "lag warning off", env: map[string]string{"XPU_TIMER_LAG_WARN": "0"}, want: func(c *Config) { c.LagWarn = 0 }},
+		{name: "lag warning as a flag over env", args: []string{"--lag-warn", "1m"}, env: map[string]string{"XPU_TIMER_LAG_WARN": "10"},
+			want: func(c *Config) { c.LagWarn = time.Minute }, src: map[string]Source{"XPU_TIMER_LAG_WARN": SourceFlag}},
 		{name: "empty env counts as unset", env: map[string]string{"XPU_TIMER_HANG_TIMEOUT": ""}, want: func(c *Config) {}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -308,6 +311,9 @@ func TestLoadLenient(t *testing.T) {
 		{"timeout huge", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "99999999999999999999"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
 		{"timeout 1 ms", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "0.001"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
 		{"timeout 999ms", map[string]string{"XPU_TIMER_HANG_TIMEOUT": "999ms"}, nil, []string{"XPU_TIMER_HANG_TIMEOUT"}},
+		{"lag warning word", map[string]string{"XPU_TIMER_LAG_WARN": "soon"}, nil, []string{"XPU_TIMER_LAG_WARN"}},
+		{"lag warning negative", map[string]string{"XPU_TIMER_LAG_WARN": "-30"}, nil, []string{"XPU_TIMER_LAG_WARN"}},
+		{"lag warning 500ms", map[string]string{"XPU_TIMER_LAG_WARN": "0.5"}, nil, []string{"XPU_TIMER_LAG_WARN"}},
 		{"port", map[string]string{"XPU_TIMER_PORT": "70000"}, nil, []string{"XPU_TIMER_PORT"}},
 		{"baseport no next", map[string]string{"XPU_TIMER_BASEPORT": "65535"}, nil, []string{"XPU_TIMER_BASEPORT"}},
 		{"bool", map[string]string{"XPU_TIMER_HANG_KILL": "maybe"}, nil, []string{"XPU_TIMER_HANG_KILL"}},

@@ -64,16 +64,19 @@ type variable struct {
 var variables = []variable{
 	{env: "XPU_TIMER_HANG_TIMEOUT", flag: "hang-timeout", def: seconds(timer.DefaultHangTimeout), kind: "duration",
 		usage: "how long GPU work may stay outstanding before the rank counts as hung (seconds, or a duration like 5s; at least 1s)",
-		set: func(c *Config, v string) error {
-			d, err := parseSeconds(v)
-			if err != nil {
-				return err
+		set: func(c *Config, v string) (err error) {
+			c.HangTimeout, err = parseAtLeast(v, MinHangTimeout, "")
+			return err
+		}},
+	{env: "XPU_TIMER_LAG_WARN", flag: "lag-warn", def: seconds(agent.DefaultLagWarn), kind: "duration",
+		usage: "warn of a rank its peers have waited this long for in a collective it has not issued, with what it is doing (seconds or a duration, at least 1s; 0 turns the warning off)",
+		set: func(c *Config, v string) (err error) {
+			if strings.TrimSpace(v) == "0" {
+				c.LagWarn = 0
+				return nil
 			}
-			if d < MinHangTimeout {
-				return fmt.Errorf("%q: under the %v minimum", v, MinHangTimeout)
-			}
-			c.HangTimeout = d
-			return nil
+			c.LagWarn, err = parseAtLeast(v, MinHangTimeout, " (0 turns it off)")
+			return err
 		}},
 	{env: "XPU_TIMER_TIMELINE_PATH", flag: "timeline-path", def: agent.DefaultTimelinePath, kind: "string",
 		usage: "directory for hang stack dumps",
@@ -242,6 +245,19 @@ func parseSeconds(v string) (time.Duration, error) {
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("%q: must be positive", v)
+	}
+	return d, nil
+}
+
+// parseAtLeast parses seconds or a duration (parseSeconds) of at least
+// least; hint ends the error of a shorter one.
+func parseAtLeast(v string, least time.Duration, hint string) (time.Duration, error) {
+	d, err := parseSeconds(v)
+	if err != nil {
+		return 0, err
+	}
+	if d < least {
+		return 0, fmt.Errorf("%q: under the %v minimum%s", v, least, hint)
 	}
 	return d, nil
 }

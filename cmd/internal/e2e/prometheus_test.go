@@ -146,8 +146,16 @@ func shortRules(t *testing.T, dir string) string {
 	return path
 }
 
-// alerts returns the labels of the alerts named name in state.
-func alerts(t *testing.T, addr, name, state string) []map[string]string {
+// promAlert is an alert as Prometheus's API lists it.
+type promAlert struct {
+	Labels   map[string]string `json:"labels"`
+	State    string            `json:"state"`
+	ActiveAt time.Time         `json:"activeAt"`
+}
+
+// promAlerts lists the active alerts of the Prometheus at addr (none
+// while it cannot answer).
+func promAlerts(t *testing.T, addr string) []promAlert {
 	t.Helper()
 	body, err := scrape("http://" + addr + "/api/v1/alerts")
 	if err != nil {
@@ -155,17 +163,20 @@ func alerts(t *testing.T, addr, name, state string) []map[string]string {
 	}
 	var resp struct {
 		Data struct {
-			Alerts []struct {
-				Labels map[string]string `json:"labels"`
-				State  string            `json:"state"`
-			} `json:"alerts"`
+			Alerts []promAlert `json:"alerts"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal([]byte(body), &resp); err != nil {
 		t.Fatalf("alerts API: %v: %s", err, body)
 	}
+	return resp.Data.Alerts
+}
+
+// alerts returns the labels of the alerts named name in state.
+func alerts(t *testing.T, addr, name, state string) []map[string]string {
+	t.Helper()
 	var out []map[string]string
-	for _, a := range resp.Data.Alerts {
+	for _, a := range promAlerts(t, addr) {
 		if a.Labels["alertname"] == name && a.State == state {
 			out = append(out, a.Labels)
 		}

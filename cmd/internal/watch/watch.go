@@ -139,6 +139,9 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 	if cfg.StallWatch {
 		o.Sampler = agent.NewSampler(tr) // waits known by their stack
 	}
+	if cfg.LagWarn > 0 {
+		o.LagSampler = agent.NewCapturer(tr) // the early warning's one sample of a lagging rank: no dump
+	}
 	a := agent.New(o)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
