@@ -16,7 +16,7 @@ type probe struct {
 	Vendor   timer.Vendor
 	Arg      uint8 // cookie bits 8-15: collective op, or the kind of a call_exit
 	Copy     uint8 // cookie bits 16-23: the copy kind a driver copy's name says
-	Driver   bool  // cookie bit 24: a driver call, which may be the runtime's forward
+	Driver   bool  // cookie bit 24: a driver call (its copy kind is in the cookie)
 	Twin     bool  // a per-thread-stream twin (_ptsz, _ptds): absent in many builds, never reported missing
 	Optional bool  // a call of newer releases only (cuLibraryGetKernel, CUDA 12): never reported missing
 }
@@ -38,7 +38,6 @@ type call struct {
 	copy        uint8    // a driver copy's kind (cudaMemcpyKind: 1 HtoD, 2 DtoH, 3 DtoD, 4 default)
 	twins       []string // suffixes of per-thread-default-stream variants
 	optional    bool     // absent from older releases: never reported missing
-	launch      bool     // a runtime launch: the CUDA runtime makes it through the driver's
 }
 
 // Copy kinds of the driver's copies, by name (cudaMemcpyKind's values).
@@ -49,17 +48,17 @@ const (
 	copyDefault = 4
 )
 
-// runtimeCalls are the runtime's calls. The launches among them (launch:
-// true) are probed only for a runtime whose driver we do not probe (MACA):
-// NVIDIA's runtime makes each launch through the driver's entry points,
-// probed there (driverCalls), and one launch must be one trap
-// (probes.bpf.c, "One trap per call").
+// runtimeCalls are the runtime's calls, probed only for a runtime whose
+// driver we do not probe (MACA's, which has its driver linked in):
+// NVIDIA's runtime makes every call through the driver's entry points,
+// probed there (driverCalls), and one call must be one trap (probes.bpf.c,
+// "One trap per call").
 var runtimeCalls = []call{
-	{name: "LaunchKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, launch: true},
-	{name: "LaunchKernelExC", entry: "launch_kernel_exc", twins: []string{"_ptsz"}, launch: true},
-	{name: "LaunchCooperativeKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, launch: true, optional: true},
-	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}, launch: true, optional: true},
-	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}, launch: true},
+	{name: "LaunchKernel", entry: "launch_kernel", twins: []string{"_ptsz"}},
+	{name: "LaunchKernelExC", entry: "launch_kernel_exc", twins: []string{"_ptsz"}},
+	{name: "LaunchCooperativeKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, optional: true},
+	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}, optional: true},
+	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
 	{name: "MemcpyAsync", entry: "memcpy_async", twins: []string{"_ptsz"}},
 	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), twins: []string{"_ptds"}},
 	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
@@ -72,11 +71,11 @@ var runtimeCalls = []call{
 	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed)},
 }
 
-// driverCalls are the CUDA driver's calls: every launch of a CUDA process
-// (the runtime's, Triton's, XLA's, NCCL's), and the waits, copies and
-// events that libraries make without the runtime. Optional: the calls
-// older drivers lack (cuLaunchKernelEx 11.8, the library API 12.0,
-// cuCtxSynchronize_v2 13.0).
+// driverCalls are the CUDA driver's calls: every call of a CUDA process,
+// the runtime's (which it makes through these), Triton's, XLA's, NCCL's,
+// cuBLAS's. Optional: the calls older drivers lack (cuLaunchKernelEx 11.8,
+// the library API 12.0, cuEventElapsedTime_v2 12.8, cuCtxSynchronize_v2
+// 13.0) and those newer ones may drop (cuEventElapsedTime).
 var driverCalls = []call{
 	{name: "LaunchKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
 	{name: "LaunchKernelEx", entry: "cu_launch_kernel_ex", twins: []string{"_ptsz"}, optional: true},
@@ -100,6 +99,8 @@ var driverCalls = []call{
 	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}},
 	{name: "CtxSynchronize", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize)},
 	{name: "CtxSynchronize_v2", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize), optional: true},
+	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true},
+	{name: "EventElapsedTime_v2", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true},
 	// Not launches: they tell which name an opaque function handle stands for.
 	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit"},
 	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true},
@@ -139,9 +140,6 @@ func buildProbes() []probe {
 	var out []probe
 	add := func(prefix, group string, v timer.Vendor, calls []call) {
 		for _, c := range calls {
-			if c.launch && v == timer.VendorCUDA {
-				continue // probed in the driver
-			}
 			p := probe{Symbol: prefix + c.name, Group: group, Entry: c.entry, Exit: c.exit, Vendor: v, Arg: c.arg,
 				Copy: c.copy, Driver: group == "driver", Optional: c.optional}
 			out = append(out, p)
@@ -153,7 +151,6 @@ func buildProbes() []probe {
 			}
 		}
 	}
-	add("cuda", "runtime", timer.VendorCUDA, runtimeCalls)
 	add("cu", "driver", timer.VendorCUDA, driverCalls)
 	add("nccl", "collective", timer.VendorCUDA, collectiveCalls)
 	add("mc", "runtime", timer.VendorMACA, runtimeCalls)

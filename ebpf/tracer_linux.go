@@ -729,16 +729,14 @@ func (t *Tracer) Close() error {
 // use instead of the trampoline to go on to the caller.
 // It lies in the stash of the call's arguments (probes.bpf.c, save_return),
 // keyed by kind << 32 | thread: the thread's stashes are looked up under
-// every key there can be, a kind, 64 plus one (STASH_*) or 128 plus one (a
-// driver call's, STASH_DRIVER: the runtime's call may be in flight around
-// it), a bounded cost however many stashes threads that died in a call
-// left behind.
+// every key there can be, a kind or 64 plus one (STASH_*), a bounded cost
+// however many stashes threads that died in a call left behind.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
 	if slot == 0 {
 		return 0, false
 	}
 	var s probesStash
-	for _, base := range []uint64{0, stashBeyondKinds, stashDriver} {
+	for _, base := range []uint64{0, stashBeyondKinds} {
 		for k := base; k <= base+uint64(probesKindK_GROUP_END); k++ {
 			if t.objs.Stashes.Lookup(k<<32|uint64(uint32(tid)), &s) == nil && s.RetSlot == slot {
 				return s.RetAddr, true
@@ -749,9 +747,5 @@ func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
 }
 
 // stashBeyondKinds is where the stash keys of calls that are no kind
-// start (probes.bpf.c, STASH_GET_FUNCTION), stashDriver those of the
-// driver's calls (STASH_DRIVER + kind).
-const (
-	stashBeyondKinds = 64
-	stashDriver      = 128
-)
+// start (probes.bpf.c, STASH_GET_FUNCTION).
+const stashBeyondKinds = 64
