@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -55,7 +53,7 @@ const (
 // with the Tracer following it.
 func BenchmarkProbeOverhead(b *testing.B) {
 	privileged.Root(b)
-	bed := privateBed(b, testbed.Build(b))
+	bed := testbed.Build(b).Private(b)
 	loop, cudart, driver := bed.Bin("launchloop"), bed.Lib("libcudart.so.12"), bed.Lib("libcuda.so.1")
 	libs := []string{cudart, driver}
 
@@ -344,31 +342,6 @@ func (s runStats) add(o runStats) runStats { return runStats{s.runtime + o.runti
 const probeCostTarget = 150
 
 func ns(v float64) string { return fmt.Sprintf("%.0f ns", v) }
-
-// privateBed copies the testbed's programs and libraries to a directory of
-// the benchmark's own: probes that other tracers on this machine hold on
-// the shared files would trap these runs too.
-func privateBed(b *testing.B, bed *testbed.Bed) *testbed.Bed {
-	b.Helper()
-	dir := b.TempDir()
-	ents, err := os.ReadDir(bed.Dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(bed.Dir, e.Name()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return &testbed.Bed{Root: bed.Root, Dir: dir}
-}
 
 var nsPerLaunch = regexp.MustCompile(`ns_per_launch=([0-9.]+)`)
 

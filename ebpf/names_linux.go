@@ -26,7 +26,15 @@ type kernelNames struct {
 	handles *ebpf.Map // func_names; nil in tests without BPF
 	procs   map[int]*procNames
 	recent  [recentNames]recentName // the latest lookups, by a hash of pid and address
+	// unnamed says that a launch of a handle nothing named came since
+	// takeUnnamed (the lookups' news, lookups.go); each handle counts once
+	// per process.
+	unnamed bool
 }
+
+// maxUnnamed bounds the handles of a process counted as never named: a
+// process with more keeps the kernel lookups' probes as they are.
+const maxUnnamed = 4096
 
 // recentName is a lookup kept in kernelNames.recent.
 type recentName struct {
@@ -57,9 +65,10 @@ func (k *kernelNames) forgetRecent(pid int, unnamed bool) {
 }
 
 type procNames struct {
-	syms  *symbols.Process
-	names map[uint64]string
-	stale bool // the process mapped code since its maps were last read
+	syms    *symbols.Process
+	names   map[uint64]string
+	stale   bool            // the process mapped code since its maps were last read
+	counted map[uint64]bool // handles counted as never named (kernelNames.unnamed)
 }
 
 func newKernelNames(handles *ebpf.Map) *kernelNames {
@@ -91,6 +100,13 @@ func (k *kernelNames) lookup(pid int, addr uint64) string {
 			name = p.symbol(addr)
 		}
 		p.names[addr] = name
+		if name == "" && !p.counted[addr] && len(p.counted) < maxUnnamed {
+			if p.counted == nil {
+				p.counted = map[uint64]bool{}
+			}
+			p.counted[addr] = true
+			k.unnamed = true
+		}
 	}
 	*r = recentName{pid: pid, addr: addr, name: name}
 	return name
@@ -137,6 +153,31 @@ func (k *kernelNames) mapped(pid int) {
 	for a, n := range p.names {
 		if n == "" {
 			delete(p.names, a)
+		}
+	}
+}
+
+// takeUnnamed says whether a launch of a handle never named came since
+// the last call.
+func (k *kernelNames) takeUnnamed() bool {
+	u := k.unnamed
+	k.unnamed = false
+	return u
+}
+
+// learned is told that the BPF side named handles it had not: what named
+// nothing is looked up again at its next launch.
+func (k *kernelNames) learned() {
+	for i := range k.recent {
+		if k.recent[i].name == "" {
+			k.recent[i] = recentName{}
+		}
+	}
+	for _, p := range k.procs {
+		for a, n := range p.names {
+			if n == "" {
+				delete(p.names, a)
+			}
 		}
 	}
 }

@@ -4,6 +4,7 @@ package ebpf
 
 import (
 	"fmt"
+	"os"
 	"testing"
 )
 
@@ -55,5 +56,37 @@ func TestKernelNamesKept(t *testing.T) {
 	}
 	if got := k.lookup(1, named); got != name(1, 0) {
 		t.Errorf("after the process mapped code, a named kernel is %q, want its kept %q", got, name(1, 0))
+	}
+}
+
+// A handle that stays unnamed keeps the lookups attached one window, not
+// for good: each handle counts once per process.
+func TestUnnamedCountsOnce(t *testing.T) {
+	k := newKernelNames(nil)
+	syms, err := k.cache.Process(os.Getpid()) // 0x1000 and 0x2000 are in no mapping of this process
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.procs[7] = &procNames{syms: syms, names: map[uint64]string{}}
+	if k.lookup(7, 0x1000) != "" || !k.takeUnnamed() {
+		t.Fatal("a handle nothing names is not counted")
+	}
+	if k.lookup(7, 0x1000); k.takeUnnamed() {
+		t.Error("the same handle counted again (cached)")
+	}
+	k.learned() // forgets what named nothing, not what was counted
+	if k.lookup(7, 0x1000); k.takeUnnamed() {
+		t.Error("the same handle counted again after names were learned")
+	}
+	if k.lookup(7, 0x2000); !k.takeUnnamed() {
+		t.Error("another handle is not counted")
+	}
+	s := lookupState{lookupLearning, 0}
+	for now := int64(0); now <= 10*int64(lookupWindow); now += int64(lookupEvery) {
+		k.lookup(7, 0x1000)
+		s = nextLookup(s, now, lookupNews{unnamed: k.takeUnnamed()}, int64(lookupWindow))
+	}
+	if s.phase != lookupQuiet {
+		t.Errorf("a handle that stays unnamed kept the lookups %s", s.phase)
 	}
 }

@@ -82,8 +82,9 @@
  * driver handle: the name comes from the lookup the runtime made for it
  * (cuModuleGetFunction, cuLibraryGetKernel: func_names, learnt once per
  * kernel); a handle whose lookup came before we attached keeps the handle
- * as its identity. cuKernelGetFunction, which CUDA 12+ libraries may call
- * often, is probed only while the tracer asks (see names_linux.go).
+ * as its identity. cuKernelGetFunction, which cuBLASLt calls before each
+ * launch of its kernels, is probed only while names are to be learned
+ * (lookups_linux.go): in steady state a launch is one trap.
  *
  * Where arguments sit (x86-64 System V, at function entry; [sp+8] is the
  * first stack argument, [sp] the return address):
@@ -382,6 +383,15 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } lost SEC(".maps");
+
+/* How many CUfunctions kernel_get_function_exit named: Go reads it to
+ * know when its lookups teach nothing new any more. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} learned SEC(".maps");
 
 
 /* Keep struct call and the kind enums in the BTF, for bpf2go -type: Go
@@ -715,7 +725,10 @@ int get_function_exit(struct pt_regs *ctx)
 
 /* cuKernelGetFunction: the CUfunction of a CUkernel in the current
  * context (how CUDA 12+ runtimes and libraries turn a library's kernel
- * into a launchable function) gets the kernel's name. */
+ * into a launchable function) gets the kernel's name. cuBLASLt makes the
+ * same lookup before every launch of its kernels, so Go attaches these
+ * two programs only while names are to be learned (lookups_linux.go);
+ * each new pair counts in learned. */
 SEC("uprobe")
 int kernel_get_function_enter(struct pt_regs *ctx)
 {
@@ -749,9 +762,14 @@ int kernel_get_function_exit(struct pt_regs *ctx)
 		return 0;
 	struct func_key fk = {.pid = kk.pid};
 	bpf_probe_read_user(&fk.handle, sizeof(fk.handle), (void *)a.a0);
-	if (!fk.handle || fk.handle == kk.handle)
-		return 0;
-	bpf_map_update_elem(&func_names, &fk, fn, BPF_ANY);
+	if (!fk.handle || fk.handle == kk.handle || bpf_map_lookup_elem(&func_names, &fk))
+		return 0; /* a pair known: the same lookup, made again */
+	if (bpf_map_update_elem(&func_names, &fk, fn, BPF_NOEXIST) == 0) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&learned, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
 	return 0;
 }
 

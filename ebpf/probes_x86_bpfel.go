@@ -108,6 +108,7 @@ const (
 	probesMapFuncNames               = "func_names"
 	probesMapHeld                    = "held"
 	probesMapHoldAlive               = "hold_alive"
+	probesMapLearned                 = "learned"
 	probesMapLost                    = "lost"
 	probesMapProcs                   = "procs"
 	probesMapStashes                 = "stashes"
@@ -260,6 +261,7 @@ type probesMapSpecs struct {
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
 	Held      *ebpf.MapSpec `ebpf:"held"`
 	HoldAlive *ebpf.MapSpec `ebpf:"hold_alive"`
+	Learned   *ebpf.MapSpec `ebpf:"learned"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
 	Procs     *ebpf.MapSpec `ebpf:"procs"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
@@ -306,6 +308,7 @@ type probesMaps struct {
 	FuncNames *ebpf.Map `ebpf:"func_names"`
 	Held      *ebpf.Map `ebpf:"held"`
 	HoldAlive *ebpf.Map `ebpf:"hold_alive"`
+	Learned   *ebpf.Map `ebpf:"learned"`
 	Lost      *ebpf.Map `ebpf:"lost"`
 	Procs     *ebpf.Map `ebpf:"procs"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
@@ -320,6 +323,7 @@ func (m *probesMaps) Close() error {
 		m.FuncNames,
 		m.Held,
 		m.HoldAlive,
+		m.Learned,
 		m.Lost,
 		m.Procs,
 		m.Stashes,

@@ -19,7 +19,18 @@ type probe struct {
 	Driver   bool  // cookie bit 24: a driver call (its copy kind is in the cookie)
 	Twin     bool  // a per-thread-stream twin (_ptsz, _ptds): absent in many builds, never reported missing
 	Optional bool  // a call of newer releases only (cuLibraryGetKernel, CUDA 12): never reported missing
+	Part     part  // what the probe serves: the parts a user may turn off (Options)
 }
+
+// part is what a probe serves.
+type part uint8
+
+const (
+	partCore      part = iota // launches, synchronizes, synchronous copies, collectives, the loader: always probed
+	partCopyEvent             // asynchronous copies, event records and queries, stream waits and queries, elapsed times (Options.NoCopyEventProbes)
+	partName                  // the lookups that name kernels once each: cuModuleGetFunction, cuLibraryGetKernel (Options.NoKernelNames)
+	partLookup                // cuKernelGetFunction, made before launches: probed on demand (lookups.go), and not at all without kernel names
+)
 
 // Cookie is the attach cookie the programs read with bpf_get_attach_cookie
 // (probes.bpf.c's header comment).
@@ -38,6 +49,7 @@ type call struct {
 	copy        uint8    // a driver copy's kind (cudaMemcpyKind: 1 HtoD, 2 DtoH, 3 DtoD, 4 default)
 	twins       []string // suffixes of per-thread-default-stream variants
 	optional    bool     // absent from older releases: never reported missing
+	part        part
 }
 
 // Copy kinds of the driver's copies, by name (cudaMemcpyKind's values).
@@ -59,16 +71,16 @@ var runtimeCalls = []call{
 	{name: "LaunchCooperativeKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, optional: true},
 	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}, optional: true},
 	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
-	{name: "MemcpyAsync", entry: "memcpy_async", twins: []string{"_ptsz"}},
+	{name: "MemcpyAsync", entry: "memcpy_async", twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), twins: []string{"_ptds"}},
-	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
-	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery)},
+	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery), part: partCopyEvent},
 	{name: "EventSynchronize", entry: "event_sync_enter", exit: "call_exit", arg: uint8(timer.KindEventSynchronize)},
 	{name: "StreamSynchronize", entry: "stream_sync_enter", exit: "call_exit", arg: uint8(timer.KindStreamSynchronize), twins: []string{"_ptsz"}},
-	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}},
-	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}},
+	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "DeviceSynchronize", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize)},
-	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed)},
+	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), part: partCopyEvent},
 }
 
 // driverCalls are the CUDA driver's calls: every call of a CUDA process,
@@ -82,29 +94,29 @@ var driverCalls = []call{
 	{name: "LaunchCooperativeKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
 	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}},
 	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
-	{name: "MemcpyAsync", entry: "cu_memcpy_async", copy: copyDefault, twins: []string{"_ptsz"}},
-	{name: "MemcpyHtoDAsync_v2", entry: "cu_memcpy_async", copy: copyHtoD, twins: []string{"_ptsz"}},
-	{name: "MemcpyDtoHAsync_v2", entry: "cu_memcpy_async", copy: copyDtoH, twins: []string{"_ptsz"}},
-	{name: "MemcpyDtoDAsync_v2", entry: "cu_memcpy_async", copy: copyDtoD, twins: []string{"_ptsz"}},
+	{name: "MemcpyAsync", entry: "cu_memcpy_async", copy: copyDefault, twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "MemcpyHtoDAsync_v2", entry: "cu_memcpy_async", copy: copyHtoD, twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "MemcpyDtoHAsync_v2", entry: "cu_memcpy_async", copy: copyDtoH, twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "MemcpyDtoDAsync_v2", entry: "cu_memcpy_async", copy: copyDtoD, twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDefault, twins: []string{"_ptds"}},
 	{name: "MemcpyHtoD_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyHtoD, twins: []string{"_ptds"}},
 	{name: "MemcpyDtoH_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDtoH, twins: []string{"_ptds"}},
 	{name: "MemcpyDtoD_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDtoD, twins: []string{"_ptds"}},
-	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
-	{name: "EventRecordWithFlags", entry: "event_record", twins: []string{"_ptsz"}, optional: true},
-	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery)},
+	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "EventRecordWithFlags", entry: "event_record", twins: []string{"_ptsz"}, optional: true, part: partCopyEvent},
+	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery), part: partCopyEvent},
 	{name: "EventSynchronize", entry: "event_sync_enter", exit: "call_exit", arg: uint8(timer.KindEventSynchronize)},
 	{name: "StreamSynchronize", entry: "stream_sync_enter", exit: "call_exit", arg: uint8(timer.KindStreamSynchronize), twins: []string{"_ptsz"}},
-	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}},
-	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}},
+	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "CtxSynchronize", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize)},
 	{name: "CtxSynchronize_v2", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize), optional: true},
-	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true},
-	{name: "EventElapsedTime_v2", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true},
+	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true, part: partCopyEvent},
+	{name: "EventElapsedTime_v2", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true, part: partCopyEvent},
 	// Not launches: they tell which name an opaque function handle stands for.
-	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit"},
-	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true},
-	{name: "KernelGetFunction", entry: "kernel_get_function_enter", exit: "kernel_get_function_exit", optional: true},
+	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit", part: partName},
+	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true, part: partName},
+	{name: "KernelGetFunction", entry: "kernel_get_function_enter", exit: "kernel_get_function_exit", optional: true, part: partLookup},
 }
 
 var collectiveCalls = []call{
@@ -141,7 +153,7 @@ func buildProbes() []probe {
 	add := func(prefix, group string, v timer.Vendor, calls []call) {
 		for _, c := range calls {
 			p := probe{Symbol: prefix + c.name, Group: group, Entry: c.entry, Exit: c.exit, Vendor: v, Arg: c.arg,
-				Copy: c.copy, Driver: group == "driver", Optional: c.optional}
+				Copy: c.copy, Driver: group == "driver", Optional: c.optional, Part: c.part}
 			out = append(out, p)
 			for _, s := range c.twins {
 				t := p
@@ -231,9 +243,22 @@ func hasPrefix(path string, prefixes []string) bool {
 	return false
 }
 
-// plan picks, from the symbols a library exports, the probes to attach,
-// and the symbols it lacks among the groups it serves (twins excepted).
-func plan(exported map[string]uint64) (attach []probe, missing []string) {
+// wants says whether p is probed under o: the parts a user turned off
+// are not.
+func (o *Options) wants(p probe) bool {
+	switch p.Part {
+	case partCopyEvent:
+		return !o.NoCopyEventProbes
+	case partName, partLookup:
+		return !o.NoKernelNames
+	}
+	return true
+}
+
+// plan picks, from the symbols a library exports, the probes to attach
+// under o, and the symbols it lacks among the groups it serves (twins
+// excepted).
+func plan(exported map[string]uint64, o *Options) (attach []probe, missing []string) {
 	groups := map[string]bool{}
 	for _, p := range probes {
 		if _, ok := exported[p.Symbol]; ok {
@@ -243,6 +268,7 @@ func plan(exported map[string]uint64) (attach []probe, missing []string) {
 	for _, p := range probes {
 		_, ok := exported[p.Symbol]
 		switch {
+		case !o.wants(p):
 		case ok:
 			attach = append(attach, p)
 		case !p.Twin && !p.Optional && groups[p.Group+"/"+p.Vendor.String()]:

@@ -11,7 +11,7 @@ import (
 func TestPlanReportsMissingPerGroup(t *testing.T) {
 	exported := map[string]uint64{"cuMemcpyAsync": 0x100, "cuEventQuery": 0x200, "ncclAllReduce": 0x300, "cudaLaunchKernel": 0x400,
 		"cudaStreamSynchronize": 0x500, "mcEventQuery": 0x600}
-	attach, missing := plan(exported)
+	attach, missing := plan(exported, &Options{})
 	var names []string
 	for _, p := range attach {
 		names = append(names, p.Symbol)
@@ -98,5 +98,58 @@ func TestLibraryNames(t *testing.T) {
 	}
 	if !boring("/lib/x86_64-linux-gnu/libc.so.6") || boring("/opt/vendor/libfoo.so") {
 		t.Error("boring")
+	}
+}
+
+// The parts a user turns off are not attached, nor reported missing; the
+// rest is.
+func TestPlanParts(t *testing.T) {
+	exported := map[string]uint64{}
+	for _, p := range probes {
+		if p.Vendor == timer.VendorCUDA && p.Group != "collective" {
+			exported[p.Symbol] = 1
+		}
+	}
+	delete(exported, "cuEventQuery")
+	delete(exported, "cuModuleGetFunction")
+	has := func(o Options) (map[string]bool, []string) {
+		attach, missing := plan(exported, &o)
+		got := map[string]bool{}
+		for _, p := range attach {
+			got[p.Symbol] = true
+		}
+		return got, missing
+	}
+	all, missing := has(Options{})
+	for _, s := range []string{"cuLaunchKernel", "cuMemcpyAsync", "cuEventRecord", "cuKernelGetFunction", "cuLibraryGetKernel", "cuStreamSynchronize"} {
+		if !all[s] {
+			t.Errorf("%s not attached by default", s)
+		}
+	}
+	if !slices.Contains(missing, "cuEventQuery") || !slices.Contains(missing, "cuModuleGetFunction") {
+		t.Errorf("missing %v", missing)
+	}
+	names, missing := has(Options{NoKernelNames: true})
+	for _, s := range []string{"cuKernelGetFunction", "cuLibraryGetKernel"} {
+		if names[s] {
+			t.Errorf("%s attached without kernel names", s)
+		}
+	}
+	if !names["cuLaunchKernel"] || !names["cuMemcpyAsync"] || slices.Contains(missing, "cuModuleGetFunction") {
+		t.Errorf("without kernel names: launch %v, copy %v, missing %v", names["cuLaunchKernel"], names["cuMemcpyAsync"], missing)
+	}
+	ce, missing := has(Options{NoCopyEventProbes: true})
+	for _, s := range []string{"cuMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuStreamWaitEvent", "cuStreamQuery", "cuEventElapsedTime_v2"} {
+		if ce[s] {
+			t.Errorf("%s attached without copy and event probes", s)
+		}
+	}
+	for _, s := range []string{"cuLaunchKernel", "cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize", "cuMemcpy", "cuMemcpyDtoH_v2", "cuKernelGetFunction"} {
+		if !ce[s] {
+			t.Errorf("%s not attached without copy and event probes", s)
+		}
+	}
+	if slices.Contains(missing, "cuEventQuery") {
+		t.Errorf("without copy and event probes, missing %v", missing)
 	}
 }

@@ -87,6 +87,11 @@ type Tracer struct {
 	comms   map[int]*commIDs
 	closed  bool
 
+	look      lookupState // the kernel lookups' probes (lookups.go); t.mu
+	lookNext  time.Time   // when checkLookups looks next; t.mu
+	learnSeen uint64      // the BPF map learned when last read; t.mu
+	lookMu    sync.Mutex  // one applyLookups at a time
+
 	beatMu   sync.Mutex // the holds (hold_linux.go)
 	lastBeat time.Time
 	stopped  bool          // Close began: hold no more
@@ -552,6 +557,7 @@ func (t *Tracer) housekeep(onNotice func(Notice)) {
 			t.scan(pid)
 		}
 	}
+	t.checkLookups(now)
 	pending := t.pending
 	t.pending = nil
 	t.mu.Unlock()
@@ -648,10 +654,11 @@ func (t *Tracer) Stats() Stats {
 	s.Holds, s.Held = t.holds, t.held
 	for _, l := range t.libs {
 		if l.refs > 0 {
-			s.Probes += l.probes
+			s.Probes += l.probes + l.lookupProbes
 		} else {
-			s.Idle += l.probes
+			s.Idle += l.probes + l.lookupProbes
 		}
+		s.LookupProbes += l.lookupProbes
 	}
 	return s
 }
@@ -686,8 +693,8 @@ func (t *Tracer) Close() error {
 	t.closed = true
 	var links []link.Link
 	for k, l := range t.libs {
-		links = append(links, l.links...)
-		l.links = nil
+		links = append(links, l.allLinks()...)
+		l.links, l.lookups = nil, nil
 		delete(t.libs, k)
 	}
 	t.procs = map[int]*process{}
