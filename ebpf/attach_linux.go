@@ -200,7 +200,11 @@ func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string
 		more, _, err = t.attachSet(lk, ex, l.lookup, syms)
 		l.lookups, l.lookupProbes = lk.links, lk.probes
 		attached = append(attached, more...)
-		t.lookupNews(monotonicNow()) // learning begins
+		now := monotonicNow()
+		if err == nil {
+			t.names.since.Store(int64(now))
+		}
+		t.lookupNews(now) // learning begins
 	}
 	if err != nil {
 		t.detach(l.allLinks())

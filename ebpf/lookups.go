@@ -16,19 +16,25 @@ package ebpf
 //   - learning (attached): when a library with the call is first probed,
 //     and whenever a launch's handle was never named (a new kernel of
 //     cuBLASLt's, whose next lookup names it);
-//   - quiet (detached): once lookupWindow passes with nothing new: no
-//     name learned by the lookups, no launch of a handle never named.
+//   - quiet (detached): once no handle is pending and lookupWindow passes
+//     with nothing new: no name learned by the lookups, no launch of a
+//     handle never named.
 //
-// Each handle counts as never named once per process (kernelNames'
-// unnamed, at most maxUnnamed of them): a handle whose lookup never comes
-// again (made before the probes were attached, as under `watch --pid`)
-// keeps its handle as its name and cannot keep the probes attached. The
-// rules, one step per check (nextLookup):
+// A handle nothing named at its first launch is pending (kernelNames)
+// until its first launch after the probes came: cuBLASLt's lookup just
+// before that launch named it then, or no lookup of it will come (one made
+// before the probes were attached, as under `watch --pid`) and it is given
+// up on, for good: it keeps its handle as its name and cannot bring the
+// probes back. One that launches no more is given up after maxPendingAge. So
+// the probes stay as long as one launch of each new handle takes (its
+// step), whatever the step's length. The rules, one step per check
+// (nextLookup):
 //
 //	phase     news (a name learned, or a handle never named)   then
 //	learning  yes                                               learning, the window starts again
-//	learning  no, the window passed                             quiet: detach
-//	learning  no, within the window                             learning
+//	learning  no, a handle pending                              learning
+//	learning  no, none pending, the window passed               quiet: detach
+//	learning  no, none pending, within the window               learning
 //	quiet     a handle never named                              learning: attach
 //	quiet     otherwise                                         quiet
 //
@@ -59,7 +65,8 @@ type lookupState struct {
 // lookupNews is what came since the last check.
 type lookupNews struct {
 	learned bool // the lookups named a CUfunction never named before
-	unnamed bool // a launch of a handle never named (nor counted before)
+	unnamed bool // a launch of a handle never named: it is pending
+	pending int  // handles pending now
 }
 
 // nextLookup is the state after a check at now (monotonic ns) that found
@@ -70,7 +77,7 @@ func nextLookup(s lookupState, now int64, n lookupNews, window int64) lookupStat
 		if n.learned || n.unnamed {
 			return lookupState{lookupLearning, now}
 		}
-		if now-s.last >= window {
+		if n.pending == 0 && now-s.last >= window {
 			return lookupState{lookupQuiet, now}
 		}
 		return s

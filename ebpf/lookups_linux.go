@@ -39,8 +39,9 @@ func (t *Tracer) checkLookups(now time.Time) {
 		n.learned = true
 		t.names.learned() // what named nothing is looked up again
 	}
-	n.unnamed = t.names.takeUnnamed()
-	t.setLookups(nextLookup(t.look, int64(monotonicNow()), n, int64(lookupWindow)))
+	mono := int64(monotonicNow())
+	n.unnamed, n.pending = t.names.takeNews(mono)
+	t.setLookups(nextLookup(t.look, mono, n, int64(lookupWindow)))
 }
 
 // setLookups takes the lookups' next state and, when their phase changes,
@@ -78,6 +79,9 @@ func (t *Tracer) applyLookups() {
 			l.lookups, l.lookupProbes = nil, 0
 		}
 	}
+	if !want {
+		t.names.since.Store(0) // pending handles wait for the probes' return
+	}
 	t.mu.Unlock()
 	closeLinks(gone)
 	for _, l := range todo {
@@ -95,6 +99,7 @@ func (t *Tracer) applyLookups() {
 		keep := err == nil && t.look.phase == lookupLearning && !t.closed && t.libs[l.key] == l && l.lookups == nil
 		if keep {
 			l.lookups, l.lookupProbes = lk.links, lk.probes
+			t.names.since.Store(int64(monotonicNow()))
 		}
 		t.mu.Unlock()
 		if !keep {

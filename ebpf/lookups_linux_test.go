@@ -136,6 +136,41 @@ func TestKernelLookupsOnDemand(t *testing.T) {
 	t.Logf("%d launches of the new kernel before its name was learned", unnamed)
 }
 
+// A new kernel of a step longer than the lookups' window (3 s a step
+// here) is named all the same: its handle stays pending, and the probes
+// with it, until its next launch, whose lookup names it.
+func TestKernelLookupsSlowStep(t *testing.T) {
+	privileged.Root(t)
+	bed := testbed.Build(t)
+	late := filepath.Join(t.TempDir(), "late")
+	tr := newTracer(t, Options{})
+	c := countLaunches(t, tr)
+	p := startEnv(t, []string{"LATE_FILE=" + late}, "/bin/sh", "-c",
+		`read x; exec "$0" --runtime 20 --driver 5 --lt 1 --attrs 0 --copies 0 --block 1 --pause-us 2000`, bed.Bin("trainstep"))
+	c.pid = p.pid()
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, "go")
+	waitLookups(t, tr, true, 10*time.Second)
+	waitLookups(t, tr, false, 4*lookupWindow)
+	if err := os.WriteFile(late, []byte("3000000"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitLookups(t, tr, true, 5*time.Second)
+	deadline := time.Now().Add(15 * time.Second)
+	for n, _ := c.get("triton_red_fused_sum_1"); n == 0; n, _ = c.get("triton_red_fused_sum_1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the new kernel's launches, 3 s apart, are not named: %+v", tr.Stats())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n, _ := c.get(""); n != 1 {
+		t.Errorf("%d launches unnamed, want the new kernel's first", n)
+	}
+	waitLookups(t, tr, false, 4*lookupWindow)
+}
+
 // Followed late (watch --pid), the runtime's kernels were looked up
 // before the probes: their handles stay unnamed, and the lookups' probes
 // go after one window all the same, and stay away.

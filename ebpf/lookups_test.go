@@ -22,6 +22,7 @@ func TestNextLookup(t *testing.T) {
 		{"learning, a handle never named: the window starts again", learning(100), 1500, lookupNews{unnamed: true}, learning(1500)},
 		{"learning, both", learning(100), 5000, lookupNews{learned: true, unnamed: true}, learning(5000)},
 		{"learning, nothing new, within the window", learning(100), 100 + w - 1, lookupNews{}, learning(100)},
+		{"learning, nothing new, a handle pending, the window passed", learning(100), 100 + 10*w, lookupNews{pending: 1}, learning(100)},
 		{"learning, nothing new, the window passed: quiet", learning(100), 100 + w, lookupNews{}, quiet(100 + w)},
 		{"learning, nothing new long after: quiet", learning(100), 100 + 10*w, lookupNews{}, quiet(100 + 10*w)},
 		{"quiet, a handle never named: learning", quiet(100), 9000, lookupNews{unnamed: true}, learning(9000)},

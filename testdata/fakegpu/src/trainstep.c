@@ -24,7 +24,8 @@
  *   and one cudaStreamSynchronize at its end (loss.item()).
  * Once the file $LATE_FILE exists, the --lt launches take a kernel never
  * launched before (looked up then with cuLibraryGetKernel), as a new
- * cuBLASLt kernel for new shapes.
+ * cuBLASLt kernel for new shapes; a number in it is the --pause-us from
+ * then on.
  * --mode gpubound adds a kernel of --gpu-ms (default 100) of device time
  * to each step; --mode graph captures the step once (cudaStreamBeginCapture
  * ... cudaGraphInstantiate) and replays it (cudaGraphLaunch) each step,
@@ -165,8 +166,15 @@ static void step_calls(int capture)
 			CUfunction f;
 			int n;
 			CUkernel k = blas[lt % NBLAS];
-			if (!late && late_file && lt == 0 && access(late_file, F_OK) == 0)
+			if (!late && late_file && lt == 0 && access(late_file, F_OK) == 0) {
+				FILE *f = fopen(late_file, "r");
+				if (f) { /* a number there: the pause after each step from now on */
+					if (fscanf(f, "%d", &mix.pause_us) != 1)
+						(void)0;
+					fclose(f);
+				}
 				check(api.get_kernel(&late, lib, "triton_red_fused_sum_1"), "cuLibraryGetKernel");
+			}
 			if (late)
 				k = late;
 			check(api.kernel_function(&f, k), "cuKernelGetFunction");
