@@ -68,11 +68,20 @@ def wait_line(path, pattern, timeout, proc=None):
 
 
 def children(pid):
+    """pid's child processes: those of every thread (a Go program forks
+    from whichever thread runs os/exec, not always its main one)."""
+    out = []
     try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(p) for p in f.read().split()]
+        tasks = os.listdir("/proc/%d/task" % pid)
     except OSError:
-        return []
+        return out
+    for t in tasks:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, t)) as f:
+                out += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return out
 
 
 def stop(p):

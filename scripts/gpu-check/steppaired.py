@@ -38,7 +38,15 @@ would be a cost the launcher does not pay in steady state.
 
 Usage: steppaired.py [--rounds N] [--dwell S] [--settle S] [--tag T]
   [--launch SYM]... [--other SYM[:ret]]... [--variant NAME:VAR=V[,VAR=V]]...
-  [--check launch|flat] [--no-anchor0] OUTDIR PROBE XPU CUDA -- WORKLOAD...
+  [--check launch|flat] [--no-anchor0] [--metric wall|cpu]
+  OUTDIR PROBE XPU CUDA -- WORKLOAD...
+
+--metric says what a step costs: wall (the default), the wall-clock time
+of a block's steps; cpu, the CPU time of the thread that makes the calls
+(the block's "cpu=" field: what the traps and our programs cost that
+thread, whatever else the machine runs; the watch's own CPU is read
+apart). The figures of the other metric, where the workload gives it,
+come beside, as alt_*.
 
 --check launch (the default): ok when ours is at most 150 ns a launch over
 the anchor and our launch programs run at most 1.05 times a launch; flat:
@@ -64,7 +72,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from paired import children, end, rotated, stop, wait_line, watch_lost  # noqa: E402
 
-BLOCK_RE = re.compile(r"^block start=(\d+) end=(\d+) ns=([0-9.]+)(?: steps=(\d+))?")
+BLOCK_RE = re.compile(r"^block start=(\d+) end=(\d+) ns=([0-9.]+)(?: steps=(\d+))?(?: cpu=([0-9.]+))?")
 SNAP_RE = re.compile(r"^gpucheck-snap (\d+) time=(\d+)$")
 STAT_RE = re.compile(r"^gpucheck-bpf snap=(\d+) owner=(\S+) prog=(\S+) target=(\S+) runs=(\d+) run_ns=(\d+)$")
 MIX_RE = re.compile(r"^mix (.*)$")
@@ -113,7 +121,7 @@ class Window:
         self.bpf = {}  # prog -> (runs, ns) inside the window
         self.cpu_ns = None  # the watch process's CPU inside the window
         self.stops = 0  # stack samples of the job inside the window
-        self.value = None  # median ns a step of the blocks inside
+        self.value = {}  # metric -> median ns a step of the blocks inside
         self.steps = 0.0  # steps inside (blocks cut at the window's edges)
 
 
@@ -245,26 +253,30 @@ class StepPaired:
                 for line in f:
                     m = BLOCK_RE.match(line.strip())
                     if m:
-                        self.blocks.append((int(m.group(1)), int(m.group(2)), float(m.group(3)), int(m.group(4) or 1)))
+                        self.blocks.append((int(m.group(1)), int(m.group(2)), float(m.group(3)), int(m.group(4) or 1),
+                                            float(m.group(5)) if m.group(5) else None))
                     m = MIX_RE.match(line.strip())
                     if m:
                         self.mix = dict(kv.split("=", 1) for kv in m.group(1).split() if "=" in kv)
         for w in self.windows:
-            inside = [ns for (s, e, ns, n) in self.blocks if s >= w.start and e <= w.end]
+            inside = [(ns, cpu) for (s, e, ns, n, cpu) in self.blocks if s >= w.start and e <= w.end]
             if inside:
-                w.value = statistics.median(inside)
-            for s, e, ns, n in self.blocks:
+                w.value["wall"] = statistics.median(ns for ns, _ in inside)
+            if inside and all(cpu is not None for _, cpu in inside):
+                w.value["cpu"] = statistics.median(cpu for _, cpu in inside)
+            for s, e, ns, n, _ in self.blocks:
                 over = min(e, w.end) - max(s, w.start)
                 if over > 0 and e > s:
                     w.steps += n * over / (e - s)
 
     # ---- the figures ----
 
-    def values(self, way):
-        return {w.round: w.value for w in self.windows if w.way == way and w.value is not None}
+    def values(self, way, metric=None):
+        metric = metric or self.a.metric
+        return {w.round: w.value[metric] for w in self.windows if w.way == way and metric in w.value}
 
-    def over(self, way, base):
-        a, b = self.values(way), self.values(base)
+    def over(self, way, base, metric=None):
+        a, b = self.values(way, metric), self.values(base, metric)
         d = [a[r] - b[r] for r in a if r in b]
         return statistics.median(d) if d else None
 
@@ -296,15 +308,21 @@ class StepPaired:
         lines.append("%s: %s" % (a.tag, " ".join(a.workload)))
         if self.mix:
             lines.append("mix per step: " + " ".join("%s=%s" % kv for kv in self.mix.items()))
-        lines.append("%-9s" % "us/step" + "".join("%9s" % ("r%d" % (r + 1)) for r in range(rounds)) +
-                     "%10s %11s %12s" % ("median", "over plain", "over anchor"))
         fmt = lambda v, sign=False: "-" if v is None else (("%+.1f" if sign else "%.1f") % (v / 1e3))
-        for way in self.ways:
-            vals = self.values(way)
-            row = [vals.get(r) for r in range(rounds)]
-            med = statistics.median(list(vals.values())) if vals else None
-            lines.append("%-9s" % way + "".join("%9s" % fmt(v) for v in row) + "%10s %11s %12s" % (
-                fmt(med), fmt(self.over(way, "plain"), True), fmt(self.over(way, "anchor"), True)))
+        other = "wall" if a.metric == "cpu" else "cpu"
+        for metric in (a.metric, other):
+            if metric != a.metric and not any(self.values(w, metric) for w in self.ways):
+                continue
+            lines.append("us a step, %s:" % ("the wall clock" if metric == "wall" else
+                                             "CPU time of the thread that makes the calls"))
+            lines.append("%-9s" % "" + "".join("%9s" % ("r%d" % (r + 1)) for r in range(rounds)) +
+                         "%10s %11s %12s" % ("median", "over plain", "over anchor"))
+            for way in self.ways:
+                vals = self.values(way, metric)
+                row = [vals.get(r) for r in range(rounds)]
+                med = statistics.median(list(vals.values())) if vals else None
+                lines.append("%-9s" % way + "".join("%9s" % fmt(v) for v in row) + "%10s %11s %12s" % (
+                    fmt(med), fmt(self.over(way, "plain", metric), True), fmt(self.over(way, "anchor", metric), True)))
         launches = self.launches()
         lines.append("(medians of differences within a round; launches a step %s; windows: %s)" % (
             "-" if launches is None else "%.1f" % launches,
@@ -380,7 +398,13 @@ class StepPaired:
               ("runs_per_launch", runs_pl), ("launch_runs_per_launch", launch_pl),
               ("bpf_ns_per_step", ours_ns), ("reader_cpu_pct", cpu_pct),
               ("reader_cpu_us_per_step", cpu_step / 1e3 if cpu_step is not None else None),
-              ("stops", stops), ("lost", self.lost), ("errors", len(self.errors)), ("ok", int(ok))]
+              ("stops", stops), ("lost", self.lost), ("errors", len(self.errors))]
+        alt = self.over("ours", "anchor", other)
+        if alt is not None:
+            kv += [("alt_metric", other), ("alt_ours_over_anchor_ns_per_launch", alt / launches if launches else None),
+                   ("alt_anchor_over_plain_us", (self.over("anchor", "plain", other) or 0) / 1e3),
+                   ("alt_ours_over_plain_us", (self.over("ours", "plain", other) or 0) / 1e3)]
+        kv += [("metric", a.metric), ("ok", int(ok))]
         out = []
         for k, v in kv:
             if v is None:
@@ -409,6 +433,7 @@ def main(argv):
     p.add_argument("--variant", action="append", default=[])
     p.add_argument("--check", choices=["launch", "flat"], default="launch")
     p.add_argument("--no-anchor0", action="store_true")
+    p.add_argument("--metric", choices=["wall", "cpu"], default="wall")
     p.add_argument("out")
     p.add_argument("probe")
     p.add_argument("xpu")

@@ -24,7 +24,7 @@ argument; each prints progress lines the script waits for:
                launch-bound, about 417 launches a step; after 20 steps
                ("warm"), blocks of STEP_BLOCK (default 10; 1 GPU-bound) steps until
                STOP_FILE exists, each "block start=NS end=NS ns=NS_PER_STEP
-               steps=N" (steppaired.py)
+               steps=N cpu=NS_PER_STEP" (the main thread's CPU; steppaired.py)
   train-gpubound the same step and a kernel of GPU_MS (default 100) ms of
                GPU time (torch.cuda._sleep, calibrated): GPU-bound
   train-graph  the same step captured once in a CUDA graph and replayed
@@ -221,11 +221,11 @@ def train(mode):
     n = int(os.environ.get("STEP_BLOCK", "1" if mode == "gpubound" else "10"))
     stop = os.environ["STOP_FILE"]
     while not os.path.exists(stop):
-        t = time.time_ns()
+        t, c = time.time_ns(), time.thread_time_ns()
         for _ in range(n):
             step()
-        e = time.time_ns()
-        say("block start=%d end=%d ns=%.1f steps=%d" % (t, e, (e - t) / n, n))
+        e, c = time.time_ns(), time.thread_time_ns() - c
+        say("block start=%d end=%d ns=%.1f steps=%d cpu=%.1f" % (t, e, (e - t) / n, n, c / n))
 
 
 def libs():

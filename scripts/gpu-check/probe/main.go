@@ -122,6 +122,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// Before the command starts: its first line may bring a SIGUSR1,
+	// whose default action would end this process.
+	snap := make(chan os.Signal, 1)
+	signal.Notify(snap, syscall.SIGUSR1)
+	defer signal.Stop(snap)
 	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -134,9 +139,6 @@ func run(args []string, stdout, stderr io.Writer) error {
 		wg   sync.WaitGroup
 	)
 	names := map[uint32]string{}
-	snap := make(chan os.Signal, 1)
-	signal.Notify(snap, syscall.SIGUSR1)
-	defer signal.Stop(snap)
 	var serr error
 	wg.Add(1)
 	go func() {

@@ -35,8 +35,10 @@
  * probed call), runs --warm steps (default 20), prints "warm", then runs
  * blocks of --block steps (default 20) until the file $STOP_FILE exists
  * (or --blocks N blocks ran), each printed as
- *   block start=NS end=NS ns=NS_PER_STEP steps=N
- * (CLOCK_REALTIME, as paired.py reads them); --pause-us sleeps that long
+ *   block start=NS end=NS ns=NS_PER_STEP steps=N cpu=NS_PER_STEP
+ * (CLOCK_REALTIME, as paired.py reads them; cpu: the CPU time of the
+ * thread that makes the calls, what the traps and programs cost it
+ * whatever else runs on the machine); --pause-us sleeps that long
  * after each step (tests that keep what they see). Usage:
  *   trainstep [--mode eager|gpubound|graph] [--OPTION N]... */
 #define _GNU_SOURCE
@@ -233,10 +235,10 @@ static void step(void)
 		usleep((useconds_t)mix.pause_us);
 }
 
-static int64_t now_ns(void)
+static int64_t clock_ns(clockid_t c)
 {
 	struct timespec t;
-	clock_gettime(CLOCK_REALTIME, &t);
+	clock_gettime(c, &t);
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
@@ -342,12 +344,13 @@ int main(int argc, char **argv)
 	printf("warm\n");
 	const char *stop = getenv("STOP_FILE");
 	for (int b = 0; mix.blocks ? b < mix.blocks : !stop || access(stop, F_OK) != 0; b++) {
-		int64_t s = now_ns();
+		int64_t s = clock_ns(CLOCK_REALTIME), c = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 		for (int i = 0; i < mix.block; i++)
 			step();
-		int64_t e = now_ns();
-		printf("block start=%lld end=%lld ns=%.1f steps=%d\n", (long long)s, (long long)e,
-		       (double)(e - s) / mix.block, mix.block);
+		int64_t e = clock_ns(CLOCK_REALTIME);
+		c = clock_ns(CLOCK_THREAD_CPUTIME_ID) - c;
+		printf("block start=%lld end=%lld ns=%.1f steps=%d cpu=%.1f\n", (long long)s, (long long)e,
+		       (double)(e - s) / mix.block, mix.block, (double)c / mix.block);
 	}
 	return 0;
 }
