@@ -28,8 +28,9 @@
  * then on.
  * --mode gpubound adds a kernel of --gpu-ms (default 100) of device time
  * to each step; --mode graph captures the step once (cudaStreamBeginCapture
- * ... cudaGraphInstantiate) and replays it (cudaGraphLaunch) each step,
- * then synchronizes.
+ * ... cudaGraphInstantiate), with a kernel of --gpu-ms (default 5: a real
+ * step's GPU time, which a replay leaves), and replays it (cudaGraphLaunch)
+ * each step, then synchronizes.
  *
  * It prints "mix launches=L calls=C ..." (per step: launches, and every
  * probed call), runs --warm steps (default 20), prints "warm", then runs
@@ -99,7 +100,7 @@ static struct {
 	int runtime, driver, lt, attrs, copies, records, waits, queries, warm, block, blocks, pause_us;
 	double gpu_ms;
 	const char *mode;
-} mix = {300, 80, 25, 12, 17, 2, 1, 2, 20, 20, 0, 0, 100, "eager"};
+} mix = {300, 80, 25, 12, 17, 2, 1, 2, 20, 20, 0, 0, -1, "eager"};
 
 static rtstream_t stream, side;
 static rtevent_t events[16];
@@ -277,7 +278,9 @@ int main(int argc, char **argv)
 	}
 	if (mix.records > 16)
 		mix.records = 16;
-	gpu_us = !strcmp(mix.mode, "gpubound") ? (uint64_t)(mix.gpu_ms * 1000) : 0;
+	if (mix.gpu_ms < 0) /* the defaults: 100 ms GPU-bound, 5 ms in a graph, none eager */
+		mix.gpu_ms = !strcmp(mix.mode, "gpubound") ? 100 : graph ? 5 : 0;
+	gpu_us = (uint64_t)(mix.gpu_ms * 1000);
 	/* The device's threads (created below) sleep their copies' few
 	 * microseconds, not the default 50 us of timer slack. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
@@ -338,7 +341,7 @@ int main(int argc, char **argv)
 	       "waits=%d queries=%d syncs=1 gpu_ms=%.0f\n",
 	       mix.mode, launches, calls, lookups, graph ? 0 : mix.runtime, graph ? 0 : mix.driver, graph ? 0 : mix.lt,
 	       graph ? 0 : mix.attrs, graph ? 1 : mix.copies, graph ? 0 : mix.records, graph ? 0 : mix.waits,
-	       graph ? 0 : mix.queries, gpu_us ? mix.gpu_ms : 0);
+	       graph ? 0 : mix.queries, mix.gpu_ms);
 	for (int i = 0; i < mix.warm; i++)
 		step();
 	printf("warm\n");
