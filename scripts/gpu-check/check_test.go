@@ -119,7 +119,9 @@ func TestGPUCheckDry(t *testing.T) {
 		t.Errorf("%d training step results, want eager, gpubound and graph", len(steps))
 	}
 	for _, m := range steps {
-		if v, _ := strconv.ParseFloat(m[2], 64); v < 1 {
+		// Counted by the anchor's runs over the steps its windows hold, cut
+		// at their edges: a graph's one launch a step reads 0.99 or so.
+		if v, _ := strconv.ParseFloat(m[2], 64); v < 0.9 {
 			t.Errorf("%s: %s launches a step, want at least one", m[1], m[2])
 		}
 	}
