@@ -40,7 +40,7 @@ func OpenMonitor(o Options) (*Monitor, error) {
 		log = slog.New(slog.DiscardHandler)
 		o.Logger = log
 	}
-	tr, err := OpenTracer(o.Libraries, o.ProbeRingBytes)
+	tr, err := OpenTracer(o.Settings)
 	if err != nil {
 		return nil, err
 	}
@@ -59,6 +59,12 @@ func OpenMonitor(o Options) (*Monitor, error) {
 	}
 	if !o.StallWatch {
 		log.Info("stall watch off: only GPU calls decide hangs; a rank silent with no GPU call in flight goes unseen")
+	}
+	if !o.KernelNames {
+		log.Info("kernel names off: a launch through the driver is known by its handle (kernel 0x...)")
+	}
+	if !o.CopyEventProbes {
+		log.Info("copy and event probes off: kernels are known complete at synchronizes only, and a thread polling an event is seen by its stack alone")
 	}
 	if nv, err := gpu.Open(); err != nil {
 		log.Info("GPU facts off: NVML unavailable", "err", err)

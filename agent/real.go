@@ -10,11 +10,13 @@ import (
 	"github.com/xpu-timer/xpu-timer/ebpf"
 )
 
-// OpenTracer loads the eBPF tracer with extra vendor library paths and
-// ringBytes of call rings (0: the default). Its error matches
+// OpenTracer loads the eBPF tracer with the settings' probes: extra vendor
+// library paths, the call rings' bytes (0: the default), the parts a user
+// turned off (kernel names, copies and events). Its error matches
 // ErrNotPermitted (and ebpf.ErrNotPermitted) when eBPF is not permitted.
-func OpenTracer(libs []string, ringBytes int64) (Tracer, error) {
-	t, err := ebpf.NewTracer(ebpf.Options{Libraries: libs, RingBufferBytes: int(min(ringBytes, 1<<30))})
+func OpenTracer(s Settings) (Tracer, error) {
+	t, err := ebpf.NewTracer(ebpf.Options{Libraries: s.Libraries, RingBufferBytes: int(min(s.ProbeRingBytes, 1<<30)),
+		NoKernelNames: !s.KernelNames, NoCopyEventProbes: !s.CopyEventProbes})
 	if err != nil {
 		if errors.Is(err, ebpf.ErrNotPermitted) {
 			return nil, fmt.Errorf("%w: %w", ErrNotPermitted, err)

@@ -32,6 +32,8 @@ type Settings struct {
 	// Read by OpenMonitor (and watch's tracer).
 	Libraries          []string      // XPU_TIMER_LIBRARIES: extra vendor library paths to probe
 	ProbeRingBytes     int64         // XPU_TIMER_PROBE_RING_BYTES: the probes' call rings (ebpf.Options.RingBufferBytes); 0: the default
+	KernelNames        bool          // XPU_TIMER_KERNEL_NAMES: probe the lookups that name kernels (false: ebpf.Options.NoKernelNames)
+	CopyEventProbes    bool          // XPU_TIMER_COPY_EVENT_PROBES: probe asynchronous copies and events (false: ebpf.Options.NoCopyEventProbes)
 	SymbolCacheBytes   int64         // XPU_TIMER_SYMBOL_CACHE_BYTES: parsed libraries kept across dumps; 0: symbols.DefaultCacheBytes
 	Port               int           // XPU_TIMER_PORT: /metrics port; 0 picks a free one
 	WebListenAddresses []string      // XPU_TIMER_WEB_LISTEN_ADDRESS: where /metrics is served; default ":<Port>"

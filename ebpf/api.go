@@ -28,6 +28,21 @@ type Options struct {
 	// least 4096 (256 KiB), and a 64-byte header.
 	// Process records have a ring buffer of their own (256 KiB).
 	RingBufferBytes int
+	// NoKernelNames leaves out the probes that name kernels
+	// (cuModuleGetFunction, cuLibraryGetKernel, cuKernelGetFunction): a
+	// launch through the driver's opaque handles is then known by its
+	// handle only (a MACA runtime launch or a host function keeps the ELF
+	// name of its function).
+	NoKernelNames bool
+	// NoCopyEventProbes leaves out the probes of asynchronous copies, event
+	// records and queries, stream waits and queries and elapsed times: the
+	// launches, synchronizes, synchronous copies and collectives stay. Then
+	// a copy is no op of its stream's, a kernel is known complete only at a
+	// synchronize (not at a ready query of an event after it), streams are
+	// not ordered by their waits on each other, and a thread polling an
+	// event (PyTorch's NCCL watchdog) is no waiter: its rank's hang is known
+	// by its stack alone.
+	NoCopyEventProbes bool
 	// NoReturnProbes leaves out the uretprobes: queries, synchronize
 	// exits, cudaMemcpy's exit, elapsed times and communicator creation
 	// are then not reported. Only for measuring their cost.
@@ -80,6 +95,11 @@ type Stats struct {
 	Holds     uint64        // times a followed process was held at an exec or a load until probed
 	Held      time.Duration // how long those holds lasted in all, from the program's stop to the resume
 	Wakeups   uint64        // times a ring passed a quarter of its size: the programs then wake the reader's collector if it rests
+	// LookupProbes are the kernel lookups' probes (cuKernelGetFunction's
+	// entry and return) attached now, counted in Probes (or Idle): they
+	// come while names are to be learned and go when nothing new comes
+	// (lookups.go).
+	LookupProbes int
 }
 
 // DefaultRingBytes is Options.RingBufferBytes when it is 0: 8 MiB.

@@ -31,6 +31,7 @@ const defaultLinger = 10 * time.Second
 // process mapping the file (so a second rank that loads it is covered from
 // its first call) and the programs keep only followed thread groups.
 type library struct {
+	key    libKey
 	path   string
 	refs   int
 	idle   time.Time // when refs fell to 0; zero while referenced
@@ -38,6 +39,20 @@ type library struct {
 	probes int   // symbols probed, entry and return probes counted apart
 	gpu    bool  // probes GPU calls (not only the loader's)
 	roles  uint8 // roleDriver, roleCollective (hold_linux.go)
+
+	// The kernel lookups' probes (partLookup), attached on demand
+	// (lookups.go): where and what to attach, and their links while
+	// attached.
+	file         string
+	syms         map[string]uint64
+	lookup       []probe
+	lookups      []link.Link
+	lookupProbes int
+}
+
+// allLinks are l's links, the lookups' too.
+func (l *library) allLinks() []link.Link {
+	return append(append([]link.Link(nil), l.links...), l.lookups...)
 }
 
 // closeLinks detaches links concurrently: a uprobe's detach waits for an
@@ -84,7 +99,7 @@ func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) (attached
 	if err != nil {
 		return false, err
 	}
-	l.path = m.Path
+	l.key, l.path = m.Key, m.Path
 	l.refs = 1
 	t.libs[m.Key] = l
 	t.notice(Notice{Kind: NoticeAttach, PID: pid, Library: m.Path, Attached: probed})
@@ -146,7 +161,7 @@ func (t *Tracer) expire(now time.Time) {
 	}
 	for k, l := range t.libs {
 		if l.refs == 0 && !l.idle.IsZero() && now.Sub(l.idle) >= linger {
-			t.detach(l.links)
+			t.detach(l.allLinks())
 			delete(t.libs, k)
 		}
 	}
@@ -157,44 +172,73 @@ func (t *Tracer) expire(now time.Time) {
 // the library's symbols in one call, each with its cookie; otherwise one
 // uprobe per symbol. A symbol the library lacks is reported missing; any
 // other failure detaches what was attached and fails.
+//
+// The kernel lookups' probes (partLookup) are attached with the rest, the
+// lookups' learning begins (lookups.go), and they are kept apart so that
+// they can go and come back on their own.
 func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string, []string, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	want, missing := plan(syms)
-	l := &library{}
+	want, missing := plan(syms, &t.opts)
+	l := &library{file: path, syms: syms}
+	var core []probe
 	for _, p := range want {
 		l.gpu = l.gpu || p.Group != loaderProbe.Group
 		l.roles |= roleOf(p)
+		if p.Part == partLookup {
+			l.lookup = append(l.lookup, p)
+		} else {
+			core = append(core, p)
+		}
 	}
-	var attached []string
+	attached, absent, err := t.attachSet(l, ex, core, syms)
+	if err == nil && len(l.lookup) > 0 {
+		lk := &library{}
+		var more []string
+		more, _, err = t.attachSet(lk, ex, l.lookup, syms)
+		l.lookups, l.lookupProbes = lk.links, lk.probes
+		attached = append(attached, more...)
+		now := monotonicNow()
+		if err == nil {
+			t.names.since.Store(int64(now))
+		}
+		t.lookupNews(now) // learning begins
+	}
+	if err != nil {
+		t.detach(l.allLinks())
+		return nil, nil, nil, fmt.Errorf("attach in %s: %w", path, err)
+	}
+	missing = append(missing, absent...)
+	sort.Strings(missing)
+	return l, attached, missing, nil
+}
+
+// attachSet attaches the probes want of a library into l's links, and
+// says which it attached and which symbols it lacks (single uprobes
+// only: a uprobe_multi link takes them all or fails).
+func (t *Tracer) attachSet(l *library, ex *link.Executable, want []probe, syms map[string]uint64) (attached, missing []string, err error) {
 	if t.multi {
 		err = t.attachMulti(l, ex, want, syms)
 		for _, p := range want {
 			attached = append(attached, p.Symbol)
 		}
-	} else {
-		for _, p := range want {
-			err = t.attachProbe(l, ex, p, syms[p.Symbol], cookieOf(p, syms))
-			if errors.Is(err, link.ErrNoSymbol) {
-				missing = append(missing, p.Symbol)
-				err = nil
-				continue
-			}
-			if err != nil {
-				err = fmt.Errorf("%s: %w", p.Symbol, err)
-				break
-			}
-			attached = append(attached, p.Symbol)
+		return attached, nil, err
+	}
+	for _, p := range want {
+		err = t.attachProbe(l, ex, p, syms[p.Symbol], cookieOf(p, syms))
+		if errors.Is(err, link.ErrNoSymbol) {
+			missing = append(missing, p.Symbol)
+			err = nil
+			continue
 		}
+		if err != nil {
+			return attached, missing, fmt.Errorf("%s: %w", p.Symbol, err)
+		}
+		attached = append(attached, p.Symbol)
 	}
-	if err != nil {
-		t.detach(l.links)
-		return nil, nil, nil, fmt.Errorf("attach in %s: %w", path, err)
-	}
-	sort.Strings(missing)
-	return l, attached, missing, nil
+	return attached, missing, nil
 }
 
 // attachMulti attaches one uprobe_multi link per program (and one

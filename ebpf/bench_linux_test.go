@@ -9,9 +9,7 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -55,7 +53,7 @@ const (
 // with the Tracer following it.
 func BenchmarkProbeOverhead(b *testing.B) {
 	privileged.Root(b)
-	bed := privateBed(b, testbed.Build(b))
+	bed := testbed.Build(b).Private(b)
 	loop, cudart, driver := bed.Bin("launchloop"), bed.Lib("libcudart.so.12"), bed.Lib("libcuda.so.1")
 	libs := []string{cudart, driver}
 
@@ -70,6 +68,10 @@ func BenchmarkProbeOverhead(b *testing.B) {
 	}
 	defer followed.close()
 	ex, err := link.OpenExecutable(cudart)
+	if err != nil {
+		b.Fatal(err)
+	}
+	driverEx, err := link.OpenExecutable(driver)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,7 +176,7 @@ func BenchmarkProbeOverhead(b *testing.B) {
 		for _, c := range benchCalls {
 			var emptyRun, oursRun []float64
 			for range benchCallReps {
-				emptyRun = append(emptyRun, emptyCallRun(b, ex, &objs, loop, c))
+				emptyRun = append(emptyRun, emptyCallRun(b, driverEx, &objs, loop, c))
 				oursRun = append(oursRun, tracedCallRun(b, loop, libs, c))
 			}
 			me, mo := median(emptyRun), median(oursRun)
@@ -206,11 +208,10 @@ func BenchmarkProbeOverhead(b *testing.B) {
 }
 
 // benchCall is a call kind other than launches whose programs' run time
-// the benchmark measures: launchloop --call, the symbol, how many calls
-// per run, the programs it runs (entry, and return where it has one; in
-// the runtime, and again in the driver the runtime forwards the call to,
-// where the program finds the forward and records nothing), the events it
-// yields per call.
+// the benchmark measures: launchloop --call, the driver's symbol the
+// runtime makes the call through (where it is probed), how many calls per
+// run, the programs it runs (entry, and return where it has one), the
+// events it yields per call.
 type benchCall struct {
 	name, call, sym, metric string
 	n                       int
@@ -221,11 +222,11 @@ type benchCall struct {
 }
 
 var benchCalls = []benchCall{
-	{name: "cudaMemcpyAsync", call: "memcpy", sym: "cudaMemcpyAsync", metric: "memcpy-async-ours-empty-bpf-ns", n: 5_000,
-		progs: func(o *probesObjects) []*ebpf.Program { return []*ebpf.Program{o.MemcpyAsync, o.CuMemcpyAsync} }, kind: timer.KindMemcpyAsync, perCall: 1},
-	{name: "cudaEventRecord", call: "record", sym: "cudaEventRecord", metric: "event-record-ours-empty-bpf-ns", n: benchLaunches,
+	{name: "cudaMemcpyAsync (cuMemcpyAsync)", call: "memcpy", sym: "cuMemcpyAsync", metric: "memcpy-async-ours-empty-bpf-ns", n: 5_000,
+		progs: func(o *probesObjects) []*ebpf.Program { return []*ebpf.Program{o.CuMemcpyAsync} }, kind: timer.KindMemcpyAsync, perCall: 1},
+	{name: "cudaEventRecord (cuEventRecord)", call: "record", sym: "cuEventRecord", metric: "event-record-ours-empty-bpf-ns", n: benchLaunches,
 		progs: func(o *probesObjects) []*ebpf.Program { return []*ebpf.Program{o.EventRecord} }, kind: timer.KindEventRecord, perCall: 1},
-	{name: "cudaStreamSynchronize (entry + return)", call: "sync", sym: "cudaStreamSynchronize", metric: "stream-sync-ours-empty-bpf-ns", n: benchLaunches,
+	{name: "cudaStreamSynchronize (cuStreamSynchronize, entry + return)", call: "sync", sym: "cuStreamSynchronize", metric: "stream-sync-ours-empty-bpf-ns", n: benchLaunches,
 		progs: func(o *probesObjects) []*ebpf.Program { return []*ebpf.Program{o.StreamSyncEnter, o.CallExit} }, ret: true,
 		kind: timer.KindStreamSynchronize, perCall: 2},
 }
@@ -341,31 +342,6 @@ func (s runStats) add(o runStats) runStats { return runStats{s.runtime + o.runti
 const probeCostTarget = 150
 
 func ns(v float64) string { return fmt.Sprintf("%.0f ns", v) }
-
-// privateBed copies the testbed's programs and libraries to a directory of
-// the benchmark's own: probes that other tracers on this machine hold on
-// the shared files would trap these runs too.
-func privateBed(b *testing.B, bed *testbed.Bed) *testbed.Bed {
-	b.Helper()
-	dir := b.TempDir()
-	ents, err := os.ReadDir(bed.Dir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, e := range ents {
-		if !e.Type().IsRegular() {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(bed.Dir, e.Name()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o755); err != nil {
-			b.Fatal(err)
-		}
-	}
-	return &testbed.Bed{Root: bed.Root, Dir: dir}
-}
 
 var nsPerLaunch = regexp.MustCompile(`ns_per_launch=([0-9.]+)`)
 

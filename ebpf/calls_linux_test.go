@@ -234,7 +234,7 @@ func TestRingSizes(t *testing.T) {
 func hop(t *testing.T, opts Options, n, chunk int) {
 	bed := testbed.Build(t)
 	bin := gcc(t, filepath.Join(t.TempDir(), "hop"), "testdata/hop.c", "-ldl")
-	opts.Libraries = []string{bed.Lib("libcudart.so.12")}
+	opts.Libraries = []string{bed.Lib("libcuda.so.1")} // the driver the runtime loads, probed ahead
 	tr := newTracer(t, opts)
 	rec := record(t, tr)
 	p := start(t, bin, bed.Lib("libcudart.so.12"), bed.Lib("libfakekernels.so"), strconv.Itoa(n), strconv.Itoa(chunk))

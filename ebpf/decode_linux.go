@@ -121,7 +121,7 @@ func (c *commIDs) split(parent uint64, color int32) [16]byte {
 func (t *Tracer) complete(ev *timer.Event, raw *probesCall) {
 	switch ev.Kind {
 	case timer.KindLaunch:
-		ev.Kernel = t.names.lookup(ev.PID, ev.Func)
+		ev.Kernel = t.names.lookup(ev.PID, ev.Func, ev.Time)
 	case timer.KindCommInit:
 		t.mu.Lock()
 		c := t.comms[ev.PID]

@@ -17,10 +17,9 @@
 // wakes the reader at once (probes.bpf.c states the contract, calls_linux.go
 // and Tracer.Run the reading side).
 //
-// CUDA launches are probed in the driver only (NVIDIA's runtime makes each
-// through it: one trap per launch by any path); the other calls where they
-// are made, a runtime call's forward to the driver recorded once
-// (probes.bpf.c, "One trap per call"). A launch is named, for the driver's
+// CUDA calls are probed in the driver only (NVIDIA's runtime makes each
+// through it: one trap per call by any path; probes.bpf.c, "One trap per
+// call"), MACA's in its runtime. A launch is named, for the driver's
 // opaque CUfunction and CUkernel handles, by the name the process looked
 // the handle up with (cuModuleGetFunction, cuLibraryGetKernel, and
 // cuKernelGetFunction from a named CUkernel), else by the ELF symbol at its

@@ -155,8 +155,9 @@ func TestFollowChild(t *testing.T) {
 	}
 }
 
-// A renamed, stripped library is found by its symbols; the symbol it lacks
-// is reported, and the rest is probed.
+// A renamed, stripped library is found by its symbols; the symbols it
+// lacks are reported (an optional one, EventElapsedTime, is not), and the
+// rest is probed.
 func TestRenamedLibraryMissingSymbol(t *testing.T) {
 	privileged.Root(t)
 	s := buildStubs(t)
@@ -178,10 +179,10 @@ func TestRenamedLibraryMissingSymbol(t *testing.T) {
 			missing = &rec.notices[i]
 		}
 	}
-	if attach == nil || !slices.Contains(attach.Attached, "cudaStreamSynchronize") || !slices.Contains(attach.Attached, "cuLaunchKernel") {
+	if attach == nil || !slices.Contains(attach.Attached, "cuStreamSynchronize") || !slices.Contains(attach.Attached, "cuLaunchKernel") {
 		t.Errorf("attach notice %+v", attach)
 	}
-	if missing == nil || !slices.Contains(missing.Missing, "cudaEventElapsedTime") || slices.Contains(missing.Missing, "cudaStreamSynchronize") {
+	if missing == nil || !slices.Contains(missing.Missing, "cuMemcpyHtoD_v2") || slices.Contains(missing.Missing, "cuStreamSynchronize") {
 		t.Errorf("missing notice %+v", missing)
 	}
 	if hasEvent(rec.events, p.pid(), timer.KindEventElapsed) {
@@ -236,28 +237,32 @@ func TestNotPermittedIsSentinel(t *testing.T) {
 // cannot be is a notice, not a failure.
 func TestPreloadLibraries(t *testing.T) {
 	privileged.Root(t)
-	cudart := testbed.Build(t).Lib("libcudart.so.12")
-	tr := newTracer(t, Options{Libraries: []string{cudart, "/nonexistent/libcudart.so.12", "/bin/true", "libnccl.so.2"}})
+	bed := testbed.Build(t)
+	driver, cudart := bed.Lib("libcuda.so.1"), bed.Lib("libcudart.so.12")
+	// The CUDA runtime exports no probed call: it is probed in the driver.
+	tr := newTracer(t, Options{Libraries: []string{driver, "/nonexistent/libcuda.so.1", "/bin/true", cudart, "libnccl.so.2"}})
 	if st := tr.Stats(); st.Probes == 0 {
 		t.Fatalf("nothing probed ahead: %+v", st)
 	}
 	rec := record(t, tr)
-	rec.waitFor(t, "the notices", func(_ []timer.Event, ns []Notice) bool { return len(ns) >= 3 })
+	rec.waitFor(t, "the notices", func(_ []timer.Event, ns []Notice) bool { return len(ns) >= 4 })
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	var attached, missingFile, noSyms bool
+	var attached, missingFile, noSyms, runtimeNoSyms bool
 	for _, n := range rec.notices {
 		switch {
-		case n.Kind == "attach" && n.Library == cudart && n.PID == 0:
-			attached = slices.Contains(n.Attached, "cudaStreamSynchronize")
-		case n.Kind == "error" && n.Library == "/nonexistent/libcudart.so.12":
+		case n.Kind == "attach" && n.Library == driver && n.PID == 0:
+			attached = slices.Contains(n.Attached, "cuStreamSynchronize")
+		case n.Kind == "error" && n.Library == "/nonexistent/libcuda.so.1":
 			missingFile = errors.Is(n.Err, unix.ENOENT)
 		case n.Kind == "error" && n.Library == "/bin/true":
 			noSyms = errors.Is(n.Err, ErrNoProbedSymbols)
+		case n.Kind == "error" && n.Library == cudart:
+			runtimeNoSyms = errors.Is(n.Err, ErrNoProbedSymbols)
 		}
 	}
-	if !attached || !missingFile || !noSyms {
-		t.Errorf("attached %v, missing file %v, no symbols %v: %+v", attached, missingFile, noSyms, rec.notices)
+	if !attached || !missingFile || !noSyms || !runtimeNoSyms {
+		t.Errorf("attached %v, missing file %v, no symbols %v (the CUDA runtime %v): %+v", attached, missingFile, noSyms, runtimeNoSyms, rec.notices)
 	}
 }
 

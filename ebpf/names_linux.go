@@ -3,6 +3,8 @@
 package ebpf
 
 import (
+	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cilium/ebpf"
@@ -26,13 +28,35 @@ type kernelNames struct {
 	handles *ebpf.Map // func_names; nil in tests without BPF
 	procs   map[int]*procNames
 	recent  [recentNames]recentName // the latest lookups, by a hash of pid and address
+
+	// The kernel lookups' news (lookups.go). A handle nothing names when
+	// it is first launched is pending until its first launch after the
+	// lookups' probes came (since, monotonic ns; 0 while they are away),
+	// plus lookupMargin: a lookup made before that launch (cuBLASLt's,
+	// before each) named it then, or none will, and it is given up. One
+	// that launches no more is given up after maxPendingAge.
+	since    *atomic.Int64
+	unnamed  bool // a handle became pending since takeNews
+	npending int  // handles pending, all processes
 }
+
+// maxUnnamed bounds the handles of a process pending or given up: a
+// process with more keeps the kernel lookups' probes as they are.
+const maxUnnamed = 4096
+
+// lookupMargin is how long after the lookups' probes came a launch must
+// come for its lookup, made just before it, to have been probed.
+const lookupMargin = int64(time.Millisecond)
+
+// maxPendingAge is how long a handle stays pending at most.
+const maxPendingAge = int64(30 * time.Second)
 
 // recentName is a lookup kept in kernelNames.recent.
 type recentName struct {
-	pid  int
-	addr uint64
-	name string
+	pid     int
+	addr    uint64
+	name    string
+	pending bool // the handle is pending: looked up again (lookup)
 }
 
 // recentNames is how many lookups are kept, each in the slot of its pid
@@ -57,22 +81,25 @@ func (k *kernelNames) forgetRecent(pid int, unnamed bool) {
 }
 
 type procNames struct {
-	syms  *symbols.Process
-	names map[uint64]string
-	stale bool // the process mapped code since its maps were last read
+	syms    *symbols.Process
+	names   map[uint64]string
+	stale   bool             // the process mapped code since its maps were last read
+	pending map[uint64]int64 // handles pending (kernelNames), since when (launch time)
+	given   map[uint64]bool  // handles given up on: never named by a lookup the probes saw
 }
 
 func newKernelNames(handles *ebpf.Map) *kernelNames {
-	return &kernelNames{cache: symbols.NewCache(), handles: handles, procs: map[int]*procNames{}}
+	return &kernelNames{cache: symbols.NewCache(), handles: handles, procs: map[int]*procNames{}, since: new(atomic.Int64)}
 }
 
-// lookup names the function at addr in pid, "" when nothing names it.
-func (k *kernelNames) lookup(pid int, addr uint64) string {
+// lookup names the function at addr in pid, launched at at (monotonic
+// ns), "" when nothing names it.
+func (k *kernelNames) lookup(pid int, addr uint64, at int64) string {
 	if addr == 0 {
 		return ""
 	}
 	r := &k.recent[recentSlot(pid, addr)]
-	if r.pid == pid && r.addr == addr {
+	if r.pid == pid && r.addr == addr && !r.pending {
 		return r.name
 	}
 	p := k.procs[pid]
@@ -85,15 +112,63 @@ func (k *kernelNames) lookup(pid int, addr uint64) string {
 		k.procs[pid] = p
 	}
 	name, ok := p.names[addr]
-	if !ok {
+	_, pending := p.pending[addr]
+	switch {
+	case !ok:
 		name = k.handleName(pid, addr)
 		if name == "" {
 			name = p.symbol(addr)
 		}
 		p.names[addr] = name
+		switch {
+		case name != "" && pending: // named since (learned)
+			delete(p.pending, addr)
+			k.npending--
+		case name == "" && !pending && !p.given[addr] && len(p.pending)+len(p.given) < maxUnnamed:
+			if p.pending == nil {
+				p.pending, p.given = map[uint64]int64{}, map[uint64]bool{}
+			}
+			p.pending[addr] = at
+			k.npending++
+			k.unnamed = true
+		}
+	case pending:
+		// Its first launch since the probes came: named by the lookup
+		// before it, or never.
+		if since := k.since.Load(); since != 0 && at > since+lookupMargin {
+			name = k.handleName(pid, addr)
+			p.names[addr] = name
+			delete(p.pending, addr)
+			k.npending--
+			if name == "" {
+				p.given[addr] = true
+			}
+		}
 	}
-	*r = recentName{pid: pid, addr: addr, name: name}
+	_, pending = p.pending[addr]
+	*r = recentName{pid: pid, addr: addr, name: name, pending: pending}
 	return name
+}
+
+// takeNews says whether a handle became pending since the last call, and
+// how many are pending, after giving up on those pending since before
+// now - maxPendingAge (monotonic ns).
+func (k *kernelNames) takeNews(now int64) (unnamed bool, pending int) {
+	if k.npending > 0 {
+		for pid, p := range k.procs {
+			for a, at := range p.pending {
+				if now-at > maxPendingAge {
+					delete(p.pending, a)
+					p.given[a] = true
+					k.npending--
+					k.forgetRecent(pid, true)
+				}
+			}
+		}
+	}
+	u := k.unnamed
+	k.unnamed = false
+	return u, k.npending
 }
 
 // handleName is the name the driver's lookup of addr was made with.
@@ -141,9 +216,29 @@ func (k *kernelNames) mapped(pid int) {
 	}
 }
 
+// learned is told that the BPF side named handles it had not: what named
+// nothing is looked up again at its next launch.
+func (k *kernelNames) learned() {
+	for i := range k.recent {
+		if k.recent[i].name == "" {
+			k.recent[i] = recentName{}
+		}
+	}
+	for _, p := range k.procs {
+		for a, n := range p.names {
+			if n == "" {
+				delete(p.names, a)
+			}
+		}
+	}
+}
+
 // forget drops what is known of a process (exit or exec), in the BPF map
 // too.
 func (k *kernelNames) forget(pid int) {
+	if p := k.procs[pid]; p != nil {
+		k.npending -= len(p.pending)
+	}
 	delete(k.procs, pid)
 	k.forgetRecent(pid, false)
 	if k.handles == nil {

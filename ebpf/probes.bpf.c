@@ -68,31 +68,23 @@
  * NVIDIA's runtime (libcudart 12 and 13, static or shared) dlopens
  * libcuda.so.1 and makes every call through the driver's exported entry
  * points: cudaLaunchKernel calls cuLaunchKernel(_ptsz), cudaLaunchKernelExC
- * cuLaunchKernelEx, cudaDeviceSynchronize cuCtxSynchronize(_v2), and so on.
- * Triton, XLA, cuBLASLt and NCCL 2.22+ launch through the driver directly
- * (cuLaunchKernelEx). So:
- *   - Launches (kernels, cooperative kernels, graphs, host functions), the
- *     hot path, are probed in the CUDA driver only (table.go leaves the
- *     runtime's launch calls out for CUDA): every launch, by any path, is
- *     one trap and one record, with the stream and grid the driver gets.
- *     The runtime's launch calls are probed only where no driver is
- *     probed (MACA). A runtime launch's kernel is then a driver handle: the
- *     name comes from the lookup the runtime made for it (cuModuleGetFunction,
- *     cuLibraryGetKernel, cuKernelGetFunction: func_names); a handle whose
- *     lookup came before we attached keeps the handle as its identity.
- *   - The other calls (copies, events, synchronizations, queries) are
- *     probed in both, as the runtime and any direct driver caller make them,
- *     and recorded once: the runtime's entry marks the thread (task storage
- *     `forwards`: the call's kind), and the driver's entry of that kind that
- *     finds the mark takes it as the runtime's forward and records nothing
- *     (its return probe, which must still restore the return address for
- *     unwinders, records nothing either). They are not per-launch calls;
- *     the runtime's record keeps the name the application called.
- *     The kind alone is matched, not the handles: the runtime may hand the
- *     driver another one (the legacy default stream 0 as CU_STREAM_LEGACY).
- *     A runtime that returned without calling the driver leaves its mark:
- *     the next driver call of the same kind on that thread would be taken
- *     for its forward. NVIDIA's runtime always forwards.
+ * cuLaunchKernelEx, cudaMemcpyAsync cuMemcpyAsync (or a cuMemcpy*Async_v2),
+ * cudaEventRecord cuEventRecord(WithFlags), cudaDeviceSynchronize
+ * cuCtxSynchronize(_v2), cudaEventElapsedTime cuEventElapsedTime(_v2), and
+ * so on. Triton, XLA, cuBLASLt and NCCL 2.22+ launch through the driver
+ * directly (cuLaunchKernelEx). So every CUDA call is probed in the driver
+ * only (table.go probes no CUDA runtime): a call, by any path, is one trap
+ * and one record (an entry and a return where the call's result or its
+ * end matters: synchronizes, synchronous copies, queries), with the stream
+ * and grid the driver gets, and the records name the driver's calls. The
+ * runtime's calls are probed only where no driver is probed (MACA, whose
+ * runtime has its driver linked in). A runtime launch's kernel is then a
+ * driver handle: the name comes from the lookup the runtime made for it
+ * (cuModuleGetFunction, cuLibraryGetKernel: func_names, learnt once per
+ * kernel); a handle whose lookup came before we attached keeps the handle
+ * as its identity. cuKernelGetFunction, which cuBLASLt calls before each
+ * launch of its kernels, is probed only while names are to be learned
+ * (lookups_linux.go): in steady state a launch is one trap.
  *
  * Where arguments sit (x86-64 System V, at function entry; [sp+8] is the
  * first stack argument, [sp] the return address):
@@ -213,14 +205,11 @@ enum kind {
 
 enum { PHASE_ENTER = 0, PHASE_EXIT = 1 };
 
-/* Stash keys of calls that are no timer.Kind (beyond every kind), and of
- * the driver's calls (STASH_DRIVER + kind): a driver call the runtime made
- * runs inside the runtime's, on the same thread. */
+/* Stash keys of calls that are no timer.Kind (beyond every kind). */
 enum {
 	STASH_GET_FUNCTION = 64,
 	STASH_SPLIT = 64 + K_COMM_INIT,
 	STASH_KERNEL_FUNCTION = 64 + K_LAUNCH,
-	STASH_DRIVER = 128,
 };
 
 #define COOKIE_DRIVER (1ULL << 24)
@@ -255,7 +244,6 @@ struct stash {
 	__u64 id[2];
 	__s32 nranks, rank;
 	__u64 ret_slot, ret_addr; /* see save_return */
-	__u64 skip;               /* a forward of the runtime's call: no exit record */
 };
 
 /* Process records (fork, exec, exit, loader): few, and each wakes Go. */
@@ -396,19 +384,14 @@ struct {
 	__type(value, __u64);
 } lost SEC(".maps");
 
-/* The runtime call a thread is in, for its driver forward to find (see
- * "One trap per call"): task storage, so no lookup is shared across
- * threads or CPUs, and a thread's mark dies with it. */
-struct forward {
-	__u32 kind;
-};
-
+/* How many CUfunctions kernel_get_function_exit named: Go reads it to
+ * know when its lookups teach nothing new any more. */
 struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct forward);
-} forwards SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} learned SEC(".maps");
 
 
 /* Keep struct call and the kind enums in the BTF, for bpf2go -type: Go
@@ -509,12 +492,16 @@ static __always_inline void publish(struct call *e, __u64 pos)
 	*(volatile __u64 *)&e->seq = pos + 1;
 }
 
-/* FOLLOWED filters by followed thread group; a program that may record
- * nothing (a forward, see forwarded) calls it alone. */
-#define FOLLOWED()                                                      \
+/* FOLLOWED_PID filters by followed thread group. */
+#define FOLLOWED_PID()                                                  \
 	__u64 pid_tgid = bpf_get_current_pid_tgid();                    \
 	if (!is_followed(pid_tgid >> 32))                               \
-		return 0;                                               \
+		return 0;
+
+/* FOLLOWED is FOLLOWED_PID and the attach cookie, for a program that
+ * records. */
+#define FOLLOWED()                                                      \
+	FOLLOWED_PID();                                                 \
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 
 /* FOLLOWED_CUDA_DRIVER is FOLLOWED for a program attached to the CUDA
@@ -578,36 +565,6 @@ static __always_inline void save_return(struct pt_regs *ctx, struct stash *s)
 {
 	if (bpf_probe_read_user(&s->ret_addr, sizeof(s->ret_addr), (void *)ctx->sp) == 0)
 		s->ret_slot = ctx->sp;
-}
-
-/*
- * forwarded marks, at the runtime's entry of a call of kind, that the
- * thread is in it; at the driver's entry (cookie COOKIE_DRIVER) it reports
- * whether this is the runtime's forward of its call, consuming the mark.
- * Only CUDA's runtime has a probed driver.
- */
-static __always_inline int forwarded(__u64 cookie, __u8 kind)
-{
-	if (!(cookie & COOKIE_DRIVER)) {
-		if ((cookie & 0xff) != VENDOR_CUDA)
-			return 0;
-		struct forward *f = bpf_task_storage_get(&forwards, bpf_get_current_task_btf(), 0,
-							 BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (f)
-			f->kind = kind;
-		return 0;
-	}
-	struct forward *f = bpf_task_storage_get(&forwards, bpf_get_current_task_btf(), 0, 0);
-	if (!f || f->kind != kind)
-		return 0;
-	f->kind = 0;
-	return 1;
-}
-
-/* The stash key of a call of kind: the driver's own (see STASH_DRIVER). */
-static __always_inline __u64 call_key(__u64 pid_tgid, __u8 kind, __u64 cookie)
-{
-	return stash_key(pid_tgid, cookie & COOKIE_DRIVER ? STASH_DRIVER + kind : kind);
 }
 
 /* take_stash moves the stash of key into *a (a return program's
@@ -768,7 +725,10 @@ int get_function_exit(struct pt_regs *ctx)
 
 /* cuKernelGetFunction: the CUfunction of a CUkernel in the current
  * context (how CUDA 12+ runtimes and libraries turn a library's kernel
- * into a launchable function) gets the kernel's name. */
+ * into a launchable function) gets the kernel's name. cuBLASLt makes the
+ * same lookup before every launch of its kernels, so Go attaches these
+ * two programs only while names are to be learned (lookups_linux.go);
+ * each new pair counts in learned. */
 SEC("uprobe")
 int kernel_get_function_enter(struct pt_regs *ctx)
 {
@@ -802,9 +762,14 @@ int kernel_get_function_exit(struct pt_regs *ctx)
 		return 0;
 	struct func_key fk = {.pid = kk.pid};
 	bpf_probe_read_user(&fk.handle, sizeof(fk.handle), (void *)a.a0);
-	if (!fk.handle || fk.handle == kk.handle)
-		return 0;
-	bpf_map_update_elem(&func_names, &fk, fn, BPF_ANY);
+	if (!fk.handle || fk.handle == kk.handle || bpf_map_lookup_elem(&func_names, &fk))
+		return 0; /* a pair known: the same lookup, made again */
+	if (bpf_map_update_elem(&func_names, &fk, fn, BPF_NOEXIST) == 0) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&learned, &zero);
+		if (n)
+			__sync_fetch_and_add(n, 1);
+	}
 	return 0;
 }
 
@@ -826,10 +791,7 @@ int graph_launch(struct pt_regs *ctx)
 SEC("uprobe")
 int memcpy_async(struct pt_regs *ctx)
 {
-	FOLLOWED();
-	if (forwarded(cookie, K_MEMCPY_ASYNC))
-		return 0;
-	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
+	BEGIN(K_MEMCPY_ASYNC, PHASE_ENTER);
 	e->size = ARG3(ctx);
 	e->handle2 = (__u32)ARG4(ctx);
 	e->stream = ARG5(ctx);
@@ -841,10 +803,7 @@ int memcpy_async(struct pt_regs *ctx)
 SEC("uprobe")
 int cu_memcpy_async(struct pt_regs *ctx)
 {
-	FOLLOWED();
-	if (forwarded(cookie, K_MEMCPY_ASYNC))
-		return 0;
-	RECORD(K_MEMCPY_ASYNC, PHASE_ENTER);
+	BEGIN(K_MEMCPY_ASYNC, PHASE_ENTER);
 	e->size = ARG3(ctx);
 	e->handle2 = COPY_KIND(cookie);
 	e->stream = ARG4(ctx);
@@ -862,11 +821,8 @@ int memcpy_enter(struct pt_regs *ctx)
 	save_return(ctx, &s);
 	s.a0 = ARG3(ctx);
 	s.a1 = cookie & COOKIE_DRIVER ? COPY_KIND(cookie) : ARG4(ctx);
-	s.skip = forwarded(cookie, K_MEMCPY);
-	__u64 key = call_key(pid_tgid, K_MEMCPY, cookie);
+	__u64 key = stash_key(pid_tgid, K_MEMCPY);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
-	if (s.skip)
-		return 0;
 	RECORD(K_MEMCPY, PHASE_ENTER);
 	e->size = s.a0;
 	e->handle2 = (__u32)s.a1;
@@ -879,10 +835,7 @@ int memcpy_enter(struct pt_regs *ctx)
 SEC("uprobe")
 int event_record(struct pt_regs *ctx)
 {
-	FOLLOWED();
-	if (forwarded(cookie, K_EVENT_RECORD))
-		return 0;
-	RECORD(K_EVENT_RECORD, PHASE_ENTER);
+	BEGIN(K_EVENT_RECORD, PHASE_ENTER);
 	e->handle = ARG1(ctx);
 	e->stream = ARG2(ctx);
 	publish(e, pos);
@@ -892,10 +845,7 @@ int event_record(struct pt_regs *ctx)
 SEC("uprobe")
 int stream_wait_event(struct pt_regs *ctx)
 {
-	FOLLOWED();
-	if (forwarded(cookie, K_STREAM_WAIT_EVENT))
-		return 0;
-	RECORD(K_STREAM_WAIT_EVENT, PHASE_ENTER);
+	BEGIN(K_STREAM_WAIT_EVENT, PHASE_ENTER);
 	e->stream = ARG1(ctx);
 	e->handle = ARG2(ctx);
 	publish(e, pos);
@@ -905,14 +855,13 @@ int stream_wait_event(struct pt_regs *ctx)
 /* Entry of a call reported only at its return: stash the arguments. */
 static __always_inline int stash_args(struct pt_regs *ctx, __u8 kind)
 {
-	FOLLOWED();
+	FOLLOWED_PID();
 	struct stash s = {};
 	save_return(ctx, &s);
 	s.a0 = ARG1(ctx);
 	s.a1 = ARG2(ctx);
 	s.a2 = ARG3(ctx);
-	s.skip = forwarded(cookie, kind);
-	__u64 key = call_key(pid_tgid, kind, cookie);
+	__u64 key = stash_key(pid_tgid, kind);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
 	return 0;
 }
@@ -932,12 +881,9 @@ static __always_inline int blocking_enter(struct pt_regs *ctx, __u8 kind)
 	FOLLOWED();
 	struct stash s = {};
 	save_return(ctx, &s);
-	s.a0 = ARG1(ctx); /* none for cudaDeviceSynchronize: not read */
-	s.skip = forwarded(cookie, kind);
-	__u64 key = call_key(pid_tgid, kind, cookie);
+	s.a0 = ARG1(ctx); /* none for cuCtxSynchronize: not read */
+	__u64 key = stash_key(pid_tgid, kind);
 	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
-	if (s.skip)
-		return 0;
 	RECORD(kind, PHASE_ENTER);
 	if (kind == K_STREAM_SYNC)
 		e->stream = s.a0;
@@ -968,11 +914,9 @@ int call_exit(struct pt_regs *ctx)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = cookie >> 8;
-	__u64 key = call_key(pid_tgid, kind, cookie);
+	__u64 key = stash_key(pid_tgid, kind);
 	struct stash a;
 	if (!take_stash(key, &a))
-		return 0;
-	if (a.skip) /* the runtime's call reports it */
 		return 0;
 
 	__u64 pos;

@@ -30,11 +30,6 @@ type probesCall struct {
 	Size    uint64
 }
 
-type probesForward struct {
-	_    structs.HostLayout
-	Kind uint32
-}
-
 type probesFuncKey struct {
 	_      structs.HostLayout
 	Pid    uint32
@@ -95,7 +90,6 @@ type probesStash struct {
 	Rank    int32
 	RetSlot uint64
 	RetAddr uint64
-	Skip    uint64
 }
 
 type probesUnheldWhy uint32
@@ -111,10 +105,10 @@ const (
 const (
 	probesMapCalls                   = "calls"
 	probesMapFollowed                = "followed"
-	probesMapForwards                = "forwards"
 	probesMapFuncNames               = "func_names"
 	probesMapHeld                    = "held"
 	probesMapHoldAlive               = "hold_alive"
+	probesMapLearned                 = "learned"
 	probesMapLost                    = "lost"
 	probesMapProcs                   = "procs"
 	probesMapStashes                 = "stashes"
@@ -264,10 +258,10 @@ type probesProgramSpecs struct {
 type probesMapSpecs struct {
 	Calls     *ebpf.MapSpec `ebpf:"calls"`
 	Followed  *ebpf.MapSpec `ebpf:"followed"`
-	Forwards  *ebpf.MapSpec `ebpf:"forwards"`
 	FuncNames *ebpf.MapSpec `ebpf:"func_names"`
 	Held      *ebpf.MapSpec `ebpf:"held"`
 	HoldAlive *ebpf.MapSpec `ebpf:"hold_alive"`
+	Learned   *ebpf.MapSpec `ebpf:"learned"`
 	Lost      *ebpf.MapSpec `ebpf:"lost"`
 	Procs     *ebpf.MapSpec `ebpf:"procs"`
 	Stashes   *ebpf.MapSpec `ebpf:"stashes"`
@@ -311,10 +305,10 @@ func (o *probesObjects) Close() error {
 type probesMaps struct {
 	Calls     *ebpf.Map `ebpf:"calls"`
 	Followed  *ebpf.Map `ebpf:"followed"`
-	Forwards  *ebpf.Map `ebpf:"forwards"`
 	FuncNames *ebpf.Map `ebpf:"func_names"`
 	Held      *ebpf.Map `ebpf:"held"`
 	HoldAlive *ebpf.Map `ebpf:"hold_alive"`
+	Learned   *ebpf.Map `ebpf:"learned"`
 	Lost      *ebpf.Map `ebpf:"lost"`
 	Procs     *ebpf.Map `ebpf:"procs"`
 	Stashes   *ebpf.Map `ebpf:"stashes"`
@@ -326,10 +320,10 @@ func (m *probesMaps) Close() error {
 	return _ProbesClose(
 		m.Calls,
 		m.Followed,
-		m.Forwards,
 		m.FuncNames,
 		m.Held,
 		m.HoldAlive,
+		m.Learned,
 		m.Lost,
 		m.Procs,
 		m.Stashes,

@@ -10,12 +10,12 @@ import (
 
 // The testbed's libcuda.so.1 exports its launches through NVIDIA's 535
 // entry stubs: each gets the site of its conditional jump (entry + 10),
-// which the kernel emulates. The runtime's functions begin with a push and
-// keep their entry.
+// which the kernel emulates. The (MACA) runtime's functions begin with a
+// push and keep their entry.
 func TestProbeSitesOfTestbed(t *testing.T) {
 	bed := testbed.Build(t)
 	launch := regexp.MustCompile(`^cu(LaunchKernel|LaunchKernelEx|LaunchCooperativeKernel|LaunchHostFunc|GraphLaunch)(_ptsz)?$`)
-	for _, lib := range []string{"libcuda.so.1", "libcudart.so.12"} {
+	for _, lib := range []string{"libcuda.so.1", "libmcruntime.so.2"} {
 		path := bed.Lib(lib)
 		syms, err := exportedProbeSymbols(path)
 		if err != nil {

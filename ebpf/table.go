@@ -16,10 +16,21 @@ type probe struct {
 	Vendor   timer.Vendor
 	Arg      uint8 // cookie bits 8-15: collective op, or the kind of a call_exit
 	Copy     uint8 // cookie bits 16-23: the copy kind a driver copy's name says
-	Driver   bool  // cookie bit 24: a driver call, which may be the runtime's forward
+	Driver   bool  // cookie bit 24: a driver call (its copy kind is in the cookie)
 	Twin     bool  // a per-thread-stream twin (_ptsz, _ptds): absent in many builds, never reported missing
 	Optional bool  // a call of newer releases only (cuLibraryGetKernel, CUDA 12): never reported missing
+	Part     part  // what the probe serves: the parts a user may turn off (Options)
 }
+
+// part is what a probe serves.
+type part uint8
+
+const (
+	partCore      part = iota // launches, synchronizes, synchronous copies, collectives, the loader: always probed
+	partCopyEvent             // asynchronous copies, event records and queries, stream waits and queries, elapsed times (Options.NoCopyEventProbes)
+	partName                  // the lookups that name kernels once each: cuModuleGetFunction, cuLibraryGetKernel (Options.NoKernelNames)
+	partLookup                // cuKernelGetFunction, made before launches: probed on demand (lookups.go), and not at all without kernel names
+)
 
 // Cookie is the attach cookie the programs read with bpf_get_attach_cookie
 // (probes.bpf.c's header comment).
@@ -38,7 +49,7 @@ type call struct {
 	copy        uint8    // a driver copy's kind (cudaMemcpyKind: 1 HtoD, 2 DtoH, 3 DtoD, 4 default)
 	twins       []string // suffixes of per-thread-default-stream variants
 	optional    bool     // absent from older releases: never reported missing
-	launch      bool     // a runtime launch: the CUDA runtime makes it through the driver's
+	part        part
 }
 
 // Copy kinds of the driver's copies, by name (cudaMemcpyKind's values).
@@ -49,61 +60,63 @@ const (
 	copyDefault = 4
 )
 
-// runtimeCalls are the runtime's calls. The launches among them (launch:
-// true) are probed only for a runtime whose driver we do not probe (MACA):
-// NVIDIA's runtime makes each launch through the driver's entry points,
-// probed there (driverCalls), and one launch must be one trap
-// (probes.bpf.c, "One trap per call").
+// runtimeCalls are the runtime's calls, probed only for a runtime whose
+// driver we do not probe (MACA's, which has its driver linked in):
+// NVIDIA's runtime makes every call through the driver's entry points,
+// probed there (driverCalls), and one call must be one trap (probes.bpf.c,
+// "One trap per call").
 var runtimeCalls = []call{
-	{name: "LaunchKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, launch: true},
-	{name: "LaunchKernelExC", entry: "launch_kernel_exc", twins: []string{"_ptsz"}, launch: true},
-	{name: "LaunchCooperativeKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, launch: true, optional: true},
-	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}, launch: true, optional: true},
-	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}, launch: true},
-	{name: "MemcpyAsync", entry: "memcpy_async", twins: []string{"_ptsz"}},
+	{name: "LaunchKernel", entry: "launch_kernel", twins: []string{"_ptsz"}},
+	{name: "LaunchKernelExC", entry: "launch_kernel_exc", twins: []string{"_ptsz"}},
+	{name: "LaunchCooperativeKernel", entry: "launch_kernel", twins: []string{"_ptsz"}, optional: true},
+	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}, optional: true},
+	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
+	{name: "MemcpyAsync", entry: "memcpy_async", twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), twins: []string{"_ptds"}},
-	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
-	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery)},
+	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery), part: partCopyEvent},
 	{name: "EventSynchronize", entry: "event_sync_enter", exit: "call_exit", arg: uint8(timer.KindEventSynchronize)},
 	{name: "StreamSynchronize", entry: "stream_sync_enter", exit: "call_exit", arg: uint8(timer.KindStreamSynchronize), twins: []string{"_ptsz"}},
-	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}},
-	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}},
+	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "DeviceSynchronize", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize)},
-	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed)},
+	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), part: partCopyEvent},
 }
 
-// driverCalls are the CUDA driver's calls: every launch of a CUDA process
-// (the runtime's, Triton's, XLA's, NCCL's), and the waits, copies and
-// events that libraries make without the runtime. Optional: the calls
-// older drivers lack (cuLaunchKernelEx 11.8, the library API 12.0,
-// cuCtxSynchronize_v2 13.0).
+// driverCalls are the CUDA driver's calls: every call of a CUDA process,
+// the runtime's (which it makes through these), Triton's, XLA's, NCCL's,
+// cuBLAS's. Optional: the calls older drivers lack (cuLaunchKernelEx 11.8,
+// the library API 12.0, cuEventElapsedTime_v2 12.8, cuCtxSynchronize_v2
+// 13.0) and those newer ones may drop (cuEventElapsedTime).
 var driverCalls = []call{
 	{name: "LaunchKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
 	{name: "LaunchKernelEx", entry: "cu_launch_kernel_ex", twins: []string{"_ptsz"}, optional: true},
 	{name: "LaunchCooperativeKernel", entry: "cu_launch_kernel", twins: []string{"_ptsz"}},
 	{name: "LaunchHostFunc", entry: "launch_host_func", twins: []string{"_ptsz"}},
 	{name: "GraphLaunch", entry: "graph_launch", twins: []string{"_ptsz"}},
-	{name: "MemcpyAsync", entry: "cu_memcpy_async", copy: copyDefault, twins: []string{"_ptsz"}},
-	{name: "MemcpyHtoDAsync_v2", entry: "cu_memcpy_async", copy: copyHtoD, twins: []string{"_ptsz"}},
-	{name: "MemcpyDtoHAsync_v2", entry: "cu_memcpy_async", copy: copyDtoH, twins: []string{"_ptsz"}},
-	{name: "MemcpyDtoDAsync_v2", entry: "cu_memcpy_async", copy: copyDtoD, twins: []string{"_ptsz"}},
+	{name: "MemcpyAsync", entry: "cu_memcpy_async", copy: copyDefault, twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "MemcpyHtoDAsync_v2", entry: "cu_memcpy_async", copy: copyHtoD, twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "MemcpyDtoHAsync_v2", entry: "cu_memcpy_async", copy: copyDtoH, twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "MemcpyDtoDAsync_v2", entry: "cu_memcpy_async", copy: copyDtoD, twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "Memcpy", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDefault, twins: []string{"_ptds"}},
 	{name: "MemcpyHtoD_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyHtoD, twins: []string{"_ptds"}},
 	{name: "MemcpyDtoH_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDtoH, twins: []string{"_ptds"}},
 	{name: "MemcpyDtoD_v2", entry: "memcpy_enter", exit: "call_exit", arg: uint8(timer.KindMemcpy), copy: copyDtoD, twins: []string{"_ptds"}},
-	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}},
-	{name: "EventRecordWithFlags", entry: "event_record", twins: []string{"_ptsz"}, optional: true},
-	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery)},
+	{name: "EventRecord", entry: "event_record", twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "EventRecordWithFlags", entry: "event_record", twins: []string{"_ptsz"}, optional: true, part: partCopyEvent},
+	{name: "EventQuery", entry: "event_query_enter", exit: "call_exit", arg: uint8(timer.KindEventQuery), part: partCopyEvent},
 	{name: "EventSynchronize", entry: "event_sync_enter", exit: "call_exit", arg: uint8(timer.KindEventSynchronize)},
 	{name: "StreamSynchronize", entry: "stream_sync_enter", exit: "call_exit", arg: uint8(timer.KindStreamSynchronize), twins: []string{"_ptsz"}},
-	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}},
-	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}},
+	{name: "StreamQuery", entry: "stream_query_enter", exit: "call_exit", arg: uint8(timer.KindStreamQuery), twins: []string{"_ptsz"}, part: partCopyEvent},
+	{name: "StreamWaitEvent", entry: "stream_wait_event", twins: []string{"_ptsz"}, part: partCopyEvent},
 	{name: "CtxSynchronize", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize)},
 	{name: "CtxSynchronize_v2", entry: "device_sync_enter", exit: "call_exit", arg: uint8(timer.KindDeviceSynchronize), optional: true},
+	{name: "EventElapsedTime", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true, part: partCopyEvent},
+	{name: "EventElapsedTime_v2", entry: "elapsed_enter", exit: "call_exit", arg: uint8(timer.KindEventElapsed), optional: true, part: partCopyEvent},
 	// Not launches: they tell which name an opaque function handle stands for.
-	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit"},
-	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true},
-	{name: "KernelGetFunction", entry: "kernel_get_function_enter", exit: "kernel_get_function_exit", optional: true},
+	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit", part: partName},
+	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true, part: partName},
+	{name: "KernelGetFunction", entry: "kernel_get_function_enter", exit: "kernel_get_function_exit", optional: true, part: partLookup},
 }
 
 var collectiveCalls = []call{
@@ -139,11 +152,8 @@ func buildProbes() []probe {
 	var out []probe
 	add := func(prefix, group string, v timer.Vendor, calls []call) {
 		for _, c := range calls {
-			if c.launch && v == timer.VendorCUDA {
-				continue // probed in the driver
-			}
 			p := probe{Symbol: prefix + c.name, Group: group, Entry: c.entry, Exit: c.exit, Vendor: v, Arg: c.arg,
-				Copy: c.copy, Driver: group == "driver", Optional: c.optional}
+				Copy: c.copy, Driver: group == "driver", Optional: c.optional, Part: c.part}
 			out = append(out, p)
 			for _, s := range c.twins {
 				t := p
@@ -153,7 +163,6 @@ func buildProbes() []probe {
 			}
 		}
 	}
-	add("cuda", "runtime", timer.VendorCUDA, runtimeCalls)
 	add("cu", "driver", timer.VendorCUDA, driverCalls)
 	add("nccl", "collective", timer.VendorCUDA, collectiveCalls)
 	add("mc", "runtime", timer.VendorMACA, runtimeCalls)
@@ -234,9 +243,22 @@ func hasPrefix(path string, prefixes []string) bool {
 	return false
 }
 
-// plan picks, from the symbols a library exports, the probes to attach,
-// and the symbols it lacks among the groups it serves (twins excepted).
-func plan(exported map[string]uint64) (attach []probe, missing []string) {
+// wants says whether p is probed under o: the parts a user turned off
+// are not.
+func (o *Options) wants(p probe) bool {
+	switch p.Part {
+	case partCopyEvent:
+		return !o.NoCopyEventProbes
+	case partName, partLookup:
+		return !o.NoKernelNames
+	}
+	return true
+}
+
+// plan picks, from the symbols a library exports, the probes to attach
+// under o, and the symbols it lacks among the groups it serves (twins
+// excepted).
+func plan(exported map[string]uint64, o *Options) (attach []probe, missing []string) {
 	groups := map[string]bool{}
 	for _, p := range probes {
 		if _, ok := exported[p.Symbol]; ok {
@@ -246,6 +268,7 @@ func plan(exported map[string]uint64) (attach []probe, missing []string) {
 	for _, p := range probes {
 		_, ok := exported[p.Symbol]
 		switch {
+		case !o.wants(p):
 		case ok:
 			attach = append(attach, p)
 		case !p.Twin && !p.Optional && groups[p.Group+"/"+p.Vendor.String()]:

@@ -2,30 +2,32 @@ package ebpf
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 func TestPlanReportsMissingPerGroup(t *testing.T) {
-	exported := map[string]uint64{"cudaMemcpyAsync": 0x100, "cudaEventQuery": 0x200, "ncclAllReduce": 0x300, "cudaLaunchKernel": 0x400}
-	attach, missing := plan(exported)
+	exported := map[string]uint64{"cuMemcpyAsync": 0x100, "cuEventQuery": 0x200, "ncclAllReduce": 0x300, "cudaLaunchKernel": 0x400,
+		"cudaStreamSynchronize": 0x500, "mcEventQuery": 0x600}
+	attach, missing := plan(exported, &Options{})
 	var names []string
 	for _, p := range attach {
 		names = append(names, p.Symbol)
 	}
 	slices.Sort(names)
-	// cudaLaunchKernel is probed in the driver the runtime calls.
-	if !slices.Equal(names, []string{"cudaEventQuery", "cudaMemcpyAsync", "ncclAllReduce"}) {
+	// NVIDIA's runtime is probed in the driver it calls: nothing of it here.
+	if !slices.Equal(names, []string{"cuEventQuery", "cuMemcpyAsync", "mcEventQuery", "ncclAllReduce"}) {
 		t.Errorf("attach %v", names)
 	}
-	for _, m := range []string{"cudaStreamSynchronize", "ncclCommInitRank"} {
+	for _, m := range []string{"cuStreamSynchronize", "ncclCommInitRank", "mcStreamSynchronize"} {
 		if !slices.Contains(missing, m) {
 			t.Errorf("%s not reported missing: %v", m, missing)
 		}
 	}
 	for _, m := range missing {
-		if p := probeBySymbol[m]; p.Twin || p.Vendor != timer.VendorCUDA || p.Group == "driver" {
+		if p := probeBySymbol[m]; p.Twin || p.Optional {
 			t.Errorf("%s reported missing", m)
 		}
 	}
@@ -36,28 +38,28 @@ func TestProbeCookies(t *testing.T) {
 	if p.Vendor != timer.VendorMACA || p.Cookie() != uint64(timer.VendorMACA)|uint64(timer.OpReduceScatter)<<8 {
 		t.Errorf("mcclReduceScatter: %+v cookie %#x", p, p.Cookie())
 	}
-	if q := probeBySymbol["cudaEventQuery"]; q.Exit != "call_exit" || q.Arg != uint8(timer.KindEventQuery) {
-		t.Errorf("cudaEventQuery: %+v", q)
+	if q := probeBySymbol["cuEventQuery"]; q.Exit != "call_exit" || q.Arg != uint8(timer.KindEventQuery) {
+		t.Errorf("cuEventQuery: %+v", q)
 	}
-	for _, n := range []string{"cudaMemcpy_ptds", "cuLaunchKernel", "cuLaunchKernelEx_ptsz", "cuCtxSynchronize_v2",
-		"cuKernelGetFunction", "ncclCommSplit", "mcLaunchKernel", "mcLaunchKernelExC_ptsz", "mcGraphLaunch"} {
+	for _, n := range []string{"cuMemcpy_ptds", "cuLaunchKernel", "cuLaunchKernelEx_ptsz", "cuCtxSynchronize_v2",
+		"cuEventElapsedTime", "cuEventElapsedTime_v2", "cuKernelGetFunction", "ncclCommSplit", "mcLaunchKernel",
+		"mcLaunchKernelExC_ptsz", "mcGraphLaunch", "mcMemcpy_ptds"} {
 		if _, ok := probeBySymbol[n]; !ok {
 			t.Errorf("no probe for %s", n)
 		}
 	}
-	// A launch is probed once: in the driver for CUDA, whose runtime calls it.
-	for _, n := range []string{"cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel",
-		"cudaLaunchHostFunc", "cudaGraphLaunch"} {
-		if p, ok := probeBySymbol[n]; ok {
-			t.Errorf("%s is probed (%+v): a launch through it would trap in the driver too", n, p)
+	// A CUDA call is probed once: in the driver, which the runtime calls.
+	for _, p := range probes {
+		if strings.HasPrefix(p.Symbol, "cuda") {
+			t.Errorf("%s is probed (%+v): a call through it would trap in the driver too", p.Symbol, p)
 		}
 	}
 	// A driver copy's cookie: its kind, its copy direction, the driver bit.
 	if p := probeBySymbol["cuMemcpyDtoH_v2_ptds"]; p.Cookie() != uint64(timer.KindMemcpy)<<8|2<<16|1<<24 || p.Exit != "call_exit" {
 		t.Errorf("cuMemcpyDtoH_v2_ptds: %+v cookie %#x", p, p.Cookie())
 	}
-	if p := probeBySymbol["cudaMemcpy"]; p.Cookie()>>16 != 0 {
-		t.Errorf("cudaMemcpy: cookie %#x, want no copy kind and no driver bit", p.Cookie())
+	if p := probeBySymbol["mcMemcpy"]; p.Cookie()>>16 != 0 {
+		t.Errorf("mcMemcpy: cookie %#x, want no copy kind and no driver bit", p.Cookie())
 	}
 }
 
@@ -96,5 +98,58 @@ func TestLibraryNames(t *testing.T) {
 	}
 	if !boring("/lib/x86_64-linux-gnu/libc.so.6") || boring("/opt/vendor/libfoo.so") {
 		t.Error("boring")
+	}
+}
+
+// The parts a user turns off are not attached, nor reported missing; the
+// rest is.
+func TestPlanParts(t *testing.T) {
+	exported := map[string]uint64{}
+	for _, p := range probes {
+		if p.Vendor == timer.VendorCUDA && p.Group != "collective" {
+			exported[p.Symbol] = 1
+		}
+	}
+	delete(exported, "cuEventQuery")
+	delete(exported, "cuModuleGetFunction")
+	has := func(o Options) (map[string]bool, []string) {
+		attach, missing := plan(exported, &o)
+		got := map[string]bool{}
+		for _, p := range attach {
+			got[p.Symbol] = true
+		}
+		return got, missing
+	}
+	all, missing := has(Options{})
+	for _, s := range []string{"cuLaunchKernel", "cuMemcpyAsync", "cuEventRecord", "cuKernelGetFunction", "cuLibraryGetKernel", "cuStreamSynchronize"} {
+		if !all[s] {
+			t.Errorf("%s not attached by default", s)
+		}
+	}
+	if !slices.Contains(missing, "cuEventQuery") || !slices.Contains(missing, "cuModuleGetFunction") {
+		t.Errorf("missing %v", missing)
+	}
+	names, missing := has(Options{NoKernelNames: true})
+	for _, s := range []string{"cuKernelGetFunction", "cuLibraryGetKernel"} {
+		if names[s] {
+			t.Errorf("%s attached without kernel names", s)
+		}
+	}
+	if !names["cuLaunchKernel"] || !names["cuMemcpyAsync"] || slices.Contains(missing, "cuModuleGetFunction") {
+		t.Errorf("without kernel names: launch %v, copy %v, missing %v", names["cuLaunchKernel"], names["cuMemcpyAsync"], missing)
+	}
+	ce, missing := has(Options{NoCopyEventProbes: true})
+	for _, s := range []string{"cuMemcpyAsync", "cuMemcpyHtoDAsync_v2", "cuEventRecord", "cuStreamWaitEvent", "cuStreamQuery", "cuEventElapsedTime_v2"} {
+		if ce[s] {
+			t.Errorf("%s attached without copy and event probes", s)
+		}
+	}
+	for _, s := range []string{"cuLaunchKernel", "cuStreamSynchronize", "cuEventSynchronize", "cuCtxSynchronize", "cuMemcpy", "cuMemcpyDtoH_v2", "cuKernelGetFunction"} {
+		if !ce[s] {
+			t.Errorf("%s not attached without copy and event probes", s)
+		}
+	}
+	if slices.Contains(missing, "cuEventQuery") {
+		t.Errorf("without copy and event probes, missing %v", missing)
 	}
 }

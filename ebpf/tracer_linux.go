@@ -87,6 +87,11 @@ type Tracer struct {
 	comms   map[int]*commIDs
 	closed  bool
 
+	look      lookupState // the kernel lookups' probes (lookups.go); t.mu
+	lookNext  time.Time   // when checkLookups looks next; t.mu
+	learnSeen uint64      // the BPF map learned when last read; t.mu
+	lookMu    sync.Mutex  // one applyLookups at a time
+
 	beatMu   sync.Mutex // the holds (hold_linux.go)
 	lastBeat time.Time
 	stopped  bool          // Close began: hold no more
@@ -552,6 +557,7 @@ func (t *Tracer) housekeep(onNotice func(Notice)) {
 			t.scan(pid)
 		}
 	}
+	t.checkLookups(now)
 	pending := t.pending
 	t.pending = nil
 	t.mu.Unlock()
@@ -648,10 +654,11 @@ func (t *Tracer) Stats() Stats {
 	s.Holds, s.Held = t.holds, t.held
 	for _, l := range t.libs {
 		if l.refs > 0 {
-			s.Probes += l.probes
+			s.Probes += l.probes + l.lookupProbes
 		} else {
-			s.Idle += l.probes
+			s.Idle += l.probes + l.lookupProbes
 		}
+		s.LookupProbes += l.lookupProbes
 	}
 	return s
 }
@@ -686,8 +693,8 @@ func (t *Tracer) Close() error {
 	t.closed = true
 	var links []link.Link
 	for k, l := range t.libs {
-		links = append(links, l.links...)
-		l.links = nil
+		links = append(links, l.allLinks()...)
+		l.links, l.lookups = nil, nil
 		delete(t.libs, k)
 	}
 	t.procs = map[int]*process{}
@@ -729,16 +736,14 @@ func (t *Tracer) Close() error {
 // use instead of the trampoline to go on to the caller.
 // It lies in the stash of the call's arguments (probes.bpf.c, save_return),
 // keyed by kind << 32 | thread: the thread's stashes are looked up under
-// every key there can be, a kind, 64 plus one (STASH_*) or 128 plus one (a
-// driver call's, STASH_DRIVER: the runtime's call may be in flight around
-// it), a bounded cost however many stashes threads that died in a call
-// left behind.
+// every key there can be, a kind or 64 plus one (STASH_*), a bounded cost
+// however many stashes threads that died in a call left behind.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
 	if slot == 0 {
 		return 0, false
 	}
 	var s probesStash
-	for _, base := range []uint64{0, stashBeyondKinds, stashDriver} {
+	for _, base := range []uint64{0, stashBeyondKinds} {
 		for k := base; k <= base+uint64(probesKindK_GROUP_END); k++ {
 			if t.objs.Stashes.Lookup(k<<32|uint64(uint32(tid)), &s) == nil && s.RetSlot == slot {
 				return s.RetAddr, true
@@ -749,9 +754,5 @@ func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
 }
 
 // stashBeyondKinds is where the stash keys of calls that are no kind
-// start (probes.bpf.c, STASH_GET_FUNCTION), stashDriver those of the
-// driver's calls (STASH_DRIVER + kind).
-const (
-	stashBeyondKinds = 64
-	stashDriver      = 128
-)
+// start (probes.bpf.c, STASH_GET_FUNCTION).
+const stashBeyondKinds = 64

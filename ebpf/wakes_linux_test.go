@@ -87,7 +87,7 @@ func TestWakesEachQuarterRing(t *testing.T) {
 	bin := gcc(t, filepath.Join(t.TempDir(), "hop"), "testdata/hop.c", "-ldl")
 	const slots, n = 1024, 20_000
 	quarter := uint64(slots / wakeFraction)
-	tr := newTracer(t, Options{Libraries: []string{bed.Lib("libcudart.so.12")}, RingBufferBytes: 4096, slotsPerRing: slots})
+	tr := newTracer(t, Options{Libraries: []string{bed.Lib("libcuda.so.1")}, RingBufferBytes: 4096, slotsPerRing: slots})
 	if tr.wakes == nil {
 		t.Fatal("no wakeups: the ring buffer wakes cannot be polled")
 	}

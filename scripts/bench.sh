@@ -97,6 +97,9 @@ LaunchRate	cpu-%-per-100k-2procs	=2	1	launcher CPU per 100,000 launches/s, 2 lau
 LaunchRate	cpu-%-per-100k-8procs	=2	1	the same, 8 launch-bound processes on the 2 cores
 LaunchRate	read-%-2procs	=100	-	launch records read of those made, 2 launch-bound processes (the rest lost)
 LaunchRate	read-%-8procs	=100	-	launch records read of those made, 8 launch-bound processes (the rest lost)
+TrainStep	ours-ns/launch	anchor+150-ns/launch	1	a training step (testbed twin, one process): ours a launch vs the anchor (empty uprobes on the launches) + 150 ns (issue 40)
+TrainStep	launch-runs/launch	=1.05	1	a training step: runs of our launch programs (launches, kernel lookups) a launch vs 1.05
+TrainStep	runs/launch	=1.05	-	a training step: runs of all our programs (copies, events, synchronize too) a launch
 MonitorFootprint	watch-on-cpu-%	job-cpu-%	-	launcher CPU following 8 ranks (stall watch on) vs the job
 MonitorFootprint	watch-on-cpu-%	watch-off-cpu-%	-	launcher CPU, stall watch on vs off
 MonitorFootprint	watch-on-rss-MB	rank-rss-MB	-	launcher RSS following 8 ranks vs one rank

@@ -6,7 +6,7 @@
 #
 # Build here (`make gpu-check`), copy the tree's bin/gpu-check/ and
 # scripts/ to a GPU host (no network, gdb, strace or perf needed there) and
-# run `scripts/gpu-check.sh run` as root. In at most about 6 minutes it
+# run `scripts/gpu-check.sh run` as root. In at most about 9 minutes it
 # runs, each with its own time limit:
 #
 #   nccl-sleep   one process, NCCL all-reduce then torch.cuda._sleep for
@@ -36,6 +36,18 @@
 #   rate8        8 of those launch-bound workloads at once under one
 #                launcher: events lost, the launcher's CPU per 100,000
 #                launches a second (at most 2 % of a core)
+#   train-step   what a training step pays (issue 40), each workload in
+#                one process (steppaired.py: plain, empty uprobes on the
+#                driver's launch entry points at our probes' site, the
+#                same at the entries, ours as xpu-timer watch --pid;
+#                STEP_ROUNDS rounds, default 6, of STEP_DWELL s): a
+#                6-layer transformer trained eagerly (launch-bound, ~417
+#                launches a step: ours at most 150 ns a launch over the
+#                anchor, our launch programs at most 1.05 runs a launch),
+#                the same step with 100 ms of GPU work and replayed as a
+#                CUDA graph (ours within plain's spread over the rounds);
+#                0 lost, no stack sample of the job inside a window. About
+#                3 minutes.
 #
 # and prints one table (scenario, expected, got, seconds, verdict).
 # Artefacts (logs, dumps, viewer reports, the table) go under $OUT when
@@ -115,6 +127,7 @@ if [ $DRY = 1 ]; then
 	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=3 done'
 	W_BOUND=$(job --nproc 1 --steps 3 --launch-bound $((LAUNCHES / 3)))
 	W_RATE="$wl launchbound" W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-5000} DWELL=${DWELL:-2} PYP=python3
+	STEP_ROUNDS=${STEP_ROUNDS:-3}
 	CUDART=$fake/build/libcudart.so.12 CUDA=$fake/build/libcuda.so.1
 else
 	T=${HANG_TIMEOUT:-10} ROUNDS=${ROUNDS:-5} LAUNCHES=${LAUNCHES:-200000}
@@ -129,6 +142,7 @@ else
 	HUNG_RE='^hung$' DDP_HUNG_RE='rank=0 step=2 done'
 	W_BOUND="$wl launchbound" W_RATE="$wl launchbound"
 	W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-20000} DWELL=${DWELL:-3} PYP=$PY
+	STEP_ROUNDS=${STEP_ROUNDS:-6}
 	libs=$($wl libs) || { echo "gpu-check: $PY cannot use the GPU" >&2; exit 2; }
 	CUDART=$(sed -n 's/^cudart=//p' <<<"$libs" | head -1) CUDA=$(sed -n 's/^cuda=//p' <<<"$libs" | head -1)
 fi
@@ -466,12 +480,45 @@ rate8() {
 	row rate8 "<= 2% of a core per 100k launches/s, 0 lost" "$got" "$(since "$t0")" $ok
 }
 
+# train_step: the three training steps, each measured in one process by
+# steppaired.py, one after the other; one row, and their tables.
+train_step() {
+	local t0 w got="" ok=1 line
+	t0=$(now)
+	mkdir -p "$ART/train-step"
+	for w in eager gpubound graph; do
+		local args=(--rounds "$STEP_ROUNDS" --dwell "${STEP_DWELL:-1.5}" --tag "$w")
+		case $w in
+		eager) args+=(--check launch) ;;
+		gpubound) args+=(--check flat --no-anchor0) ;;
+		graph) args+=(--check flat --no-anchor0 --launch cuLaunchKernel --launch cuLaunchKernel_ptsz
+			--launch cuLaunchKernelEx --launch cuLaunchKernelEx_ptsz --launch cuGraphLaunch --launch cuGraphLaunch_ptsz) ;;
+		esac
+		"$PYP" "$here/gpu-check/steppaired.py" "${args[@]}" "$ART/train-step" "$PROBE" "$XPU" "$CUDA" -- $wl "train-$w" \
+			>"$ART/train-step/$w.log" 2>&1
+		line=$(grep -m1 '^step ' "$ART/train-step/$w.log")
+		if [ -z "$line" ]; then
+			got+="$w: no result; "
+			ok=0
+			continue
+		fi
+		got+=$(awk -v l="$line" -v w="$w" 'BEGIN { split(l, f, " "); for (i in f) { split(f[i], kv, "="); v[kv[1]] = kv[2] }
+			if (w == "eager") printf "%s %s ns/launch over anchor, %s runs/launch; ", w, v["ours_over_anchor_ns_per_launch"], v["launch_runs_per_launch"]
+			else printf "%s %s us/step over plain (spread %s); ", w, v["ours_over_plain_us"], v["spread_us"] }')
+		grep -q ' ok=1$' <<<"$line" || ok=0
+		cat "$ART/train-step/steppaired-$w.txt" >>"$ART/train-step.txt" 2>/dev/null
+		echo >>"$ART/train-step.txt"
+	done
+	row train-step "<=150 ns/launch eager; flat gpubound, graph" "${got%; }" "$(since "$t0")" $ok
+}
+
 # The launch table first, on a quiet machine; then the hangs, all at once
 # (each has its own processes, ports, dump directory and time limit; the
 # agent follows only its job's command line).
 want overhead && overhead
 want paired && paired
 want rate8 && rate8
+want train-step && train_step
 trap 'kill -TERM $(jobs -p) 2>/dev/null' EXIT
 scenario() { (trap 'stop "${PIDS[@]}"' EXIT; "$@") & }
 want nccl-sleep && scenario launched nccl-sleep "$W_NCCL" "$K_NCCL"
@@ -481,7 +528,7 @@ want graph-late && scenario graph_late
 { want ddp4-watch || want ddp4-agent; } && scenario ddp4_late
 wait
 
-order=(overhead paired rate8 nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent)
+order=(overhead paired rate8 train-step nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent)
 failed=0
 {
 	echo "gpu-check $([ $DRY = 1 ] && echo "--dry (fake GPU testbed)" || echo "on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"), hang timeout ${T}s, $(since "$start_all") s in all"
@@ -495,7 +542,7 @@ failed=0
 			printf '%-12s | %-44s | %-58s | %6s | %s\n' "$r" - "not run (ONLY)" - skip
 		fi
 	done
-	for f in overhead paired/paired; do
+	for f in overhead paired/paired train-step; do
 		[ -f "$ART/$f.txt" ] && echo && cat "$ART/$f.txt"
 	done
 } | tee "$ART/table.txt"

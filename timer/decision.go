@@ -103,7 +103,7 @@ type Op struct {
 // Waiter is a thread blocked in, or repeatedly polling, a GPU completion call.
 type Waiter struct {
 	TID    int    `json:"tid"`
-	Call   string `json:"call"`   // e.g. "cudaStreamSynchronize", "cudaEventQuery (polling)"
+	Call   string `json:"call"`   // e.g. "cuStreamSynchronize", "cuEventQuery (polling)" (Kind.Call)
 	Stream uint64 `json:"stream"` // stream waited on (0 for device-wide)
 	Since  int64  `json:"since_ns"`
 }

@@ -10,18 +10,18 @@ type Kind uint8
 // and calls whose result matters (queries) produce one event at return.
 const (
 	KindUnknown           Kind = iota
-	KindLaunch                 // cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel (+ MACA twins)
-	KindGraphLaunch            // cudaGraphLaunch
-	KindMemcpyAsync            // cudaMemcpyAsync
-	KindMemcpy                 // cudaMemcpy: synchronous, Enter/Exit
-	KindEventRecord            // cudaEventRecord(event, stream)
-	KindEventQuery             // cudaEventQuery(event) at return, Ret holds the result
-	KindEventSynchronize       // cudaEventSynchronize(event), Enter/Exit
-	KindStreamSynchronize      // cudaStreamSynchronize(stream), Enter/Exit
-	KindStreamQuery            // cudaStreamQuery(stream) at return, Ret holds the result
-	KindStreamWaitEvent        // cudaStreamWaitEvent(stream, event)
-	KindDeviceSynchronize      // cudaDeviceSynchronize(), Enter/Exit
-	KindEventElapsed           // cudaEventElapsedTime(ms*, start, end) at return
+	KindLaunch                 // cuLaunchKernel, cuLaunchKernelEx, cooperative and host-function launches (MACA: mcLaunchKernel...)
+	KindGraphLaunch            // cuGraphLaunch
+	KindMemcpyAsync            // cuMemcpyAsync, cuMemcpy*Async_v2
+	KindMemcpy                 // cuMemcpy, cuMemcpy*_v2: synchronous, Enter/Exit
+	KindEventRecord            // cuEventRecord(event, stream)
+	KindEventQuery             // cuEventQuery(event) at return, Ret holds the result
+	KindEventSynchronize       // cuEventSynchronize(event), Enter/Exit
+	KindStreamSynchronize      // cuStreamSynchronize(stream), Enter/Exit
+	KindStreamQuery            // cuStreamQuery(stream) at return, Ret holds the result
+	KindStreamWaitEvent        // cuStreamWaitEvent(stream, event)
+	KindDeviceSynchronize      // cuCtxSynchronize (cudaDeviceSynchronize's), Enter/Exit
+	KindEventElapsed           // cuEventElapsedTime(ms*, start, end) at return
 	KindCommInit               // ncclCommInitRank / InitRankConfig / CommSplit at return
 	KindCommDestroy            // ncclCommDestroy / ncclCommAbort
 	KindCollective             // every NCCL collective and point-to-point call
@@ -60,6 +60,46 @@ func (k Kind) String() string {
 		return kindNames[k]
 	}
 	return "unknown"
+}
+
+// callNames are the API calls each kind records, as the probes see them:
+// CUDA's in its driver (every runtime call is made through the driver's,
+// where it is probed: cudaDeviceSynchronize is seen as cuCtxSynchronize),
+// MACA's in its runtime (mc + the name), collectives in NCCL (MCCL for
+// MACA: mccl + the name).
+var callNames = [kindCount]struct{ cuda, maca string }{
+	KindLaunch:            {"cuLaunchKernel", "LaunchKernel"},
+	KindGraphLaunch:       {"cuGraphLaunch", "GraphLaunch"},
+	KindMemcpyAsync:       {"cuMemcpyAsync", "MemcpyAsync"},
+	KindMemcpy:            {"cuMemcpy", "Memcpy"},
+	KindEventRecord:       {"cuEventRecord", "EventRecord"},
+	KindEventQuery:        {"cuEventQuery", "EventQuery"},
+	KindEventSynchronize:  {"cuEventSynchronize", "EventSynchronize"},
+	KindStreamSynchronize: {"cuStreamSynchronize", "StreamSynchronize"},
+	KindStreamQuery:       {"cuStreamQuery", "StreamQuery"},
+	KindStreamWaitEvent:   {"cuStreamWaitEvent", "StreamWaitEvent"},
+	KindDeviceSynchronize: {"cuCtxSynchronize", "DeviceSynchronize"},
+	KindEventElapsed:      {"cuEventElapsedTime", "EventElapsedTime"},
+	KindCommInit:          {"ncclCommInitRank", "CommInitRank"},
+	KindCommDestroy:       {"ncclCommDestroy", "CommDestroy"},
+	KindGroupStart:        {"ncclGroupStart", "GroupStart"},
+	KindGroupEnd:          {"ncclGroupEnd", "GroupEnd"},
+}
+
+// Call is the API call an event of kind k records, in v's spelling
+// (cuStreamSynchronize, mcStreamSynchronize); a collective's names its op
+// (Event.Call), a kind of no call is its String.
+func (k Kind) Call(v Vendor) string {
+	if k >= kindCount || callNames[k].cuda == "" {
+		return k.String()
+	}
+	if v != VendorMACA {
+		return callNames[k].cuda
+	}
+	if k >= KindCommInit {
+		return "mccl" + callNames[k].maca
+	}
+	return "mc" + callNames[k].maca
 }
 
 // Phase distinguishes the entry and the return of a blocking call.
@@ -175,4 +215,16 @@ func DtypeName(dtype int32) string {
 		return dtypeNames[dtype]
 	}
 	return "unknown"
+}
+
+// Call is the API call e records, in its vendor's spelling (Kind.Call),
+// a collective by its op (ncclAllReduce, mcclSend).
+func (e *Event) Call() string {
+	if e.Kind != KindCollective {
+		return e.Kind.Call(e.Vendor)
+	}
+	if e.Vendor == VendorMACA {
+		return "mccl" + e.Op.String()
+	}
+	return "nccl" + e.Op.String()
 }

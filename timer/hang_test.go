@@ -15,14 +15,14 @@ func TestWaiterKinds(t *testing.T) {
 		call   string // "" when no hang is expected
 		stream uint64
 	}{
-		{"stream synchronize past the timeout", seq(enter(2, pid, main, KindStreamSynchronize, s1, 0)), 12.5, "cudaStreamSynchronize", s1},
+		{"stream synchronize past the timeout", seq(enter(2, pid, main, KindStreamSynchronize, s1, 0)), 12.5, "cuStreamSynchronize", s1},
 		{"stream synchronize not yet past the timeout", seq(enter(2, pid, main, KindStreamSynchronize, s1, 0)), 11.5, "", 0},
-		{"event synchronize", seq(enter(2, pid, main, KindEventSynchronize, 0, ev)), 12.5, "cudaEventSynchronize", s1},
-		{"device synchronize", seq(enter(2, pid, main, KindDeviceSynchronize, 0, 0)), 12.5, "cudaDeviceSynchronize", 0},
-		{"synchronous copy", seq(enter(2, pid, main, KindMemcpy, 0, 0)), 12.5, "cudaMemcpy", 0},
+		{"event synchronize", seq(enter(2, pid, main, KindEventSynchronize, 0, ev)), 12.5, "cuEventSynchronize", s1},
+		{"device synchronize", seq(enter(2, pid, main, KindDeviceSynchronize, 0, 0)), 12.5, "cuCtxSynchronize", 0},
+		{"synchronous copy", seq(enter(2, pid, main, KindMemcpy, 0, 0)), 12.5, "cuMemcpy", 0},
 		{"polling waiter since its first not-ready poll",
 			seq(query(2, pid, dog, ev, RetNotReady), query(2.1, pid, dog, ev, RetNotReady), query(2.2, pid, dog, ev, RetNotReady)),
-			12.5, "cudaEventQuery (polling)", s1},
+			12.5, "cuEventQuery (polling)", s1},
 		{"two polls are not a waiter",
 			seq(query(2, pid, dog, ev, RetNotReady), query(2.1, pid, dog, ev, RetNotReady)), 30, "", 0},
 		{"polling ends when the event reports ready",
@@ -33,7 +33,7 @@ func TestWaiterKinds(t *testing.T) {
 				query(2.2, pid, dog, ev, RetNotReady)), 30, "", 0},
 		{"waiting on a stream that waits on another stream",
 			seq(Event{Time: at(1.2), PID: pid, TID: main, Kind: KindStreamWaitEvent, Stream: s2, Handle: ev},
-				enter(2, pid, main, KindStreamSynchronize, s2, 0)), 12.5, "cudaStreamSynchronize", s2},
+				enter(2, pid, main, KindStreamSynchronize, s2, 0)), 12.5, "cuStreamSynchronize", s2},
 		{"waiting on an idle stream", seq(enter(2, pid, main, KindStreamSynchronize, s2, 0)), 30, "", 0},
 		{"a blocking call that returned", seq(enter(2, pid, main, KindStreamSynchronize, s1, 0),
 			exit(2.5, pid, main, KindStreamSynchronize, s1, 0, 1)), 30, "", 0},

@@ -109,7 +109,7 @@ func TestDDPStallOfOneRank(t *testing.T) {
 		for _, w := range h.Waiters {
 			calls[w.Call] = true
 		}
-		if !calls["cudaStreamSynchronize"] || !calls["cudaEventQuery (polling)"] {
+		if !calls["cuStreamSynchronize"] || !calls["cuEventQuery (polling)"] {
 			t.Fatalf("rank %d waiters %+v", r.rank, h.Waiters)
 		}
 		if c := h.Comms[0]; c.Issued != 5 || c.Completed != 4 {

@@ -246,30 +246,10 @@ func (p *proc) awaitedSpan(targets []target) span {
 
 // callName is the API name of a wait, in the vendor's spelling.
 func callName(k Kind, v Vendor, polling bool) string {
-	var base string
-	switch k {
-	case KindStreamSynchronize:
-		base = "StreamSynchronize"
-	case KindEventSynchronize:
-		base = "EventSynchronize"
-	case KindDeviceSynchronize:
-		base = "DeviceSynchronize"
-	case KindMemcpy:
-		base = "Memcpy"
-	case KindEventQuery:
-		base = "EventQuery"
-	default:
-		base = k.String()
-	}
-	prefix := "cuda"
-	if v == VendorMACA {
-		prefix = "mc"
-	}
-	name := prefix + base
 	if polling {
-		name += " (polling)"
+		return k.Call(v) + " (polling)"
 	}
-	return name
+	return k.Call(v)
 }
 
 // kernelName is the statistics key of a kernel: its name, or its stub

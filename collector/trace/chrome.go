@@ -215,51 +215,8 @@ func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
 // callName spells the API call of ev the vendor's way.
 func callName(ev timer.Event, polling bool) string {
-	rt, cc := "cuda", "nccl"
-	if ev.Vendor == timer.VendorMACA {
-		rt, cc = "mc", "mccl"
-	}
-	var s string
-	switch ev.Kind {
-	case timer.KindLaunch:
-		s = rt + "LaunchKernel"
-	case timer.KindGraphLaunch:
-		s = rt + "GraphLaunch"
-	case timer.KindMemcpyAsync:
-		s = rt + "MemcpyAsync"
-	case timer.KindMemcpy:
-		s = rt + "Memcpy"
-	case timer.KindEventRecord:
-		s = rt + "EventRecord"
-	case timer.KindEventQuery:
-		s = rt + "EventQuery"
-	case timer.KindEventSynchronize:
-		s = rt + "EventSynchronize"
-	case timer.KindStreamSynchronize:
-		s = rt + "StreamSynchronize"
-	case timer.KindStreamQuery:
-		s = rt + "StreamQuery"
-	case timer.KindStreamWaitEvent:
-		s = rt + "StreamWaitEvent"
-	case timer.KindDeviceSynchronize:
-		s = rt + "DeviceSynchronize"
-	case timer.KindEventElapsed:
-		s = rt + "EventElapsedTime"
-	case timer.KindCommInit:
-		s = cc + "CommInitRank"
-	case timer.KindCommDestroy:
-		s = cc + "CommDestroy"
-	case timer.KindCollective:
-		s = cc + ev.Op.String()
-	case timer.KindGroupStart:
-		s = cc + "GroupStart"
-	case timer.KindGroupEnd:
-		s = cc + "GroupEnd"
-	default:
-		s = ev.Kind.String()
-	}
 	if polling {
-		s += " (polling)"
+		return ev.Call() + " (polling)"
 	}
-	return s
+	return ev.Call()
 }

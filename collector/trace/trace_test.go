@@ -193,7 +193,7 @@ func TestChromeJSON(t *testing.T) {
 		names[e["name"].(string)+"/"+ph] = e
 	}
 	for _, want := range []string{"process_name/M", "gemm_bf16_kernel/i", "ncclAllReduce #1/i", "ncclAllReduce #2/i",
-		"cudaStreamSynchronize/X", "cudaEventQuery (polling)/X", "mcStreamSynchronize/X", "ncclCommInitRank/i", "complete/i"} {
+		"cuStreamSynchronize/X", "cuEventQuery (polling)/X", "mcStreamSynchronize/X", "ncclCommInitRank/i", "complete/i"} {
 		if names[want] == nil {
 			t.Errorf("no %s event", want)
 		}
@@ -201,7 +201,7 @@ func TestChromeJSON(t *testing.T) {
 	if !threads["python3"] || !threads["tid 11"] {
 		t.Errorf("thread names %v", threads)
 	}
-	sync := names["cudaStreamSynchronize/X"]
+	sync := names["cuStreamSynchronize/X"]
 	if d, _ := sync["dur"].(json.Number).Float64(); d != 5000 {
 		t.Errorf("finished wait lasts %v µs, want 5000", d)
 	}
@@ -209,7 +209,7 @@ func TestChromeJSON(t *testing.T) {
 	if d, _ := open["dur"].(json.Number).Float64(); d != 5000 || open["args"].(map[string]any)["unfinished"] != true {
 		t.Errorf("open wait %v, want 5000 µs unfinished", open)
 	}
-	poll := names["cudaEventQuery (polling)/X"]
+	poll := names["cuEventQuery (polling)/X"]
 	if p := poll["args"].(map[string]any)["polls"]; p.(json.Number).String() != "3" {
 		t.Errorf("poll streak counted %v polls, want 3", p)
 	}

@@ -1,8 +1,9 @@
 /* stub.c: a minimal stand-in for a vendor library, exporting the probed
  * CUDA (or, with -DMACA, MACA) runtime, driver and NCCL names with their
- * real signatures. Handles are fake, every call succeeds at once, except
- * EventQuery/StreamQuery of a handle with bit 4 set (not ready). Built by
- * the tests: -DNO_ELAPSED leaves out EventElapsedTime (a "missing" symbol). */
+ * real signatures; the runtime's calls are made through the driver's, as
+ * NVIDIA's runtime makes them. Handles are fake, every call succeeds at
+ * once, except EventQuery/StreamQuery of a handle with bit 4 set (not
+ * ready). Built by the tests: -DNO_ELAPSED leaves out EventElapsedTime. */
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -27,26 +28,54 @@ static void *handle(void) { next_handle += 0x10; return (void *)next_handle; }
 static volatile int sink;
 #define BODY sink++
 
-API int RT(StreamCreate)(void **s) { *s = handle(); return 0; }
-API int RT(EventCreate)(void **e) { *e = handle(); return 0; }
-API int RT(LaunchKernel)(const void *f, dim3 g, dim3 b, void **a, size_t sh, void *s) { BODY; return 0; }
-API int RT(LaunchKernel_ptsz)(const void *f, dim3 g, dim3 b, void **a, size_t sh, void *s) { BODY; return 0; }
-API int RT(LaunchKernelExC)(const launch_config_t *c, const void *f, void **a) { BODY; return 0; }
-API int RT(GraphLaunch)(void *g, void *s) { BODY; return 0; }
-API int RT(MemcpyAsync)(void *d, const void *s, size_t n, int k, void *st) { BODY; return 0; }
-API int RT(Memcpy)(void *d, const void *s, size_t n, int k) { memcpy(d, s, n); return 0; }
-API int RT(EventRecord)(void *e, void *s) { BODY; return 0; }
-API int RT(EventQuery)(void *e) { return ((uintptr_t)e & 0x10) ? 600 : 0; }
-API int RT(EventSynchronize)(void *e) { BODY; return 0; }
-API int RT(StreamSynchronize)(void *s) { BODY; return 0; }
-API int RT(StreamQuery)(void *s) { return ((uintptr_t)s & 0x10) ? 600 : 0; }
-API int RT(StreamWaitEvent)(void *s, void *e, unsigned f) { BODY; return 0; }
-API int RT(DeviceSynchronize)(void) { BODY; return 0; }
-#ifndef NO_ELAPSED
-API int RT(EventElapsedTime)(float *ms, void *a, void *b) { *ms = 12.625f; return 0; }
-#endif
+/* The driver: the runtime makes every call through it, as NVIDIA's does
+ * (the probes are on these for CUDA; MACA's mcu* names are not probed). */
+typedef struct { unsigned gx, gy, gz, bx, by, bz, shmem; void *stream; void *attrs; unsigned nattrs; } cu_config_t;
 API int DRV(LaunchKernel)(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 			  unsigned sh, void *s, void **p, void **x) { BODY; return 0; }
+API int DRV(LaunchKernelEx)(const cu_config_t *c, void *f, void **p, void **x) { BODY; return 0; }
+API int DRV(GraphLaunch)(void *g, void *s) { BODY; return 0; }
+API int DRV(MemcpyAsync)(void *d, const void *s, size_t n, void *st) { BODY; return 0; }
+API int DRV(Memcpy)(void *d, const void *s, size_t n) { memcpy(d, s, n); return 0; }
+API int DRV(EventRecord)(void *e, void *s) { BODY; return 0; }
+API int DRV(EventQuery)(void *e) { return ((uintptr_t)e & 0x10) ? 600 : 0; }
+API int DRV(EventSynchronize)(void *e) { BODY; return 0; }
+API int DRV(StreamSynchronize)(void *s) { BODY; return 0; }
+API int DRV(StreamQuery)(void *s) { return ((uintptr_t)s & 0x10) ? 600 : 0; }
+API int DRV(StreamWaitEvent)(void *s, void *e, unsigned f) { BODY; return 0; }
+API int DRV(CtxSynchronize)(void) { BODY; return 0; }
+#ifndef NO_ELAPSED
+API int DRV(EventElapsedTime_v2)(float *ms, void *a, void *b) { *ms = 12.625f; return 0; }
+#endif
+
+API int RT(StreamCreate)(void **s) { *s = handle(); return 0; }
+API int RT(EventCreate)(void **e) { *e = handle(); return 0; }
+API int RT(LaunchKernel)(const void *f, dim3 g, dim3 b, void **a, size_t sh, void *s)
+{
+	return DRV(LaunchKernel)((void *)f, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)sh, s, a, NULL);
+}
+API int RT(LaunchKernel_ptsz)(const void *f, dim3 g, dim3 b, void **a, size_t sh, void *s)
+{
+	return DRV(LaunchKernel)((void *)f, g.x, g.y, g.z, b.x, b.y, b.z, (unsigned)sh, s, a, NULL);
+}
+API int RT(LaunchKernelExC)(const launch_config_t *c, const void *f, void **a)
+{
+	cu_config_t d = {c->grid.x, c->grid.y, c->grid.z, c->block.x, c->block.y, c->block.z, (unsigned)c->shmem, c->stream, NULL, 0};
+	return DRV(LaunchKernelEx)(&d, (void *)f, a, NULL);
+}
+API int RT(GraphLaunch)(void *g, void *s) { return DRV(GraphLaunch)(g, s); }
+API int RT(MemcpyAsync)(void *d, const void *s, size_t n, int k, void *st) { return DRV(MemcpyAsync)(d, s, n, st); }
+API int RT(Memcpy)(void *d, const void *s, size_t n, int k) { return DRV(Memcpy)(d, s, n); }
+API int RT(EventRecord)(void *e, void *s) { return DRV(EventRecord)(e, s); }
+API int RT(EventQuery)(void *e) { return DRV(EventQuery)(e); }
+API int RT(EventSynchronize)(void *e) { return DRV(EventSynchronize)(e); }
+API int RT(StreamSynchronize)(void *s) { return DRV(StreamSynchronize)(s); }
+API int RT(StreamQuery)(void *s) { return DRV(StreamQuery)(s); }
+API int RT(StreamWaitEvent)(void *s, void *e, unsigned f) { return DRV(StreamWaitEvent)(s, e, f); }
+API int RT(DeviceSynchronize)(void) { return DRV(CtxSynchronize)(); }
+#ifndef NO_ELAPSED
+API int RT(EventElapsedTime)(float *ms, void *a, void *b) { return DRV(EventElapsedTime_v2)(ms, a, b); }
+#endif
 API int DRV(ModuleLoad)(void **m, const char *path) { *m = handle(); return 0; }
 API int DRV(ModuleGetFunction)(void **f, void *m, const char *name) { *f = (void *)RT(LaunchKernel); return 0; }
 

@@ -135,3 +135,29 @@ func (b *Bed) Bin(name string) string { return filepath.Join(b.Dir, name) }
 
 // RunPy returns the path of run.py.
 func (b *Bed) RunPy() string { return filepath.Join(b.Root, "run.py") }
+
+// Private copies the bed's programs and libraries (build/'s plain files) to
+// a directory of t's own and returns that bed: a measurement's probes are
+// then on files no other tracer of the machine holds probes on (uprobes
+// live on the file), which would trap its runs too.
+func (b *Bed) Private(t testing.TB) *Bed {
+	t.Helper()
+	dir := t.TempDir()
+	ents, err := os.ReadDir(b.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(b.Dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, e.Name()), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &Bed{Root: b.Root, Dir: dir}
+}

@@ -13,6 +13,10 @@ testbed's libraries (run.py's Device). Usage: fakeworkloads.py LIB_DIR NAME
   launchbound trivial launches as fast as Python makes them (gpu-check's
               rate8; workloads.py's launchbound)
   launchblocks the same in blocks until STOP_FILE exists (paired.py)
+  train-eager, train-gpubound, train-graph
+              the testbed's trainstep in that mode: a real step's call mix
+              (workloads.py's transformer), printed in blocks of steps until
+              STOP_FILE exists (steppaired.py)
 
 Each prints "hung" before its last call.
 """
@@ -87,6 +91,10 @@ def launchblocks(dev):
 
 
 def main(lib_dir, name):
+    if name.startswith("train-"):
+        exe = os.path.join(lib_dir, "trainstep")
+        mode = name[len("train-"):]
+        os.execv(exe, [exe, "--mode", mode] + (["--block", "1", "--warm", "5"] if mode == "gpubound" else []))
     dev = run.Device(lib_dir, "cuda")
     time.sleep(SETUP_S)
     if name == "nccl-sleep":

@@ -68,11 +68,65 @@ def wait_line(path, pattern, timeout, proc=None):
 
 
 def children(pid):
+    """pid's child processes: those of every thread (a Go program forks
+    from whichever thread runs os/exec, not always its main one)."""
+    out = []
     try:
-        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
-            return [int(p) for p in f.read().split()]
+        tasks = os.listdir("/proc/%d/task" % pid)
     except OSError:
-        return []
+        return out
+    for t in tasks:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, t)) as f:
+                out += [int(p) for p in f.read().split()]
+        except OSError:
+            pass
+    return out
+
+
+def stop(p):
+    """Ends a probe's command (watch, or its sleep), so that the probe
+    prints its statistics and exits."""
+    for c in children(p.pid):
+        try:
+            os.kill(c, signal.SIGTERM)
+        except OSError:
+            pass
+    try:
+        p.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
+
+
+def watch_lost(path):
+    """The events xpu-timer watch says it lost in all, from its log."""
+    lost = 0
+    with open(path, errors="replace") as f:
+        for line in f:
+            if line.startswith("{"):
+                try:
+                    ev = json.loads(line)
+                except ValueError:
+                    continue
+                if ev.get("event") == "lost":
+                    lost = max(lost, ev.get("lost_total", 0))
+    return lost
+
+
+def rotated(ways, r):
+    """The ways in round r's order: each round begins one further on."""
+    k = r % len(ways)
+    return ways[k:] + ways[:k]
+
+
+def end(job, stop_file, timeout):
+    """Tells the workload to stop (its STOP_FILE) and waits for it."""
+    open(stop_file, "w").close()
+    try:
+        job.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        job.kill()
 
 
 def stats(path):
@@ -128,39 +182,18 @@ class Paired:
             p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
         # the driver's launch probe is in place once libcuda is attached
         if wait_line(log, r'"event":"attach".*libcuda\.so', 60, p) is None:
-            self.stop(p)
+            stop(p)
             self.errors.append("ours round %d: watch did not attach to libcuda (%s)" % (r, log))
             return None
         time.sleep(1.0)  # its start-up work (reading symbols ahead) settles
         s = time.time_ns()
         time.sleep(self.dwell)
         e = time.time_ns()
-        self.stop(p)
+        stop(p)
         self.add_stats(way, log)
-        with open(log, errors="replace") as f:
-            for line in f:
-                if line.startswith("{"):
-                    try:
-                        ev = json.loads(line)
-                    except ValueError:
-                        continue
-                    if ev.get("event") == "lost":
-                        self.lost = max(self.lost, ev.get("lost_total", 0))
+        self.lost += watch_lost(log)  # each window is a watch of its own
         return s, e
 
-    def stop(self, p):
-        """Ends the probe's command (watch), so that the probe prints its
-        statistics and exits."""
-        for c in children(p.pid):
-            try:
-                os.kill(c, signal.SIGTERM)
-            except OSError:
-                pass
-        try:
-            p.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
     def add_stats(self, way, log):
         acc = self.bpf.setdefault(way, {})
@@ -180,17 +213,12 @@ class Paired:
                 self.errors.append("the workload never warmed up (%s)" % jlog)
                 return
             for r in range(self.rounds):
-                k = r % len(WAYS)
-                for way in WAYS[k:] + WAYS[:k]:
+                for way in rotated(WAYS, r):
                     w = self.window(r, way)
                     if w:
                         self.windows.append((r, way) + w)
         finally:
-            open(env["STOP_FILE"], "w").close()
-            try:
-                self.job.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.job.kill()
+            end(self.job, env["STOP_FILE"], 30)
         self.blocks = []
         with open(jlog, errors="replace") as f:
             for line in f:

@@ -19,6 +19,15 @@ argument; each prints progress lines the script waits for:
                in blocks of BLOCK (default 20000) launches until the file
                STOP_FILE exists, each printed as "block start=NS end=NS
                ns=NS_PER_LAUNCH" (wall clock, time.time_ns): paired.py
+  train-eager  a 6-layer transformer (d=256, 4 heads, ff 1024, batch 8x128,
+               vocab 1000, AdamW) trained eagerly, as the H200 showed it:
+               launch-bound, about 417 launches a step; after 20 steps
+               ("warm"), blocks of STEP_BLOCK (default 10; 1 GPU-bound) steps until
+               STOP_FILE exists, each "block start=NS end=NS ns=NS_PER_STEP
+               steps=N cpu=NS_PER_STEP" (the main thread's CPU; steppaired.py)
+  train-gpubound the same step and a kernel of GPU_MS (default 100) ms of
+               GPU time (torch.cuda._sleep, calibrated): GPU-bound
+  train-graph  the same step captured once in a CUDA graph and replayed
   libs         prints the paths of the CUDA runtime and driver this torch maps
 
 Needs PyTorch with CUDA (and Triton for triton); one GPU is enough.
@@ -136,6 +145,89 @@ def launchblocks():
         say("block start=%d end=%d ns=%.1f" % (t, e, (e - t) / block))
 
 
+def train(mode):
+    """A training step as the H200's eager transformer (lookups.md): the
+    tokens come from the host each step (copies), the loss is read back
+    (a synchronize); blocks of steps timed on the wall clock."""
+    torch.manual_seed(0)
+    vocab, d, batch, seq = 1000, 256, 8, 128
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(vocab, d)
+            layer = torch.nn.TransformerEncoderLayer(d, 4, 1024, dropout=0.1, batch_first=True, norm_first=True)
+            self.enc = torch.nn.TransformerEncoder(layer, 6, enable_nested_tensor=False)
+            self.head = torch.nn.Linear(d, vocab)
+
+        def forward(self, x):
+            return self.head(self.enc(self.emb(x)))
+
+    model = Model().cuda()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=(mode == "graph"))
+    lossf = torch.nn.CrossEntropyLoss()
+    x = torch.randint(0, vocab, (batch, seq), pin_memory=True)
+    y = torch.randint(0, vocab, (batch, seq), pin_memory=True)
+    sleep_cycles = 0
+    if mode == "gpubound":
+        # cycles of torch.cuda._sleep for GPU_MS of GPU time
+        ms = float(os.environ.get("GPU_MS", "100"))
+        torch.cuda._sleep(1000)
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(10_000_000)
+        b.record()
+        b.synchronize()
+        sleep_cycles = int(10_000_000 * ms / a.elapsed_time(b))
+
+    def eager():
+        xd, yd = x.cuda(non_blocking=True), y.cuda(non_blocking=True)
+        loss = lossf(model(xd).view(-1, vocab), yd.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if sleep_cycles:
+            torch.cuda._sleep(sleep_cycles)
+        return loss.item()
+
+    step = eager
+    if mode == "graph":
+        sx, sy = x.cuda(), y.cuda()
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):  # warm-up on a side stream (PyTorch's whole-network capture)
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                lossf(model(sx).view(-1, vocab), sy.view(-1)).backward()
+                opt.step()
+        torch.cuda.current_stream().wait_stream(s)
+        g = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)  # backward makes the grads in the graph's pool
+        with torch.cuda.graph(g):
+            sloss = lossf(model(sx).view(-1, vocab), sy.view(-1))
+            sloss.backward()
+            opt.step()
+
+        def replayed():
+            sx.copy_(x, non_blocking=True)
+            sy.copy_(y, non_blocking=True)
+            g.replay()
+            return sloss.item()
+        step = replayed
+    for _ in range(20):
+        step()
+    torch.cuda.synchronize()
+    say("warm")
+    n = int(os.environ.get("STEP_BLOCK", "1" if mode == "gpubound" else "10"))
+    stop = os.environ["STOP_FILE"]
+    while not os.path.exists(stop):
+        t, c = time.time_ns(), time.thread_time_ns()
+        for _ in range(n):
+            step()
+        e, c = time.time_ns(), time.thread_time_ns() - c
+        say("block start=%d end=%d ns=%.1f steps=%d cpu=%.1f" % (t, e, (e - t) / n, n, c / n))
+
+
 def libs():
     torch.zeros(1, device="cuda")
     seen = []
@@ -150,7 +242,9 @@ def libs():
 
 
 WORKLOADS = {"nccl-sleep": nccl_sleep, "ddp": ddp, "triton": triton_spin, "graph": graph,
-             "launchbound": launchbound, "launchblocks": launchblocks, "libs": libs}
+             "launchbound": launchbound, "launchblocks": launchblocks, "libs": libs,
+             "train-eager": lambda: train("eager"), "train-gpubound": lambda: train("gpubound"),
+             "train-graph": lambda: train("graph")}
 
 if __name__ == "__main__":
     # a second argument is a tag for --command-regex, else ignored

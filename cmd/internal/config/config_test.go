@@ -40,7 +40,7 @@ func defaults() Config {
 	return Config{
 		Settings: agent.Settings{HangTimeout: timer.DefaultHangTimeout, LagWarn: agent.DefaultLagWarn, TimelinePath: agent.DefaultTimelinePath, Port: DefaultBasePort + 1,
 			PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes,
-			StallWatch: true, Retain: timeline.Retention{Count: timeline.DefaultRetainCount}},
+			StallWatch: true, KernelNames: true, CopyEventProbes: true, Retain: timeline.Retention{Count: timeline.DefaultRetainCount}},
 		BasePort: DefaultBasePort, LogFormat: LogFormatText,
 	}
 }
@@ -53,7 +53,7 @@ func TestDefaults(t *testing.T) {
 	// The defaults spelled out: they are the documented ones.
 	want := Config{
 		Settings: agent.Settings{HangTimeout: 300 * time.Second, LagWarn: 30 * time.Second, TimelinePath: "/root/timeline", Port: 18889, PushInterval: 15 * time.Second,
-			SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, StallWatch: true, Retain: timeline.Retention{Count: 10}},
+			SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes, StallWatch: true, KernelNames: true, CopyEventProbes: true, Retain: timeline.Retention{Count: 10}},
 		BasePort: 18888, LogFormat: "logfmt",
 	}
 	if !reflect.DeepEqual(c, want) || !reflect.DeepEqual(c, defaults()) {

@@ -99,6 +99,18 @@ var variables = []variable{
 			c.StallWatch, err = parseBool(v)
 			return err
 		}},
+	{env: "XPU_TIMER_KERNEL_NAMES", flag: "kernel-names", def: "true", kind: "bool",
+		usage: "probe the driver's kernel lookups (cuModuleGetFunction, cuLibraryGetKernel, cuKernelGetFunction while new kernels come) to name launches (off: a launch through the driver is known by its handle)",
+		set: func(c *Config, v string) (err error) {
+			c.KernelNames, err = parseBool(v)
+			return err
+		}},
+	{env: "XPU_TIMER_COPY_EVENT_PROBES", flag: "copy-event-probes", def: "true", kind: "bool",
+		usage: "probe asynchronous copies, event records and queries, stream waits and queries (off: kernels are known complete at synchronizes only, and a thread polling an event, as PyTorch's NCCL watchdog, is seen by its stack alone)",
+		set: func(c *Config, v string) (err error) {
+			c.CopyEventProbes, err = parseBool(v)
+			return err
+		}},
 	{env: "XPU_TIMER_BASEPORT", flag: "base-port", def: strconv.Itoa(DefaultBasePort), kind: "int",
 		usage: "base port; the metrics port defaults to base port + 1",
 		set: func(c *Config, v string) (err error) {

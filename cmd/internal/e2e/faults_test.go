@@ -71,7 +71,7 @@ func launch(t testing.TB, b *testbed.Bed, j job, dir string, hangTimeout time.Du
 // the loader holds the process that mapped it (ebpf/hold_linux.go): both
 // ways see the job's first calls (ncclGetUniqueId, ncclCommInitRank).
 func named(b *testbed.Bed, vendor string) string {
-	names := []string{"libcudart.so.12", "libcuda.so.1", "libnccl.so.2"}
+	names := []string{"libcuda.so.1", "libnccl.so.2"} // the CUDA runtime is probed in its driver
 	if vendor == "maca" {
 		names = []string{"libmcruntime.so.2", "libmccl.so.2"}
 	}

@@ -104,7 +104,7 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	tr, err := openTracer(cfg.Libraries, cfg.ProbeRingBytes)
+	tr, err := openTracer(cfg.Settings)
 	if err != nil {
 		if errors.Is(err, agent.ErrNotPermitted) {
 			return exitcode.With(exitcode.NotPermitted, fmt.Errorf("watch needs eBPF: run as root, or grant CAP_BPF and CAP_PERFMON: %w", err))

@@ -47,7 +47,7 @@ func (s *stuckTracer) Close() error      { return nil }
 
 func useStuck(t *testing.T) {
 	old := openTracer
-	openTracer = func([]string, int64) (agent.Tracer, error) { return &stuckTracer{pids: make(chan int, 4)}, nil }
+	openTracer = func(agent.Settings) (agent.Tracer, error) { return &stuckTracer{pids: make(chan int, 4)}, nil }
 	t.Cleanup(func() { openTracer = old })
 }
 

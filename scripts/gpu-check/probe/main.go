@@ -10,7 +10,7 @@
 //
 // Usage:
 //
-//	gpucheck-probe [-uprobe LIB:SYMBOL[+OFFSET]]... [-floor LIB:SYMBOL[+OFFSET]]... -- CMD ARGS...
+//	gpucheck-probe [-uprobe LIB:SYMBOL[+OFFSET]]... [-uretprobe LIB:SYMBOL]... [-floor LIB:SYMBOL[+OFFSET]]... -- CMD ARGS...
 //
 // OFFSET (bytes from the symbol, 0x for hex) places the probe inside the
 // function: where the kernel emulates the instruction rather than
@@ -22,6 +22,11 @@
 // cu_launch_kernel reads (one bpf_probe_read_user). With an empty uprobe
 // at the same place they share its trap, and their run times less the
 // empty one's are what each step costs on that machine.
+//
+// SIGUSR1 prints a snapshot of the same, each line tagged with the
+// snapshot's number (gpucheck-bpf snap=N owner=...), after a line
+// "gpucheck-snap N time=UNIX_NS": the statistics of a window are the
+// difference of two snapshots (paired.py).
 //
 // It exits with the command's status. Built statically with the other
 // binaries, it needs root (or CAP_BPF and CAP_PERFMON) where it runs.
@@ -36,11 +41,13 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -80,9 +87,10 @@ func (p progStat) String() string {
 
 func run(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gpucheck-probe", flag.ContinueOnError)
-	var targets uprobes
+	var targets, rets uprobes
 	var floors uprobes
 	fs.Var(&targets, "uprobe", "LIB:SYMBOL to attach an empty uprobe to (repeatable)")
+	fs.Var(&rets, "uretprobe", "LIB:SYMBOL to attach an empty uretprobe to (repeatable)")
 	fs.Var(&floors, "floor", "LIB:SYMBOL to attach the step floors to (repeatable)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -95,11 +103,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("enable bpf stats: %w", err)
 	}
 	defer stats.Close()
-	empty, err := attachEmpty(targets, emptyProgs)
+	empty, err := attachEmpty(targets, emptyProgs, false)
 	if err == nil {
-		var floor []emptyProbe
-		floor, err = attachEmpty(floors, floorProgs)
-		empty = append(empty, floor...)
+		var more []emptyProbe
+		more, err = attachEmpty(floors, floorProgs, false)
+		empty = append(empty, more...)
+		if err == nil {
+			more, err = attachEmpty(rets, retProgs, true)
+			empty = append(empty, more...)
+		}
 	}
 	defer func() {
 		for _, e := range empty {
@@ -110,6 +122,11 @@ func run(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
+	// Before the command starts: its first line may bring a SIGUSR1,
+	// whose default action would end this process.
+	snap := make(chan os.Signal, 1)
+	signal.Notify(snap, syscall.SIGUSR1)
+	defer signal.Stop(snap)
 	cmd := exec.Command(fs.Arg(0), fs.Args()[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	if err := cmd.Start(); err != nil {
@@ -122,13 +139,14 @@ func run(args []string, stdout, stderr io.Writer) error {
 		wg   sync.WaitGroup
 	)
 	names := map[uint32]string{}
+	var serr error
 	wg.Add(1)
 	go func() {
 		// The command's programs vanish with it: keep the last snapshot.
 		defer wg.Done()
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
-		for {
+		for n := 1; ; {
 			if s := childProgs(cmd.Process.Pid, names); len(s) > 0 {
 				mu.Lock()
 				last = s
@@ -138,31 +156,55 @@ func run(args []string, stdout, stderr io.Writer) error {
 			case <-done:
 				return
 			case <-tick.C:
+			case <-snap:
+				// Every program's statistics now, each line tagged snap=N.
+				out, err := snapshot(empty, childProgs(cmd.Process.Pid, names))
+				if err != nil {
+					serr = err
+					continue
+				}
+				fmt.Fprintf(stdout, "gpucheck-snap %d time=%d\n", n, time.Now().UnixNano())
+				for _, p := range out {
+					fmt.Fprintf(stdout, "gpucheck-bpf snap=%d %s\n", n, strings.TrimPrefix(p.String(), "gpucheck-bpf "))
+				}
+				n++
 			}
 		}
 	}()
 	werr := cmd.Wait()
 	close(done)
 	wg.Wait()
-
-	var out []progStat
-	for _, e := range empty {
-		st, err := e.prog.Stats()
-		if err != nil {
-			return fmt.Errorf("stats of %s: %w", e.name, err)
-		}
-		out = append(out, progStat{e.owner, e.name, e.target, st.RunCount, uint64(st.Runtime)})
+	if serr != nil {
+		return serr
 	}
 	mu.Lock()
-	for _, p := range last {
-		out = append(out, p)
-	}
+	out, err := snapshot(empty, last)
 	mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].owner+out[i].name < out[j].owner+out[j].name })
+	if err != nil {
+		return err
+	}
 	for _, p := range out {
 		fmt.Fprintln(stdout, p)
 	}
 	return werr
+}
+
+// snapshot is the statistics of our programs and of the command's
+// (child), sorted by owner and name.
+func snapshot(empty []emptyProbe, child map[uint32]progStat) ([]progStat, error) {
+	var out []progStat
+	for _, e := range empty {
+		st, err := e.prog.Stats()
+		if err != nil {
+			return nil, fmt.Errorf("stats of %s: %w", e.name, err)
+		}
+		out = append(out, progStat{e.owner, e.name, e.target, st.RunCount, uint64(st.Runtime)})
+	}
+	for _, p := range child {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].owner+out[i].name < out[j].owner+out[j].name })
+	return out, nil
 }
 
 // emptyProbe is one of our programs (empty, or a floor) attached at one
@@ -184,6 +226,7 @@ const ptRegsSP = 19 * 8
 
 var (
 	emptyProgs = []progKind{{"empty", "empty", asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}}
+	retProgs   = []progKind{{"empty", "emptyret", asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}}
 	floorProgs = []progKind{
 		{"floor", "floor_clock", asm.Instructions{asm.FnKtimeGetNs.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return()}},
 		{"floor", "floor_stack", asm.Instructions{
@@ -207,8 +250,8 @@ func (e emptyProbe) close() {
 }
 
 // attachEmpty attaches the programs of kinds at each LIB:SYMBOL, in every
-// process that maps LIB.
-func attachEmpty(targets []string, kinds []progKind) ([]emptyProbe, error) {
+// process that maps LIB; with ret, at its returns (a uretprobe).
+func attachEmpty(targets []string, kinds []progKind, ret bool) ([]emptyProbe, error) {
 	var out []emptyProbe
 	for i, t := range targets {
 		lib, sym, ok := strings.Cut(t, ":")
@@ -246,7 +289,11 @@ func attachEmpty(targets []string, kinds []progKind) ([]emptyProbe, error) {
 			}
 			e := emptyProbe{owner: k.owner, name: name, target: label, prog: prog}
 			ex, err := link.OpenExecutable(lib)
-			if err == nil {
+			switch {
+			case err == nil && ret:
+				e.target += "(ret)"
+				e.link, err = ex.Uretprobe(sym, prog, nil)
+			case err == nil:
 				e.link, err = ex.Uprobe(sym, prog, &link.UprobeOptions{Offset: off})
 			}
 			out = append(out, e)

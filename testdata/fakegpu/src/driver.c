@@ -612,12 +612,32 @@ DRVAPI CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
 	return (*k = handle_of(fn)) ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
-/* a kernel's CUfunction: the fake device has one handle for both */
+/* A kernel's CUfunction in the current context: a handle of its own, as
+ * on NVIDIA's driver (the same one at every call for the same kernel),
+ * named only through the CUkernel it came from. cuBLASLt looks it up
+ * before every launch of its kernels and launches it; the runtime looks
+ * it up for cudaFuncGetAttributes and launches the CUkernel. */
+static struct fg_cukernel cufunctions[MAX_CUKERNELS];
+
 DRVAPI CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
 {
-	if (!f || !k)
+	struct fg_cukernel *h = k;
+	if (!f || !k || h < cukernels || h >= cukernels + MAX_CUKERNELS)
 		return CUDA_ERROR_INVALID_VALUE;
-	*f = k;
+	cufunctions[h - cukernels].fn = h->fn;
+	*f = &cufunctions[h - cukernels];
+	return CUDA_SUCCESS;
+}
+
+/* How many blocks of f fit on a multiprocessor (cuBLASLt asks before its
+ * launches): the fake device says 4. */
+DRVAPI CUresult cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags(int *n, CUfunction f, int block, size_t shmem,
+								  unsigned flags)
+{
+	(void)block, (void)shmem, (void)flags;
+	if (!n || !f)
+		return CUDA_ERROR_INVALID_VALUE;
+	*n = 4;
 	return CUDA_SUCCESS;
 }
 
@@ -629,7 +649,8 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 	struct op o = {.type = OP_KERNEL};
 	if (!f || !gx || !gy || !gz || !bx || !by || !bz)
 		return CUDA_ERROR_INVALID_VALUE;
-	if ((struct fg_cukernel *)f >= cukernels && (struct fg_cukernel *)f < cukernels + MAX_CUKERNELS)
+	if (((struct fg_cukernel *)f >= cukernels && (struct fg_cukernel *)f < cukernels + MAX_CUKERNELS) ||
+	    ((struct fg_cukernel *)f >= cufunctions && (struct fg_cukernel *)f < cufunctions + MAX_CUKERNELS))
 		f = ((struct fg_cukernel *)f)->fn;
 	/* else a kernel function's address, which the fake device accepts too */
 	o.fn = f;

@@ -125,6 +125,7 @@ typedef struct {
 	X(cuLibraryLoadData, (CUlibrary *, const void *, void *, void **, unsigned, void *, void **, unsigned))    \
 	X(cuLibraryLoadFromFile, (CUlibrary *, const char *, void *, void **, unsigned, void *, void **, unsigned)) \
 	X(cuLibraryGetKernel, (CUkernel *, CUlibrary, const char *))                                               \
+	X(cuKernelGetFunction, (CUfunction *, CUkernel))                                                           \
 	X(fakegpu_drv_enqueue_host, (CUstream, CUhostFn, void *, int))
 
 #define FG_DECLARE(name, args) DRVAPI CUresult name args;

@@ -360,6 +360,27 @@ API rterr_t RT(LaunchCooperativeKernel_ptsz)(const void *func, dim3 grid, dim3 b
 		 (unsigned)shmem, s, args);
 }
 
+/* cudaFuncGetAttributes: the runtime looks the kernel's CUfunction up
+ * (cuKernelGetFunction, then its attributes; here none) and launches
+ * nothing. PyTorch calls it, and cudaFuncSetAttribute, every step. */
+struct func_attributes {
+	size_t shared, constant, local;
+	int max_threads, regs, ptx, binary, cache_mode_ca, max_dynamic_shared, carveout;
+};
+
+API rterr_t RT(FuncGetAttributes)(struct func_attributes *attr, const void *func)
+{
+	if (!attr)
+		return fail(ERR_INVALID_VALUE);
+	H(k, func);
+	CUfunction f;
+	rterr_t e = D(cuKernelGetFunction, &f, (CUkernel)k);
+	if (e)
+		return e;
+	*attr = (struct func_attributes){.max_threads = 1024, .ptx = 90, .binary = 90};
+	return ERR_SUCCESS;
+}
+
 API rterr_t RT(LaunchHostFunc)(rtstream_t s, fg_host_fn fn, void *data) { return D(cuLaunchHostFunc, s, fn, data); }
 
 API rterr_t RT(LaunchHostFunc_ptsz)(rtstream_t s, fg_host_fn fn, void *data)
