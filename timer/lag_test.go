@@ -192,7 +192,7 @@ func TestProgressAndAwaiting(t *testing.T) {
 			t.Errorf("reverse %v: progress\n%+v\nwant\n%+v", reverse, got, want)
 		}
 		w, ok := e.Awaiting(2, at(10))
-		if !ok || w.Call != "cudaStreamSynchronize" || w.Since != at(1.7) || w.Oldest == nil || w.Oldest.Kernel != "gemm" ||
+		if !ok || w.Call != "cuStreamSynchronize" || w.Since != at(1.7) || w.Oldest == nil || w.Oldest.Kernel != "gemm" ||
 			w.Collective == nil || w.Collective.Comm != b || w.Collective.Seq != 1 {
 			t.Errorf("reverse %v: awaiting %+v %v", reverse, w, ok)
 		}

@@ -38,7 +38,7 @@ type Activity struct {
 // Facts are what the probes know a rank waits on (timer.Engine.Awaiting).
 type Facts struct {
 	TID        int    // the thread waiting longest on GPU work; 0: none
-	Call       string // its call ("cudaStreamSynchronize")
+	Call       string // its call ("cuStreamSynchronize")
 	Collective string // the collective it waits in ("AllReduce #12 on comm 3f2a..."); "" when none
 	Kernel     string // the oldest kernel it waits on not known complete; "" when none
 }
