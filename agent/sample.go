@@ -82,9 +82,14 @@ const maxSampleRetries = 3
 // the engine. A rank the probes saw issue GPU work within the last period
 // is not sampled (it is not stuck, and a healthy probed job costs no
 // stop); one that stops issuing is sampled a period after its last work.
-// A sample that fails (the rank exited, or is being dumped) is tried
-// again at the next check, and so is, a few times, one that could not
-// stop every thread (sampleMark).
+// A rank with a thread in a call whose return the probes do not see (a
+// launch, timer's EnteredSince) is sampled once just past the timeout
+// after the entry, whatever its period and its last work: that sample
+// tells whether the thread is blocked in the call (then decided at once)
+// or returned; a thread that returns in time costs no stop. A sample
+// that fails (the rank exited, or is being dumped) is tried again at the
+// next check, and so is, a few times, one that could not stop every
+// thread (sampleMark).
 func (a *Agent) sampleAll(now int64) {
 	if a.o.Sampler == nil {
 		return
@@ -92,21 +97,36 @@ func (a *Agent) sampleAll(now int64) {
 	a.sampleUnsampled(now)
 	period, timeout, slack := int64(SamplePeriod(a.o.HangTimeout)), int64(a.o.HangTimeout), int64(a.o.Interval/2)
 	var wake int64
+	soonest := func(t int64) {
+		if wake == 0 || t < wake {
+			wake = t
+		}
+	}
 	for _, pid := range a.book.live() {
 		a.mu.Lock()
 		mark := a.sampled[pid]
 		a.mu.Unlock()
 		since := a.engine.StackWaitSince(pid)
-		// After a sample that missed a thread, mark.at is that of the one
-		// before: due again now.
-		if next := nextSample(mark.at, period, slack, since, timeout); now < next {
-			if since > 0 && next == since+timeout+1 && (wake == 0 || next < wake) {
-				wake = next // the sample that confirms a wait
-			}
-			continue
+		// The sample that confirms or ends a call whose return is not
+		// probed; after one that missed a thread, mark.at is that of the
+		// one before: due again now.
+		var confirm int64
+		if entered := a.engine.EnteredSince(pid); entered > 0 {
+			confirm = entered + timeout + 1
 		}
-		if lw := a.engine.LastWork(pid); lw > 0 && now-lw < period {
-			continue
+		if confirm == 0 || now < confirm || mark.at >= confirm {
+			if confirm > now {
+				soonest(confirm)
+			}
+			if next := nextSample(mark.at, period, slack, since, timeout); now < next {
+				if since > 0 && next == since+timeout+1 {
+					soonest(next) // the sample that confirms a wait
+				}
+				continue
+			}
+			if lw := a.engine.LastWork(pid); lw > 0 && now-lw < period {
+				continue
+			}
 		}
 		s, err := a.o.Sampler.Sample(pid, now)
 		if err != nil {

@@ -5,9 +5,11 @@ package timer
 // Kind says which API call an Event records.
 type Kind uint8
 
-// Event kinds. Blocking calls (synchronizes, synchronous copies) produce an
-// Enter and an Exit event; asynchronous calls produce one event at entry,
-// and calls whose result matters (queries) produce one event at return.
+// Event kinds. Blocking calls (synchronizes, synchronous copies) and the
+// calls made now and then (KindCall) produce an Enter and an Exit event;
+// the asynchronous calls of every step produce one event at entry, and
+// calls whose result matters (queries, a communicator's creation) produce
+// one event at return.
 const (
 	KindUnknown           Kind = iota
 	KindLaunch                 // cudaLaunchKernel, cudaLaunchKernelExC, cuLaunchKernel (+ MACA twins)
@@ -29,6 +31,12 @@ const (
 	KindGroupEnd               // ncclGroupEnd
 	KindProcessExec            // a traced process started or exec'd
 	KindProcessExit            // a traced process exited: release its state
+	// KindCall is any other call a thread may block in, made now and then
+	// (an allocation or free, a memset, host registration, a stream,
+	// event, graph, module or context destroy or unload, a module load,
+	// NCCL's finalize): Enter/Exit, Event.Call names it. The engine knows
+	// only that the thread is inside it, waiting on the whole device.
+	KindCall
 	kindCount
 )
 
@@ -53,6 +61,7 @@ var kindNames = [...]string{
 	KindGroupEnd:          "group_end",
 	KindProcessExec:       "process_exec",
 	KindProcessExit:       "process_exit",
+	KindCall:              "call",
 }
 
 func (k Kind) String() string {
@@ -117,8 +126,9 @@ type Event struct {
 	Kind   Kind
 	Phase  Phase
 	Vendor Vendor
-	Ret    int32 // return value (PhaseExit, and queries)
-	Parent int   // KindProcessExec of a new process: the process that forked it (0 for an exec)
+	Ret    int32  // return value (PhaseExit, and queries)
+	Parent int    // KindProcessExec of a new process: the process that forked it (0 for an exec)
+	Call   string // KindCall: the function, e.g. "cuMemFree_v2"
 
 	Stream  uint64 // stream handle (0 is the legacy default stream)
 	Handle  uint64 // cudaEvent_t for event calls; graph exec for graph launches; start event for KindEventElapsed
