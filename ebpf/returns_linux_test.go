@@ -126,7 +126,9 @@ func TestStashKeys(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^\s*(K_\w+) = (\d+),`).FindAllSubmatch(src, -1) {
 		v, _ := strconv.ParseUint(string(m[2]), 10, 64)
 		kinds[string(m[1])] = v
-		last = max(last, v)
+		if string(m[1]) != "K_CALL" { // stashed under STASH_CALL + its id
+			last = max(last, v)
+		}
 	}
 	if last != uint64(probesKindK_GROUP_END) {
 		t.Errorf("the last kind is %d, ReturnAddress stops at K_GROUP_END (%d)", last, probesKindK_GROUP_END)
@@ -140,6 +142,12 @@ func TestStashKeys(t *testing.T) {
 		if string(m[1]) == "STASH_DRIVER" { // a base: STASH_DRIVER + kind
 			if base != stashDriver {
 				t.Errorf("STASH_DRIVER is %d, ReturnAddress looks up %d plus a kind", base, stashDriver)
+			}
+			continue
+		}
+		if string(m[1]) == "STASH_CALL" { // a base: STASH_CALL + a call's id
+			if base != stashCall || base < stashDriver+last+1 {
+				t.Errorf("STASH_CALL is %d, ReturnAddress looks up %d plus an id (above the driver's, up to %d)", base, stashCall, stashDriver+last)
 			}
 			continue
 		}
