@@ -70,7 +70,20 @@ type sampleMark struct {
 	// wait is first seen or confirmed within a check of when it is due,
 	// not a period later.
 	retries int
+	// confirm is when the sample due for a call whose return is not
+	// probed (timer's EnteredSince) is, and confirms how many were taken
+	// since: until one tells of the thread (the engine's EnteredSince
+	// moves on), one is taken at each check, maxConfirms at most.
+	confirm  int64
+	confirms int
 }
+
+// maxConfirms bounds the samples taken, one a check, for one call whose
+// return is not probed until one reads its thread: a thread spinning in
+// a launch behind a full queue, on a loaded node, may stay unstopped for
+// several (the first decided a check later each time), and one never
+// stopped costs that many, then a sample a period.
+const maxConfirms = 10
 
 // maxSampleRetries bounds the samples of a rank that missed a thread,
 // tried again at the next check before one counts: a thread that cannot
@@ -114,7 +127,10 @@ func (a *Agent) sampleAll(now int64) {
 		if entered := a.engine.EnteredSince(pid); entered > 0 {
 			confirm = entered + timeout + 1
 		}
-		if confirm == 0 || now < confirm || mark.at >= confirm {
+		if mark.confirm != confirm {
+			mark.confirm, mark.confirms = confirm, 0
+		}
+		if confirm == 0 || now < confirm || mark.confirms >= maxConfirms {
 			if confirm > now {
 				soonest(confirm)
 			}
@@ -140,7 +156,10 @@ func (a *Agent) sampleAll(now int64) {
 		if len(s.Unseen) > 0 && mark.retries < maxSampleRetries {
 			mark.retries++
 		} else {
-			mark = sampleMark{at: now}
+			mark = sampleMark{at: now, confirm: mark.confirm, confirms: mark.confirms}
+		}
+		if confirm > 0 && now >= confirm {
+			mark.confirms++
 		}
 		a.setSampleMark(pid, mark)
 		a.engine.ObserveSample(s)

@@ -249,21 +249,25 @@ func TestBlockedLaunchSampledPastTheTimeout(t *testing.T) {
 	for _, c := range []struct {
 		name    string
 		waitAt  int64 // when the thread is inside the GPU call (1<<62: never)
+		unseen  func(int64) bool
 		decided int64
 		samples []int64
 	}{
 		// (the loop wakes a millisecond at least after a check)
-		{"blocked", 2 * sec, 5*sec + sec/1000, []int64{5*sec + sec/1000}},
-		{"returned", 1 << 62, 0, []int64{5*sec + sec/1000}},
+		{"blocked", 2 * sec, nil, 5*sec + sec/1000, []int64{5*sec + sec/1000}},
+		{"returned", 1 << 62, nil, 0, []int64{5*sec + sec/1000, 10 * sec}},
+		// The spinning thread not stopped in time by four samples (a
+		// loaded node): sampled at each check until one reads it.
+		{"unseen", 2 * sec, func(ts int64) bool { return ts < 9*sec }, 9 * sec, []int64{5*sec + sec/1000, 6 * sec, 7 * sec, 8 * sec, 9 * sec}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			sp := &fakeSampler{waitAt: c.waitAt}
+			sp := &fakeSampler{waitAt: c.waitAt, unseen: c.unseen}
 			b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 1)},
 				func(o *Options) { o.Sampler = sp; o.HangTimeout = 3 * time.Second })
 			b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
 			b.HandleEvent(timer.Event{Time: 2 * sec, PID: 100, TID: 101, Kind: timer.KindLaunch, Kernel: "spin_kernel"})
 			var decidedAt int64
-			for ts := 2 * sec; ts <= 8*sec && decidedAt == 0; ts += sec {
+			for ts := 2 * sec; ts <= 10*sec && decidedAt == 0; ts += sec {
 				b.at(ts)
 				b.Tick(context.Background())
 				if d := b.wakeIn(); d > 0 && d < DefaultInterval {

@@ -42,8 +42,10 @@ Steps are numbered from 0; a fault at step K hangs forever (never exits):
                    on a flag), so no launch call names the stuck kernel
 
 and three where rank R's main thread then blocks in a call that is no
-wait, spinning as CUDA does (driver.c), at the start of step K, behind
-spin_kernel (torch.cuda._sleep's), which never ends:
+wait, spinning as CUDA does (driver.c), at the start of step K (or of the
+first step from K on at which the file XPU_FAKEGPU_FAULT_GATE names
+exists, when set), behind spin_kernel (torch.cuda._sleep's), which never
+ends:
   queue-full       then a loop of small launches that never synchronizes:
                    the stream's queue fills (XPU_FAKEGPU_QUEUE_DEPTH,
                    default 1024) and a cuLaunchKernel waits for a slot
@@ -118,6 +120,8 @@ def parse_args(argv=None):
     p.add_argument("--busy-s", type=float, default=3.0, help="seconds of each busy call")
     p.add_argument("--busy-steps", type=int, default=3, help="steps with a busy call, from --busy-step")
     p.add_argument("--lone", action="store_true", help="one process, no launcher, no RANK in the environment")
+    p.add_argument("--queue-depth", type=int, default=0,
+                   help="operations a stream holds before a launch waits for a slot (XPU_FAKEGPU_QUEUE_DEPTH; default 1024)")
     args = p.parse_args(argv)
     if args.workers is None:
         args.workers = 2 if args.fault == "dataloader-worker" else 0
@@ -822,8 +826,13 @@ class Trainer:
 
     def blocked_call(self, step):
         """queue-full, launch-blocking, free-sync: spin_kernel never ends,
-        then the main thread blocks in a call that is no wait."""
-        if not any(self.fault_here(step, f) for f in ("queue-full", "launch-blocking", "free-sync")):
+        then the main thread blocks in a call that is no wait. With
+        XPU_FAKEGPU_FAULT_GATE=FILE the fault waits, from step K on, for
+        FILE to exist (a monitor attached to the running job meanwhile)."""
+        if self.fault not in ("queue-full", "launch-blocking", "free-sync") or step < self.args.fault_step:
+            return
+        gate = os.environ.get("XPU_FAKEGPU_FAULT_GATE")
+        if gate and not os.path.exists(gate):
             return
         # launched first here: its name is looked up now (a real
         # torch.cuda._sleep's kernel is looked up at its first launch too)
@@ -932,6 +941,8 @@ def rank_main(args):
     rank, world = identity()
     # SIGTERM keeps its default action: a rank blocked inside the GPU
     # library never returns to Python, so a Python handler would never run.
+    if args.queue_depth > 0:
+        os.environ["XPU_FAKEGPU_QUEUE_DEPTH"] = str(args.queue_depth)
     if args.fault == "launch-blocking" or args.busy == "slow-kernel":
         # what people set to debug a hang: every launch waits for its kernel
         os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
