@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -232,7 +233,8 @@ func blockedWatched(t *testing.T, b *testbed.Bed, c blockedCell) outcome {
 	if err := p.Until(60*time.Second, func() bool { return len(p.stepDone(blockedStep)) == n }); err != nil {
 		return outcome{Why: fmt.Sprintf("the job never reached step %d: %v\n%s", blockedStep, err, tail(p.output(), 20))}
 	}
-	w := start(t, []string{bins.xpu, "watch", "--timeout", timeout.String(), "--pid", strconv.Itoa(p.cmd.Process.Pid)})
+	w := start(t, []string{bins.xpu, "watch", "--timeout", timeout.String(), "--pid", strconv.Itoa(p.cmd.Process.Pid)},
+		"XPU_TIMER_LOG_LEVEL=debug")
 	defer w.kill()
 	fail := func(format string, args ...any) outcome {
 		return outcome{Why: fmt.Sprintf(format, args...) + "\nwatch:\n" + tail(w.output(), 30) + "\njob:\n" + tail(p.output(), 10)}
@@ -301,10 +303,11 @@ func blockedLate(t *testing.T, b *testbed.Bed, c blockedCell) outcome {
 		return outcome{Why: err.Error()}
 	}
 	began := time.Now()
-	w := start(t, []string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--pid", strconv.Itoa(p.cmd.Process.Pid)})
+	w := start(t, []string{bins.xpu, "watch", "--timeout", stackTimeout.String(), "--pid", strconv.Itoa(p.cmd.Process.Pid)},
+		"XPU_TIMER_LOG_LEVEL=debug") // its samples, on stderr, for a failure's message
 	defer w.kill()
 	fail := func(format string, args ...any) outcome {
-		return outcome{Why: fmt.Sprintf(format, args...) + "\nwatch:\n" + tail(w.output(), 30)}
+		return outcome{Why: fmt.Sprintf(format, args...) + "\nwatch:\n" + tail(w.output(), 40)}
 	}
 	var h agent.Report
 	err = w.Until(stackTimeout+slack+5*time.Second, func() bool {
@@ -317,7 +320,10 @@ func blockedLate(t *testing.T, b *testbed.Bed, c blockedCell) outcome {
 		return false
 	})
 	if err != nil {
-		return fail("the faulty pid %d not decided: %v", faulty, err)
+		// what its stacks are now (the first sample may have caught the
+		// thread elsewhere)
+		out, _ := exec.Command(bins.xpu, "dump", "--pid", strconv.Itoa(faulty), "--native").CombinedOutput()
+		return fail("the faulty pid %d not decided: %v\nits stacks now:\n%s", faulty, err, tail(string(out), 60))
 	}
 	var at time.Time
 	for _, l := range w.Lines(0) {
