@@ -225,10 +225,9 @@ func (p *proc) entered(ev *Event, s *stream) {
 	c.stream, c.pos = s.id, s.next
 }
 
-// call handles the entry and the return of a call that is no wait of its
-// own (KindCall, a communicator's creation or destruction): inside it,
-// the thread waits for its stream up to the entry, or for the whole
-// device when it names none.
+// call handles the entry and the return of a call made now and then
+// (KindCall): inside it, the thread waits for its stream up to the entry,
+// or for the whole device when it names none.
 func (p *proc) call(ev *Event) {
 	th := p.thread(ev.TID)
 	if ev.Phase == PhaseExit {

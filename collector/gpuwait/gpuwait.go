@@ -73,14 +73,24 @@ func (w Wait) String() string {
 //     inside it (its loop polls, sleeps, checks a timeout).
 //
 // A Site frame alone is no wait: it only names a GPU call inside it.
-func Classify(native []stack.Frame) (Wait, bool) {
+func Classify(native []stack.Frame) (Wait, bool) { return classify(native, false) }
+
+// ClassifyCut is Classify for a stack whose unwinding stopped before its
+// end (stack.Thread.Error): at the trampoline of another tracer's return
+// probe, which took the return address a GPU call was entered with (it
+// sits on the stacks of every process that maps the library). A GPU call
+// on top of it was called from somewhere: it is a wait, its caller
+// unknown.
+func ClassifyCut(native []stack.Frame) (Wait, bool) { return classify(native, true) }
+
+func classify(native []stack.Frame, cut bool) (Wait, bool) {
 	top := 0
 	gpu := false
 	for top < len(native) && inside(native[top]) {
 		gpu = gpu || gpuFrame(native[top])
 		top++
 	}
-	if gpu && top < len(native) {
+	if gpu && (top < len(native) || cut) {
 		w := Wait{Role: Call}
 		for _, f := range native[:top] {
 			switch {

@@ -125,6 +125,12 @@ func TestClassify(t *testing.T) {
 		{"NCCL's proxy thread", stackOf("??", libc, "ncclProxyService", nccl, "start_thread", libc, "clone3", libc), "", 0},
 		{"a framework function named like an API call is no GPU library", stackOf("THCPModule_cudaSynchronize", torch, "main", app), "", 0},
 	} {
+		if w, ok := ClassifyCut(tc.stack); ok != (tc.want != "") || ok && w.String() != tc.want {
+			// a whole stack cut nowhere classifies alike
+			if !strings.HasPrefix(tc.name, "the driver's own thread") && !strings.HasPrefix(tc.name, "NCCL's proxy") {
+				t.Errorf("%s, cut: %q %v, want %q", tc.name, w, ok, tc.want)
+			}
+		}
 		w, ok := Classify(tc.stack)
 		if got := map[bool]string{true: w.String()}[ok]; got != tc.want {
 			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
@@ -135,6 +141,23 @@ func TestClassify(t *testing.T) {
 		if want := map[bool]string{true: "maca", false: "cuda"}[strings.Contains(tc.name, "MACA")]; ok && w.Vendor != want {
 			t.Errorf("%s: vendor %q, want %q", tc.name, w.Vendor, want)
 		}
+	}
+}
+
+// A stack cut at another tracer's return-probe trampoline (the unwinding
+// stopped there: no caller frame) is a wait when GPU frames are on top,
+// its caller unknown; a whole stack that ends in GPU frames (a library's
+// own thread) is none.
+func TestClassifyCut(t *testing.T) {
+	cut := stackOf("fg_spin_wait", libcuda, "sync_all", libcuda, "cuMemcpy", libcuda)
+	if w, ok := ClassifyCut(cut); !ok || w.String() != "cuMemcpy" {
+		t.Errorf("cut stack: %q %v, want cuMemcpy", w, ok)
+	}
+	if w, ok := Classify(cut); ok {
+		t.Errorf("the same stack whole: %q, want no wait (nobody called it)", w)
+	}
+	if w, ok := ClassifyCut(stackOf("compute", app)); ok {
+		t.Errorf("a cut stack of the thread's own work: %q", w)
 	}
 }
 

@@ -75,7 +75,7 @@ func (s *Sampler) Take(pid int) (Result, error) {
 			out.Unseen = append(out.Unseen, th.TID)
 			continue
 		}
-		w, ok := Classify(th.Native)
+		w, ok := classify(th.Native, th.Error != "")
 		if !ok {
 			continue
 		}
