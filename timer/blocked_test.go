@@ -132,6 +132,14 @@ func TestBlockedCalls(t *testing.T) {
 			want:  map[int]want{a: {kind: HangGPU, call: "a call into libcuda.so.1 from ffi_call (seen on its stack)", stackWait: true}},
 		},
 		{
+			name:    "a synchronize that lasts with nothing outstanding the probes saw (events lost): its stack judges",
+			samples: true,
+			in: []input{started(99, a), ev(enter(100, a, a, KindDeviceSynchronize, 0, 0)),
+				seenIn(105, a, "cuCtxSynchronize_v2", a), seenIn(116, a, "cuCtxSynchronize_v2", a)},
+			check: 116.1,
+			want:  map[int]want{a: {kind: HangGPU, call: "cuCtxSynchronize_v2 from step (seen on its stack)", stackWait: true}},
+		},
+		{
 			name:    "CUDA_LAUNCH_BLOCKING with kernels of 3 s: every launch returns in time",
 			samples: true,
 			in: []input{started(99, a), ev(launch(100, a, a, 0, "slow")), ev(launch(103, a, a, 0, "slow")), ev(launch(106, a, a, 0, "slow")),

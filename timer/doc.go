@@ -200,11 +200,13 @@
 // waits for, and its Python frames. The same samples tell the calls
 // whose return is not probed (see "Waiters and the hang rule"): the
 // caller takes one just past EnteredSince plus the timeout. A thread the
-// probes saw enter a call it has not returned from, in a process they saw
-// from its start (so all its GPU work), is left to the probe rule, which
-// knows what it waits for: a module compiled in the driver with nothing
-// outstanding is no wait however long. One thread is in the same wait
-// across samples when they
+// probes saw enter a call made now and then (KindCall) it has not
+// returned from, in a process they saw from its start (so all its GPU
+// work), is left to the probe rule, which knows what it waits for: a
+// module compiled in the driver with nothing outstanding is no wait
+// however long. (A synchronize or a copy waits on GPU work by what it is:
+// one that lasts waits on work the probes missed, which its stack shows.)
+// One thread is in the same wait across samples when they
 // name the same routine (else the same call) and the same Python frames,
 // and the probes saw the thread make no call in between but queries
 // answered "not ready" (the polls of a wait): a call entered or returned,

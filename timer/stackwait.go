@@ -134,13 +134,16 @@ func (p *proc) sampledCalls(s *Sample) {
 // probesJudge says whether the probes know the call a thread of p is in
 // well enough for their rule alone to judge it, not its stack: they saw
 // the process from its start (so every GPU work it issued), and the
-// thread enter a call it has not returned from (a call whose return is
-// not probed included: its samples confirm it). A process followed while
-// it ran may wait on work issued before the probes came, which only its
-// stack shows.
+// thread enter a call made now and then (KindCall) it has not returned
+// from, which may keep it busy on the CPU (a module compiled from PTX):
+// with nothing outstanding it is no wait however long. A synchronize or
+// a copy waits on GPU work by what it is: one that lasts waits on work
+// the probes did not see (events lost), which its stack still shows. A
+// process followed while it ran may wait on work issued before the probes
+// came, which only its stack shows.
 func (p *proc) probesJudge(tid int) bool {
 	th := p.threads[tid]
-	return p.execAt > 0 && th != nil && th.in.state != outside
+	return p.execAt > 0 && th != nil && th.in.state == inside && th.in.kind == KindCall
 }
 
 // EnteredSince is the entry of the oldest call a thread of pid is in
