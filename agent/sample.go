@@ -96,10 +96,11 @@ const maxSampleRetries = 3
 // is not sampled (it is not stuck, and a healthy probed job costs no
 // stop); one that stops issuing is sampled a period after its last work.
 // A rank with a thread in a call whose return the probes do not see (a
-// launch, timer's EnteredSince) is sampled once just past the timeout
-// after the entry, whatever its period and its last work: that sample
-// tells whether the thread is blocked in the call (then decided at once)
-// or returned; a thread that returns in time costs no stop. A sample
+// launch, timer's EnteredSince) is sampled just past the timeout after
+// the entry, whatever its period and its last work, and at each check
+// after until a sample reads that thread (maxConfirms): it tells whether
+// the thread is blocked in the call (then decided at once) or returned;
+// a thread that returns in time costs no stop. A sample
 // that fails (the rank exited, or is being dumped) is tried again at the
 // next check, and so is, a few times, one that could not stop every
 // thread (sampleMark).
