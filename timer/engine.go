@@ -173,12 +173,12 @@ func (e *Engine) handle(ev *Event) {
 		p.entered(ev, p.record(ev))
 	case KindEventQuery:
 		p.eventQuery(ev)
-		p.thread(ev.TID).in = inCall{}
+		p.thread(ev.TID).in.leave()
 	case KindEventSynchronize, KindStreamSynchronize, KindDeviceSynchronize:
 		p.blocking(ev)
 	case KindStreamQuery:
 		th := p.thread(ev.TID)
-		th.in = inCall{}
+		th.in.leave()
 		if ev.Ret == 0 {
 			s := p.stream(ev.Stream)
 			p.retire(s, s.next, ev.Time)
@@ -188,9 +188,9 @@ func (e *Engine) handle(ev *Event) {
 		p.entered(ev, p.waitEvent(ev))
 	case KindEventElapsed:
 		p.elapsed(ev)
-		p.thread(ev.TID).in = inCall{}
+		p.thread(ev.TID).in.leave()
 	case KindCommInit: // at its return
-		p.thread(ev.TID).in = inCall{}
+		p.thread(ev.TID).in.leave()
 		p.commInit(ev)
 	case KindCommDestroy: // at its entry
 		p.commDestroy(ev)
@@ -199,7 +199,7 @@ func (e *Engine) handle(ev *Event) {
 		p.call(ev)
 	case KindGroupStart:
 		p.groupDepth++
-		p.thread(ev.TID).in = inCall{}
+		p.thread(ev.TID).in.leave()
 	case KindGroupEnd:
 		if p.groupDepth > 0 {
 			p.groupDepth--

@@ -214,6 +214,13 @@ func (p *proc) issue(ev *Event) *stream {
 // or, when s is nil (ncclGroupEnd), for the whole device.
 func (p *proc) entered(ev *Event, s *stream) {
 	c := &p.thread(ev.TID).in
+	if s != nil && c.state == entered && c.kind == ev.Kind && c.stream == s.id && c.seen == 0 {
+		// The same call again, on the same stream (a loop of launches):
+		// nothing else of it set (a call of one stream has no targets, a
+		// sample's name comes with seen).
+		c.since, c.pos, c.op, c.vendor = ev.Time, s.next, ev.Op, ev.Vendor
+		return
+	}
 	if c.name != "" || c.targets != nil || c.event != nil || c.stackCall != "" {
 		*c = inCall{} // what another kind of call left (a launch leaves none: the path of every launch)
 	}
@@ -231,7 +238,8 @@ func (p *proc) entered(ev *Event, s *stream) {
 func (p *proc) call(ev *Event) {
 	th := p.thread(ev.TID)
 	if ev.Phase == PhaseExit {
-		th.in, th.returned = inCall{}, ev.Time
+		th.in.leave()
+		th.returned = ev.Time
 		return
 	}
 	th.in = inCall{state: inside, kind: ev.Kind, vendor: ev.Vendor, name: ev.Call, since: ev.Time, stream: ev.Stream}
@@ -330,7 +338,8 @@ func (p *proc) memcpy(ev *Event) {
 		return
 	}
 	w := th.in
-	th.in, th.returned = inCall{}, ev.Time
+	th.in.leave()
+	th.returned = ev.Time
 	if w.state != inside || w.kind != KindMemcpy || ev.Ret != 0 {
 		return
 	}
@@ -417,7 +426,8 @@ func (p *proc) blocking(ev *Event) {
 		return
 	}
 	w := th.in
-	th.in, th.returned = inCall{}, ev.Time
+	th.in.leave()
+	th.returned = ev.Time
 	if w.state != inside && ev.Kind == KindEventSynchronize && ev.Ret == 0 {
 		// Entry not seen (tracing began inside the call): the event's
 		// latest record is what it waited for.

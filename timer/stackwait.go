@@ -126,7 +126,7 @@ func (p *proc) sampledCalls(s *Sample) {
 		if i := slices.IndexFunc(s.Waits, func(w ThreadWait) bool { return w.TID == tid }); i >= 0 {
 			c.seen, c.stackCall = s.Time, s.Waits[i].Call
 		} else {
-			*c = inCall{}
+			c.leave()
 		}
 	}
 }

@@ -12,9 +12,9 @@ type target struct {
 
 // thread is the wait state of one thread.
 type thread struct {
-	in       inCall // the call it is in, as the probes saw it enter
+	returned int64  // latest entry to or return from a blocking call, or ready answer to a query: a wait it was in before ended by then
+	in       inCall // the call it is in, as the probes saw it enter (beside returned: a launch writes both)
 	polls    []pollStreak
-	returned int64 // latest entry to or return from a blocking call, or ready answer to a query: a wait it was in before ended by then
 }
 
 // callState is what the probes know of the call a thread is in.
@@ -42,26 +42,39 @@ const (
 // value, overwritten at every call (no allocation for the calls of every
 // step).
 type inCall struct {
+	// What a launch writes first (proc.entered's loop of launches: one
+	// cache line with thread.returned).
 	state  callState
 	kind   Kind
 	vendor Vendor
 	op     CollOp // a collective's operation
-	name   string // KindCall: the function (Event.Call)
 	since  int64  // the entry
 	stream uint64 // the stream it waits on, 0 for device-wide
 	// What it waits for: every item of stream below pos (a call of one
 	// stream), or targets when set (device-wide calls, event
 	// synchronizes).
-	pos     uint64
-	targets []target
-	copyPos uint64    // KindMemcpy: the copy's own end position on stream 0
-	event   *eventRec // KindEventSynchronize
-	gen     uint64
-	seen    int64 // entered: the latest native sample after the entry that saw the thread inside a GPU call; 0 when none
+	pos  uint64
+	seen int64 // entered: the latest native sample after the entry that saw the thread inside a GPU call; 0 when none
 	// stackCall is the call that sample's stack names, "" when none: the
 	// very entry point (cuLaunchKernelEx, the runtime's cudaLaunchKernel),
 	// where the probes' record names only the kind.
 	stackCall string
+	name      string // KindCall: the function (Event.Call)
+	targets   []target
+	copyPos   uint64    // KindMemcpy: the copy's own end position on stream 0
+	event     *eventRec // KindEventSynchronize
+	gen       uint64
+}
+
+// leave marks the thread outside any call (it returned): what the last
+// call left is cleared only where it set something, so that the path of
+// every query writes one byte.
+func (c *inCall) leave() {
+	if c.name != "" || c.targets != nil || c.event != nil || c.stackCall != "" {
+		*c = inCall{}
+		return
+	}
+	c.state = outside
 }
 
 // waitsFor is what the call waits for.
