@@ -143,7 +143,8 @@ else
 	W_BOUND="$wl launchbound" W_RATE="$wl launchbound"
 	W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-20000} DWELL=${DWELL:-3} PYP=$PY
 	# the 580 driver's exported frame is on the stack above its internals
-	K_SPIN=spin_kernel C_LAUNCH='cuLaunchKernel'
+	# (cuLaunchKernel in the lead's dumps of 2026-11-28; its twins too)
+	K_SPIN=spin_kernel C_LAUNCH='cuLaunchKernel(Ex)?(_ptsz)?'
 	libs=$($wl libs) || { echo "gpu-check: $PY cannot use the GPU" >&2; exit 2; }
 	CUDART=$(sed -n 's/^cudart=//p' <<<"$libs" | head -1) CUDA=$(sed -n 's/^cuda=//p' <<<"$libs" | head -1)
 fi
