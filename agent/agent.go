@@ -149,7 +149,7 @@ func New(o Options) *Agent {
 	return &Agent{
 		o:        o,
 		log:      o.Logger,
-		engine:   timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout}),
+		engine:   timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
 		rec:      trace.New(0),
 		start:    o.Now(),
 		book:     newRankBook(),

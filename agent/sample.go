@@ -70,7 +70,20 @@ type sampleMark struct {
 	// wait is first seen or confirmed within a check of when it is due,
 	// not a period later.
 	retries int
+	// confirm is when the sample due for a call whose return is not
+	// probed (timer's EnteredSince) is, and confirms how many were taken
+	// since: until one tells of the thread (the engine's EnteredSince
+	// moves on), one is taken at each check, maxConfirms at most.
+	confirm  int64
+	confirms int
 }
+
+// maxConfirms bounds the samples taken, one a check, for one call whose
+// return is not probed until one reads its thread: a thread spinning in
+// a launch behind a full queue, on a loaded node, may stay unstopped for
+// several (the first decided a check later each time), and one never
+// stopped costs that many, then a sample a period.
+const maxConfirms = 10
 
 // maxSampleRetries bounds the samples of a rank that missed a thread,
 // tried again at the next check before one counts: a thread that cannot
@@ -82,9 +95,15 @@ const maxSampleRetries = 3
 // the engine. A rank the probes saw issue GPU work within the last period
 // is not sampled (it is not stuck, and a healthy probed job costs no
 // stop); one that stops issuing is sampled a period after its last work.
-// A sample that fails (the rank exited, or is being dumped) is tried
-// again at the next check, and so is, a few times, one that could not
-// stop every thread (sampleMark).
+// A rank with a thread in a call whose return the probes do not see (a
+// launch, timer's EnteredSince) is sampled just past the timeout after
+// the entry, whatever its period and its last work, and at each check
+// after until a sample reads that thread (maxConfirms): it tells whether
+// the thread is blocked in the call (then decided at once) or returned;
+// a thread that returns in time costs no stop. A sample
+// that fails (the rank exited, or is being dumped) is tried again at the
+// next check, and so is, a few times, one that could not stop every
+// thread (sampleMark).
 func (a *Agent) sampleAll(now int64) {
 	if a.o.Sampler == nil {
 		return
@@ -92,21 +111,39 @@ func (a *Agent) sampleAll(now int64) {
 	a.sampleUnsampled(now)
 	period, timeout, slack := int64(SamplePeriod(a.o.HangTimeout)), int64(a.o.HangTimeout), int64(a.o.Interval/2)
 	var wake int64
+	soonest := func(t int64) {
+		if wake == 0 || t < wake {
+			wake = t
+		}
+	}
 	for _, pid := range a.book.live() {
 		a.mu.Lock()
 		mark := a.sampled[pid]
 		a.mu.Unlock()
 		since := a.engine.StackWaitSince(pid)
-		// After a sample that missed a thread, mark.at is that of the one
-		// before: due again now.
-		if next := nextSample(mark.at, period, slack, since, timeout); now < next {
-			if since > 0 && next == since+timeout+1 && (wake == 0 || next < wake) {
-				wake = next // the sample that confirms a wait
-			}
-			continue
+		// The sample that confirms or ends a call whose return is not
+		// probed; after one that missed a thread, mark.at is that of the
+		// one before: due again now.
+		var confirm int64
+		if entered := a.engine.EnteredSince(pid); entered > 0 {
+			confirm = entered + timeout + 1
 		}
-		if lw := a.engine.LastWork(pid); lw > 0 && now-lw < period {
-			continue
+		if mark.confirm != confirm {
+			mark.confirm, mark.confirms = confirm, 0
+		}
+		if confirm == 0 || now < confirm || mark.confirms >= maxConfirms {
+			if confirm > now {
+				soonest(confirm)
+			}
+			if next := nextSample(mark.at, period, slack, since, timeout); now < next {
+				if since > 0 && next == since+timeout+1 {
+					soonest(next) // the sample that confirms a wait
+				}
+				continue
+			}
+			if lw := a.engine.LastWork(pid); lw > 0 && now-lw < period {
+				continue
+			}
 		}
 		s, err := a.o.Sampler.Sample(pid, now)
 		if err != nil {
@@ -120,7 +157,10 @@ func (a *Agent) sampleAll(now int64) {
 		if len(s.Unseen) > 0 && mark.retries < maxSampleRetries {
 			mark.retries++
 		} else {
-			mark = sampleMark{at: now}
+			mark = sampleMark{at: now, confirm: mark.confirm, confirms: mark.confirms}
+		}
+		if confirm > 0 && now >= confirm {
+			mark.confirms++
 		}
 		a.setSampleMark(pid, mark)
 		a.engine.ObserveSample(s)

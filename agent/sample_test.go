@@ -237,3 +237,56 @@ func TestFollowSamplesRunningOnce(t *testing.T) {
 		})
 	}
 }
+
+// A rank whose thread entered a launch and made no call since (a launch
+// behind a full queue, or under CUDA_LAUNCH_BLOCKING, behind a kernel
+// that never ends) is sampled once just past the timeout after the entry,
+// whatever its period and its last work (the launch itself), and decided
+// at that check when the thread is inside the GPU call; a launch that
+// returned costs that one sample, the next a period on. With a 3 s timeout the 5 s period alone
+// would take the first sample too late.
+func TestBlockedLaunchSampledPastTheTimeout(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		waitAt  int64 // when the thread is inside the GPU call (1<<62: never)
+		unseen  func(int64) bool
+		decided int64
+		samples []int64
+	}{
+		// (the loop wakes a millisecond at least after a check)
+		{"blocked", 2 * sec, nil, 5*sec + sec/1000, []int64{5*sec + sec/1000}},
+		{"returned", 1 << 62, nil, 0, []int64{5*sec + sec/1000, 10 * sec}},
+		// The spinning thread not stopped in time by four samples (a
+		// loaded node): sampled at each check until one reads it.
+		{"unseen", 2 * sec, func(ts int64) bool { return ts < 9*sec }, 9 * sec, []int64{5*sec + sec/1000, 6 * sec, 7 * sec, 8 * sec, 9 * sec}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			sp := &fakeSampler{waitAt: c.waitAt, unseen: c.unseen}
+			b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 1)},
+				func(o *Options) { o.Sampler = sp; o.HangTimeout = 3 * time.Second })
+			b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindProcessExec})
+			b.HandleEvent(timer.Event{Time: 2 * sec, PID: 100, TID: 101, Kind: timer.KindLaunch, Kernel: "spin_kernel"})
+			var decidedAt int64
+			for ts := 2 * sec; ts <= 10*sec && decidedAt == 0; ts += sec {
+				b.at(ts)
+				b.Tick(context.Background())
+				if d := b.wakeIn(); d > 0 && d < DefaultInterval {
+					ts += int64(d) // the loop wakes for the confirming sample
+					b.at(ts)
+					b.Tick(context.Background())
+					ts -= int64(d)
+				}
+				if hs := b.events("hang"); len(hs) > 0 {
+					decidedAt = hs[0].Time.UnixNano()
+					if hs[0].Kind != timer.HangGPU || len(hs[0].Waiters) != 1 || hs[0].Waiters[0].Call != "cuCtxSynchronize_v2" ||
+						hs[0].Waiters[0].Since != 2*sec || hs[0].Kernel != "spin_kernel" {
+						t.Errorf("report %+v", hs[0])
+					}
+				}
+			}
+			if got := sp.times[100]; !slices.Equal(got, c.samples) || (decidedAt != 0) != (c.decided != 0) {
+				t.Errorf("samples at %v, decided %v; want %v, decided %v", asDurations(got), decidedAt != 0, asDurations(c.samples), c.decided != 0)
+			}
+		})
+	}
+}

@@ -41,6 +41,11 @@ func (a *Agent) Tick(ctx context.Context) {
 			}
 			attrs := []any{"pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
 				"age", float64(h.AgeNs) / 1e9, "waiters", len(h.Waiters)}
+			if len(h.Waiters) > 0 && h.Kind == timer.HangGPU && h.StackWait == nil {
+				// the call the waiting thread is in: a synchronize, a
+				// launch behind a full queue, a free
+				attrs = append(attrs, "call", h.Waiters[0].Call)
+			}
 			if r.OldestOp != "" && r.OldestOp != r.Op {
 				// what holds the awaited op back: a kernel by its name
 				// (a Triton kernel's included) where the probes know it

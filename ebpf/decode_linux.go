@@ -66,6 +66,15 @@ func decode(ev *timer.Event, r *probesCall) {
 		ev.NRanks, ev.Rank = int32(r.Size), int32(r.Size>>32)
 	case timer.KindCommDestroy:
 		ev.Comm = r.Handle2
+	case timer.KindCall:
+		var c callName
+		if int(r.Op) < len(callNames) {
+			c = callNames[r.Op]
+		}
+		ev.CallName = c.symbol
+		if !c.stream {
+			ev.Stream = 0 // the first argument, no stream
+		}
 	case timer.KindCollective:
 		ev.Ret = 0 // the peer
 		ev.Op = timer.CollOp(r.Op)

@@ -82,6 +82,8 @@ var callKinds = map[string]struct {
 	"Broadcast": {kind: timer.KindCollective}, "Reduce": {kind: timer.KindCollective},
 	"Send": {kind: timer.KindCollective}, "Recv": {kind: timer.KindCollective},
 	"GroupStart": {kind: timer.KindGroupStart}, "GroupEnd": {kind: timer.KindGroupEnd},
+	"Malloc": {kind: timer.KindCall, blocking: true}, "Free": {kind: timer.KindCall, blocking: true},
+	"StreamDestroy": {kind: timer.KindCall, blocking: true},
 }
 
 var collOps = map[string]timer.CollOp{"AllReduce": timer.OpAllReduce, "AllGather": timer.OpAllGather,
@@ -212,6 +214,8 @@ func checkFields(t *testing.T, c callLine, ev timer.Event, vendor timer.Vendor, 
 			check("func", ev.Func, u(k))
 		case "kernel":
 			check("kernel", ev.Kernel, c.KV[k])
+		case "fn":
+			check("call", ev.CallName, c.KV[k])
 		case "grid":
 			check("grid", ev.Grid, dims(k))
 		case "block":

@@ -29,6 +29,7 @@
  *     a split (op 1)  -           parent comm     comm              color|key<<32
  *   COMM_DESTROY      -           -               comm
  *   COLLECTIVE        stream      dtype|redop<<32 comm              count           peer/root (-1: none)
+ *   CALL              1st arg                                                       (op: the call's id)
  *   EV_FORK           -           parent pid
  *
  * A launch's dimensions are packed to CUDA's limits (grid x 32 bits, y
@@ -60,8 +61,9 @@
  * cookie says which: bits 0-7 vendor (0 CUDA, 1 MACA), bits 8-15 the
  * collective op (timer.CollOp) or the timer.Kind of a generic exit probe,
  * bits 16-23 the copy kind of a driver copy (its name says it: cuMemcpyHtoD
- * is 1, cudaMemcpyHostToDevice), bit 24 (COOKIE_DRIVER) set on the driver's
- * calls (table.go, probe.Cookie).
+ * is 1, cudaMemcpyHostToDevice) or the id of a K_CALL (table.go, callNames),
+ * bit 24 (COOKIE_DRIVER) set on the driver's calls (table.go,
+ * probe.Cookie).
  *
  * One trap per call
  * -----------------
@@ -128,6 +130,8 @@
  *                comm [sp+8], stream [sp+16])
  *   ncclSend/Recv(buf di, count si, dtype dx, peer cx, comm r8, stream r9)
  *   ncclGroupStart/End()
+ *   the calls made now and then (K_CALL: cuMemFree_v2(ptr di),
+ *                cuStreamDestroy_v2(stream di), ...)        enter + exit
  * A CUfunction or CUkernel of NVIDIA's driver is an opaque handle no ELF
  * symbol names: func_names maps (tgid, handle) to the name the process
  * looked it up by, for Go to name the launches of it.
@@ -201,6 +205,8 @@ enum kind {
 	K_COLLECTIVE = 15,
 	K_GROUP_START = 16,
 	K_GROUP_END = 17,
+	/* 18, 19: Go's own (a process started, exited) */
+	K_CALL = 20,
 };
 
 enum { PHASE_ENTER = 0, PHASE_EXIT = 1 };
@@ -210,6 +216,7 @@ enum {
 	STASH_GET_FUNCTION = 64,
 	STASH_SPLIT = 64 + K_COMM_INIT,
 	STASH_KERNEL_FUNCTION = 64 + K_LAUNCH,
+	STASH_CALL = 256, /* + a K_CALL's id: two calls of a thread may nest */
 };
 
 #define COOKIE_DRIVER (1ULL << 24)
@@ -542,7 +549,7 @@ static __always_inline __u64 stack_arg(struct pt_regs *ctx, int n)
 			__builtin_memset(&(v), 0, sizeof(v));                    \
 	} while (0)
 
-static __always_inline __u64 stash_key(__u64 pid_tgid, __u8 kind)
+static __always_inline __u64 stash_key(__u64 pid_tgid, __u32 kind)
 {
 	return ((__u64)kind << 32) | (__u32)pid_tgid;
 }
@@ -787,6 +794,8 @@ int graph_launch(struct pt_regs *ctx)
 
 /* The copy kind of a driver copy: its name's (cookie), cudaMemcpyKind's values. */
 #define COPY_KIND(cookie) (((cookie) >> 16) & 0xff)
+/* The id of a K_CALL (a call made now and then) in its place. */
+#define CALL_ID(cookie) (((cookie) >> 16) & 0xff)
 
 SEC("uprobe")
 int memcpy_async(struct pt_regs *ctx)
@@ -914,7 +923,7 @@ int call_exit(struct pt_regs *ctx)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	__u8 kind = cookie >> 8;
-	__u64 key = stash_key(pid_tgid, kind);
+	__u64 key = stash_key(pid_tgid, kind == K_CALL ? STASH_CALL + CALL_ID(cookie) : kind);
 	struct stash a;
 	if (!take_stash(key, &a))
 		return 0;
@@ -944,7 +953,36 @@ int call_exit(struct pt_regs *ctx)
 		bpf_probe_read_user(&ms, sizeof(ms), (void *)a.a0);
 		e->size = ms;
 		break;
+	case K_CALL:
+		e->op = CALL_ID(cookie);
+		e->stream = a.a0;
+		break;
 	}
+	publish(e, pos);
+	return 0;
+}
+
+/* ---- calls made now and then ---------------------------------------- */
+
+/*
+ * A call a thread may block in that is no wait of its own, made now and
+ * then, not at every step (table.go: allocations, frees, memsets, host
+ * registration, destroys and unloads, module loads, NCCL's finalize): an
+ * entry record (op: the call's id; stream: its first argument, which Go
+ * keeps where it is a stream) and, through call_exit, the return's.
+ */
+SEC("uprobe")
+int call_enter(struct pt_regs *ctx)
+{
+	FOLLOWED();
+	struct stash s = {};
+	save_return(ctx, &s);
+	s.a0 = ARG1(ctx);
+	__u64 key = stash_key(pid_tgid, STASH_CALL + CALL_ID(cookie));
+	bpf_map_update_elem(&stashes, &key, &s, BPF_ANY);
+	RECORD(K_CALL, PHASE_ENTER);
+	e->op = CALL_ID(cookie);
+	e->stream = s.a0;
 	publish(e, pos);
 	return 0;
 }

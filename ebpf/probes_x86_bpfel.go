@@ -62,6 +62,7 @@ const (
 	probesKindK_COLLECTIVE        probesKind = 15
 	probesKindK_GROUP_START       probesKind = 16
 	probesKindK_GROUP_END         probesKind = 17
+	probesKindK_CALL              probesKind = 20
 )
 
 type probesProcKind uint32
@@ -114,6 +115,7 @@ const (
 	probesMapStashes                 = "stashes"
 	probesMapUnheld                  = "unheld"
 	probesMapWakes                   = "wakes"
+	probesProgCallEnter              = "call_enter"
 	probesProgCallExit               = "call_exit"
 	probesProgCollAllGather          = "coll_all_gather"
 	probesProgCollBroadcast          = "coll_broadcast"
@@ -208,6 +210,7 @@ type probesSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type probesProgramSpecs struct {
+	CallEnter              *ebpf.ProgramSpec `ebpf:"call_enter"`
 	CallExit               *ebpf.ProgramSpec `ebpf:"call_exit"`
 	CollAllGather          *ebpf.ProgramSpec `ebpf:"coll_all_gather"`
 	CollBroadcast          *ebpf.ProgramSpec `ebpf:"coll_broadcast"`
@@ -350,6 +353,7 @@ type probesVariables struct {
 //
 // It can be passed to loadProbesObjects or ebpf.CollectionSpec.LoadAndAssign.
 type probesPrograms struct {
+	CallEnter              *ebpf.Program `ebpf:"call_enter"`
 	CallExit               *ebpf.Program `ebpf:"call_exit"`
 	CollAllGather          *ebpf.Program `ebpf:"coll_all_gather"`
 	CollBroadcast          *ebpf.Program `ebpf:"coll_broadcast"`
@@ -396,6 +400,7 @@ type probesPrograms struct {
 
 func (p *probesPrograms) Close() error {
 	return _ProbesClose(
+		p.CallEnter,
 		p.CallExit,
 		p.CollAllGather,
 		p.CollBroadcast,

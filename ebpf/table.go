@@ -16,6 +16,7 @@ type probe struct {
 	Vendor   timer.Vendor
 	Arg      uint8 // cookie bits 8-15: collective op, or the kind of a call_exit
 	Copy     uint8 // cookie bits 16-23: the copy kind a driver copy's name says
+	CallID   uint8 // cookie bits 16-23 of a call made now and then (callNames), in Copy's place
 	Driver   bool  // cookie bit 24: a driver call (its copy kind is in the cookie)
 	Twin     bool  // a per-thread-stream twin (_ptsz, _ptds): absent in many builds, never reported missing
 	Optional bool  // a call of newer releases only (cuLibraryGetKernel, CUDA 12): never reported missing
@@ -35,7 +36,7 @@ const (
 // Cookie is the attach cookie the programs read with bpf_get_attach_cookie
 // (probes.bpf.c's header comment).
 func (p probe) Cookie() uint64 {
-	c := uint64(p.Vendor) | uint64(p.Arg)<<8 | uint64(p.Copy)<<16
+	c := uint64(p.Vendor) | uint64(p.Arg)<<8 | uint64(p.Copy|p.CallID)<<16
 	if p.Driver {
 		c |= 1 << 24
 	}
@@ -50,6 +51,17 @@ type call struct {
 	twins       []string // suffixes of per-thread-default-stream variants
 	optional    bool     // absent from older releases: never reported missing
 	part        part
+	stream      bool     // a call made now and then whose first argument is a stream
+}
+
+// nowAndThen makes a call made now and then (not at every step): one a
+// thread may block in that is no wait of its own. Its entry and return
+// are probed (a return probe costs nothing a step there); the engine
+// knows only that the thread is inside it (timer.KindCall), waiting on
+// the whole device, or on its stream when it takes one.
+func nowAndThen(name string, c call) call {
+	c.name, c.entry, c.exit, c.arg = name, "call_enter", "call_exit", uint8(timer.KindCall)
+	return c
 }
 
 // Copy kinds of the driver's copies, by name (cudaMemcpyKind's values).
@@ -117,6 +129,58 @@ var driverCalls = []call{
 	{name: "ModuleGetFunction", entry: "get_function_enter", exit: "get_function_exit", part: partName},
 	{name: "LibraryGetKernel", entry: "get_function_enter", exit: "get_function_exit", optional: true, part: partName},
 	{name: "KernelGetFunction", entry: "kernel_get_function_enter", exit: "kernel_get_function_exit", optional: true, part: partLookup},
+	// Made now and then: allocations and frees (CUDA documents that they
+	// synchronize the device: torch.cuda.empty_cache() frees its cached
+	// blocks with cuMemFree_v2), synchronous memsets, host registration,
+	// destroys and unloads, module loads (which compile PTX), and context
+	// teardown.
+	nowAndThen("MemAlloc_v2", call{}),
+	nowAndThen("MemAllocHost_v2", call{}),
+	nowAndThen("MemHostAlloc", call{}),
+	nowAndThen("MemAllocManaged", call{optional: true}),
+	nowAndThen("MemAllocPitch_v2", call{optional: true}),
+	nowAndThen("MemFree_v2", call{}),
+	nowAndThen("MemFreeHost", call{}),
+	nowAndThen("MemHostRegister_v2", call{}),
+	nowAndThen("MemHostUnregister", call{}),
+	nowAndThen("MemsetD8_v2", call{twins: []string{"_ptds"}}),
+	nowAndThen("MemsetD16_v2", call{twins: []string{"_ptds"}, optional: true}),
+	nowAndThen("MemsetD32_v2", call{twins: []string{"_ptds"}}),
+	nowAndThen("StreamDestroy_v2", call{stream: true}),
+	nowAndThen("EventDestroy_v2", call{}),
+	nowAndThen("GraphDestroy", call{}),
+	nowAndThen("GraphExecDestroy", call{}),
+	nowAndThen("GraphInstantiateWithFlags", call{optional: true}),
+	nowAndThen("ModuleLoad", call{}),
+	nowAndThen("ModuleLoadData", call{}),
+	nowAndThen("ModuleLoadDataEx", call{}),
+	nowAndThen("ModuleLoadFatBinary", call{optional: true}),
+	nowAndThen("ModuleUnload", call{}),
+	nowAndThen("LibraryLoadData", call{optional: true}),
+	nowAndThen("LibraryLoadFromFile", call{optional: true}),
+	nowAndThen("LibraryUnload", call{optional: true}),
+	nowAndThen("CtxDestroy_v2", call{}),
+	nowAndThen("DevicePrimaryCtxRelease_v2", call{}),
+	nowAndThen("DevicePrimaryCtxReset_v2", call{}),
+}
+
+// macaNowAndThen are the MACA runtime's calls made now and then (MACA has
+// no driver we probe: its runtime's are). CUDA's runtime makes the same
+// through the driver's (driverCalls), probed there alone.
+var macaNowAndThen = []call{
+	nowAndThen("Malloc", call{}),
+	nowAndThen("MallocHost", call{}),
+	nowAndThen("HostAlloc", call{optional: true}),
+	nowAndThen("Free", call{}),
+	nowAndThen("FreeHost", call{}),
+	nowAndThen("HostRegister", call{optional: true}),
+	nowAndThen("HostUnregister", call{optional: true}),
+	nowAndThen("Memset", call{}),
+	nowAndThen("StreamDestroy", call{stream: true}),
+	nowAndThen("EventDestroy", call{}),
+	nowAndThen("GraphDestroy", call{optional: true}),
+	nowAndThen("GraphExecDestroy", call{optional: true}),
+	nowAndThen("DeviceReset", call{optional: true}),
 }
 
 var collectiveCalls = []call{
@@ -134,10 +198,23 @@ var collectiveCalls = []call{
 	{name: "Recv", entry: "coll_p2p", arg: uint8(timer.OpRecv)},
 	{name: "GroupStart", entry: "group_start"},
 	{name: "GroupEnd", entry: "group_end"},
+	nowAndThen("CommFinalize", call{optional: true}), // NCCL 2.14+
 }
 
-// probes is every symbol we know, CUDA and MACA.
-var probes = buildProbes()
+// probes is every symbol we know, CUDA and MACA; callNames the calls made
+// now and then among them, by id (a K_CALL record's op, its probe's
+// CallID).
+var probes, callNames = buildProbes()
+
+// callName is a call made now and then: its function, and whether its
+// first argument is a stream.
+type callName struct {
+	symbol string
+	stream bool
+}
+
+// maxCallIDs bounds callNames: an id is a byte.
+const maxCallIDs = 256
 
 // probeBySymbol indexes probes by symbol name.
 var probeBySymbol = func() map[string]probe {
@@ -148,26 +225,34 @@ var probeBySymbol = func() map[string]probe {
 	return m
 }()
 
-func buildProbes() []probe {
+func buildProbes() ([]probe, []callName) {
 	var out []probe
+	var names []callName
 	add := func(prefix, group string, v timer.Vendor, calls []call) {
 		for _, c := range calls {
 			p := probe{Symbol: prefix + c.name, Group: group, Entry: c.entry, Exit: c.exit, Vendor: v, Arg: c.arg,
 				Copy: c.copy, Driver: group == "driver", Optional: c.optional, Part: c.part}
-			out = append(out, p)
+			symbols := []string{p.Symbol}
 			for _, s := range c.twins {
-				t := p
-				t.Symbol += s
-				t.Twin = true
-				out = append(out, t)
+				symbols = append(symbols, p.Symbol+s)
+			}
+			for i, sym := range symbols {
+				q := p
+				q.Symbol, q.Twin = sym, i > 0
+				if c.entry == "call_enter" {
+					q.CallID = uint8(len(names)) // maxCallIDs: TestCallNames
+					names = append(names, callName{symbol: sym, stream: c.stream})
+				}
+				out = append(out, q)
 			}
 		}
 	}
 	add("cu", "driver", timer.VendorCUDA, driverCalls)
 	add("nccl", "collective", timer.VendorCUDA, collectiveCalls)
 	add("mc", "runtime", timer.VendorMACA, runtimeCalls)
+	add("mc", "runtime", timer.VendorMACA, macaNowAndThen)
 	add("mccl", "collective", timer.VendorMACA, collectiveCalls)
-	return append(out, loaderProbe)
+	return append(out, loaderProbe), names
 }
 
 // loaderProbe is on the dynamic loader (ld.so): it reports each change of

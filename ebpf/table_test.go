@@ -153,3 +153,42 @@ func TestPlanParts(t *testing.T) {
 		t.Errorf("without copy and event probes, missing %v", missing)
 	}
 }
+
+// TestCallNames checks the calls made now and then: each has its id (a
+// byte) in its cookie and its name under that id, the return probed and
+// the kind a KindCall; CUDA's are the driver's alone (its runtime makes
+// them through the driver), MACA's the runtime's.
+func TestCallNames(t *testing.T) {
+	if len(callNames) == 0 || len(callNames) > maxCallIDs {
+		t.Fatalf("%d calls made now and then, want 1 to %d", len(callNames), maxCallIDs)
+	}
+	seen := map[string]bool{}
+	for _, p := range probes {
+		if p.Entry != "call_enter" {
+			continue
+		}
+		c := callNames[p.CallID]
+		if c.symbol != p.Symbol || seen[p.Symbol] {
+			t.Errorf("%s: id %d names %s (seen before: %v)", p.Symbol, p.CallID, c.symbol, seen[p.Symbol])
+		}
+		seen[p.Symbol] = true
+		if p.Exit != "call_exit" || p.Cookie() != uint64(p.Vendor)|uint64(timer.KindCall)<<8|uint64(p.CallID)<<16|map[bool]uint64{true: 1 << 24}[p.Driver] {
+			t.Errorf("%s: %+v cookie %#x", p.Symbol, p, p.Cookie())
+		}
+		if p.Vendor == timer.VendorCUDA && p.Group == "runtime" {
+			t.Errorf("%s: CUDA's runtime makes it through the driver, probed there", p.Symbol)
+		}
+	}
+	if len(seen) != len(callNames) {
+		t.Errorf("%d probes of %d calls made now and then", len(seen), len(callNames))
+	}
+	for _, n := range []string{"cuMemFree_v2", "cuMemAlloc_v2", "cuStreamDestroy_v2", "cuModuleLoadData", "cuMemsetD8_v2_ptds",
+		"cuCtxDestroy_v2", "mcFree", "mcMalloc", "ncclCommFinalize", "mcclCommFinalize"} {
+		if p, ok := probeBySymbol[n]; !ok || p.Entry != "call_enter" {
+			t.Errorf("%s: %+v", n, p)
+		}
+	}
+	if !callNames[probeBySymbol["cuStreamDestroy_v2"].CallID].stream || callNames[probeBySymbol["cuMemFree_v2"].CallID].stream {
+		t.Error("the stream argument of cuStreamDestroy_v2, and none of cuMemFree_v2")
+	}
+}

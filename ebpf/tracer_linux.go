@@ -736,23 +736,36 @@ func (t *Tracer) Close() error {
 // use instead of the trampoline to go on to the caller.
 // It lies in the stash of the call's arguments (probes.bpf.c, save_return),
 // keyed by kind << 32 | thread: the thread's stashes are looked up under
-// every key there can be, a kind or 64 plus one (STASH_*), a bounded cost
-// however many stashes threads that died in a call left behind.
+// every key there can be, a kind, 64 plus one (STASH_*) or 256 plus a
+// call's id (STASH_CALL: a call made now and then), a bounded cost however
+// many stashes threads that died in a call left behind.
 func (t *Tracer) ReturnAddress(tid int, slot uint64) (uint64, bool) {
 	if slot == 0 {
 		return 0, false
 	}
 	var s probesStash
+	lookup := func(k uint64) bool {
+		return t.objs.Stashes.Lookup(k<<32|uint64(uint32(tid)), &s) == nil && s.RetSlot == slot
+	}
 	for _, base := range []uint64{0, stashBeyondKinds} {
 		for k := base; k <= base+uint64(probesKindK_GROUP_END); k++ {
-			if t.objs.Stashes.Lookup(k<<32|uint64(uint32(tid)), &s) == nil && s.RetSlot == slot {
+			if lookup(k) {
 				return s.RetAddr, true
 			}
+		}
+	}
+	for id := range len(callNames) {
+		if lookup(stashCall + uint64(id)) {
+			return s.RetAddr, true
 		}
 	}
 	return 0, false
 }
 
 // stashBeyondKinds is where the stash keys of calls that are no kind
-// start (probes.bpf.c, STASH_GET_FUNCTION).
-const stashBeyondKinds = 64
+// start (probes.bpf.c, STASH_GET_FUNCTION), stashCall those of the calls
+// made now and then (STASH_CALL + id).
+const (
+	stashBeyondKinds = 64
+	stashCall        = 256
+)

@@ -48,6 +48,14 @@
 #                CUDA graph (ours within plain's spread over the rounds);
 #                0 lost, no stack sample of the job inside a window. About
 #                3 minutes.
+#   launch-blocking, queue-full, free-sync, queue-full-nccl (issue 39):
+#                torch.cuda._sleep for ever, then a call that blocks behind
+#                it though it is no wait, under xpu_timer_launch: the
+#                sleep's own launch under CUDA_LAUNCH_BLOCKING=1; a loop of
+#                x.add_(1) without a synchronize until the stream's queue
+#                is full; torch.cuda.empty_cache() freeing cached blocks;
+#                and the queue-full loop in a 1-rank NCCL job. Each: gpu
+#                within timeout + 2 s, spin_kernel and the call named
 #
 # and prints one table (scenario, expected, got, seconds, verdict).
 # Artefacts (logs, dumps, viewer reports, the table) go under $OUT when
@@ -129,6 +137,11 @@ if [ $DRY = 1 ]; then
 	W_RATE="$wl launchbound" W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-5000} DWELL=${DWELL:-2} PYP=python3
 	STEP_ROUNDS=${STEP_ROUNDS:-3}
 	CUDART=$fake/build/libcudart.so.12 CUDA=$fake/build/libcuda.so.1
+	# the testbed's launches go through the runtime's frame (its driver's
+	# entry stubs leave none); a queue of 64 fills at once on a loaded
+	# machine, as 1,000 launches do on a GPU
+	K_SPIN=spin_kernel C_LAUNCH='cudaLaunchKernel'
+	export XPU_FAKEGPU_QUEUE_DEPTH=64
 else
 	T=${HANG_TIMEOUT:-10} ROUNDS=${ROUNDS:-5} LAUNCHES=${LAUNCHES:-200000}
 	PY=${PYTHON:-/opt/torch/.venv/bin/python3}
@@ -143,6 +156,9 @@ else
 	W_BOUND="$wl launchbound" W_RATE="$wl launchbound"
 	W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-20000} DWELL=${DWELL:-3} PYP=$PY
 	STEP_ROUNDS=${STEP_ROUNDS:-6}
+	# the 580 driver's exported frame is on the stack above its internals
+	# (cuLaunchKernel in the lead's dumps of 2026-11-28; its twins too)
+	K_SPIN=spin_kernel C_LAUNCH='cuLaunchKernel(Ex)?(_ptsz)?'
 	libs=$($wl libs) || { echo "gpu-check: $PY cannot use the GPU" >&2; exit 2; }
 	CUDART=$(sed -n 's/^cudart=//p' <<<"$libs" | head -1) CUDA=$(sed -n 's/^cuda=//p' <<<"$libs" | head -1)
 fi
@@ -212,27 +228,39 @@ hangline() {
 
 # ---- scenarios under the launcher ----
 
-# launched NAME WORKLOAD KERNEL: one process hangs on a kernel; the hang
-# line must say gpu and name the kernel: as its op, or as the newest of the
-# awaited ops not known complete (a fill kernel before a Triton kernel
-# completes unobserved: the probes see no completion nobody waited for).
+# launched NAME WORKLOAD KERNEL [CALL [ENV...]]: one process hangs on a
+# kernel; the hang line must say gpu and name the kernel: as its op, or as
+# the newest of the awaited ops not known complete (a fill kernel before a
+# Triton kernel completes unobserved: the probes see no completion nobody
+# waited for). With CALL (a regular expression), the thread is blocked in
+# a call that is no wait (issue 39): the line must name it (call=) and
+# come within the timeout + 2 s (age=). ENV (VAR=VALUE) goes to the
+# workload.
 launched() {
-	local name=$1 w=$2 kernel=$3 t0
+	local name=$1 w=$2 kernel=$3 call=${4:-} t0
+	shift 3
+	[ $# -gt 0 ] && shift
 	t0=$(now)
 	mkdir -p "$ART/$name"
-	bg "$name" "$LAUNCH" --hang-timeout "${T}s" --timeline-path "$ART/$name" --port 0 -- $w
-	local p=$PID got ok=0
+	bg "$name" env "$@" "$LAUNCH" --hang-timeout "${T}s" --timeline-path "$ART/$name" --port 0 -- $w
+	local p=$PID got ok=0 want="gpu, $kernel named (op or newest)"
+	[ -n "$call" ] && want="gpu <= ${T}+2 s, $kernel, call $call"
 	if waitfor "$ART/$name.log" 'msg=hang' $((T + 15)); then
-		local line
+		local line age
 		line=$(grep -m1 'msg=hang' "$ART/$name.log")
 		got=$(hangline "$ART/$name.log")
 		grep -q 'kind=gpu' <<<"$line" && grep -q -- "$kernel" <<<"$line" && ok=1
+		if [ -n "$call" ]; then
+			age=$(grep -oE ' age=[0-9.]+' <<<"$line" | cut -d= -f2)
+			got="$(grep -oE ' call=("[^"]*"|[^ ]*)' <<<"$line" | cut -c2-) age=${age:-?} $got"
+			grep -qE -- " call=\"?($call)( |\"|$)" <<<"$line" && awk -v a="${age:-1e9}" -v t="$T" 'BEGIN { exit !(a <= t + 2) }' || ok=0
+		fi
 		waitfor "$ART/$name.log" 'msg="dumped ranks"' 15 && got+="dumped" || got+="no dump"
 	else
 		got="no decision in $((T + 15)) s"
 	fi
 	stop "$p"
-	row "$name" "gpu, $kernel named (op or newest)" "$got" "$(since "$t0")" $ok
+	row "$name" "$want" "$got" "$(since "$t0")" $ok
 }
 
 ddp4() {
@@ -523,12 +551,16 @@ trap 'kill -TERM $(jobs -p) 2>/dev/null' EXIT
 scenario() { (trap 'stop "${PIDS[@]}"' EXIT; "$@") & }
 want nccl-sleep && scenario launched nccl-sleep "$W_NCCL" "$K_NCCL"
 want triton && scenario launched triton "$W_TRITON" "$K_TRITON"
+want launch-blocking && scenario launched launch-blocking "$wl launch-blocking" "$K_SPIN" "$C_LAUNCH"
+want queue-full && scenario launched queue-full "$wl queue-full" "$K_SPIN" "$C_LAUNCH"
+want free-sync && scenario launched free-sync "$wl free-sync" "$K_SPIN" cuMemFree_v2
+want queue-full-nccl && scenario launched queue-full-nccl "$wl queue-full-nccl" "$K_SPIN" "$C_LAUNCH" MASTER_PORT=29514
 want ddp4 && scenario ddp4
 want graph-late && scenario graph_late
 { want ddp4-watch || want ddp4-agent; } && scenario ddp4_late
 wait
 
-order=(overhead paired rate8 train-step nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent)
+order=(overhead paired rate8 train-step nccl-sleep triton ddp4 graph-late ddp4-watch ddp4-agent launch-blocking queue-full free-sync queue-full-nccl)
 failed=0
 {
 	echo "gpu-check $([ $DRY = 1 ] && echo "--dry (fake GPU testbed)" || echo "on $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"), hang timeout ${T}s, $(since "$start_all") s in all"

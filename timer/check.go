@@ -36,7 +36,7 @@ func (e *Engine) Recovered(now int64) []int {
 func (e *Engine) evaluate(now int64, fire bool) []Hang {
 	views := make([]view, 0, len(e.procs))
 	for _, p := range e.procs {
-		v := view{p: p, waiters: p.waiters(now, e.cfg.PollRepeat)}
+		v := view{p: p, waiters: p.waiters(now, e.cfg.PollRepeat, e.timeout)}
 		var targets []target
 		for _, w := range v.waiters {
 			if now-w.Since <= e.timeout {
@@ -163,8 +163,8 @@ func (e *Engine) hostStalled(views []view, v *view, now int64) (*Lag, bool) {
 	if v.stuck != nil || now-p.lastWork <= e.timeout || (p.gseq == 0 && len(p.comms) == 0) {
 		return nil, false // busy on the GPU, recently active, or never a GPU user (a launcher, a data loader)
 	}
-	if p.waitsOnGPU(v.waiters) || p.stackWaitingAfter(p.lastWork) {
-		return nil, false // waiting on it, not yet for the timeout
+	if p.waitsOnGPU(v.waiters) || p.stackWaitingAfter(p.lastWork) || e.cfg.Samples && p.mayWaitOnGPU(e.timeout) {
+		return nil, false // waiting on it, not yet for the timeout, or maybe (a sample will tell)
 	}
 	for i := range views {
 		q := &views[i]

@@ -44,16 +44,48 @@
 //
 // # Waiters and the hang rule
 //
-// A thread waits when it is inside a blocking call (cudaStreamSynchronize,
-// cudaEventSynchronize, cudaDeviceSynchronize, cudaMemcpy: Enter seen, no
-// Exit yet), or when it polled the same event and got cudaErrorNotReady
-// (600) Config.PollRepeat times (not necessarily back to back, so a
-// watchdog polling several events in turn counts) since that event was
-// recorded: it is a polling waiter from its first not-ready poll until the
-// event reports ready or is recorded again. What a waiter waits for is
-// every op before its target position and, through stream-wait
-// dependencies, the ops those wait for; the oldest of them not known
-// complete is what it is stuck on. The probes see no completion that no
+// CUDA documents that any call may block: a launch when its stream's
+// queue is full (about 1,000 pending launches behind an unfinished
+// kernel) or under CUDA_LAUNCH_BLOCKING=1, an allocation or a free (they
+// synchronize the device), a context's destruction, NCCL's. So the fact
+// of waiting decides, not a list of waits: a thread waits on the GPU when
+// it is inside any call into the GPU libraries while its process has GPU
+// work not known complete. Each thread has one call state (its latest
+// call as the probes saw it), which every call it makes replaces:
+//   - inside: it entered a call whose return is probed and has not
+//     returned (Enter seen, no Exit yet): a synchronize, a synchronous
+//     copy, or a call made now and then (KindCall: an allocation, a
+//     free, a memset, host registration, a destroy or unload, a module
+//     load, NCCL's finalize). It waits from the entry;
+//   - entered: it entered a call whose return is not probed (the calls
+//     of every step, probed at entry only: launches, graph launches,
+//     asynchronous copies, event records, stream waits, collectives,
+//     ncclGroupEnd, a communicator's destruction) and has made no call
+//     since: it is inside it or returned unseen. A native sample taken
+//     more than the timeout after the entry that finds the thread inside
+//     a GPU call (see "Waits known by their stack") says it has been in
+//     that call since (the probes saw it make no other): it waits from
+//     the entry. A sample that finds it outside every GPU call says it
+//     returned. Only a caller that takes such samples (Config.Samples,
+//     sampling at EnteredSince plus the timeout) gets these waits;
+//   - outside: it returned (a query, an exit, a communicator's creation
+//     seen at its return), or a sample saw it outside every GPU call.
+//
+// A thread also waits when it polled the same event and got
+// cudaErrorNotReady (600) Config.PollRepeat times (not necessarily back
+// to back, so a watchdog polling several events in turn counts) since
+// that event was recorded: it is a polling waiter from its first
+// not-ready poll until the event reports ready or is recorded again.
+//
+// What a waiter waits for: a stream synchronize, and a call of one stream
+// (a launch, a copy, a collective: its own op included, which under
+// CUDA_LAUNCH_BLOCKING is the one it waits for; behind a full queue it
+// waits for the oldest), every item of its stream up to its position; an
+// event synchronize or a poll, the event's stream up to its record; a
+// device synchronize, a synchronous copy, a KindCall without a stream and
+// a group end, every stream up to its position at the entry (the whole
+// device); and, through stream-wait dependencies, the ops those wait for.
+// The oldest of them not known complete is what it is stuck on. The probes see no completion that no
 // thread waited for, so work before the stuck op may have completed
 // unobserved: a decision also says how many awaited ops are not known
 // complete (Hang.Awaited) and names the newest of them (Hang.Newest), and
@@ -65,7 +97,13 @@
 // long). The wait itself must last past the timeout: a process that was
 // busy on the CPU for long and then synchronises quickly raises nothing,
 // and neither does one whose GPU work is all complete while it computes,
-// sleeps or writes a checkpoint, however old its last launch.
+// sleeps, writes a checkpoint or compiles a module in the driver, however
+// old its last launch, nor a loop whose launches each wait less than the
+// timeout (for a slot, or for their kernel under CUDA_LAUNCH_BLOCKING).
+// The decision names the call the thread is in (Waiter.Call: the probed
+// function, in the driver's spelling for launches, copies and events:
+// "cuLaunchKernel", "cuMemFree_v2", "ncclAllReduce"), the oldest op not
+// known complete among what it waits for, and the newest (Hang.Newest).
 //
 // A process is stalled on the host ("host") when it has issued no GPU work
 // (launch, copy, collective) for longer than the timeout while a peer in
@@ -75,7 +113,10 @@
 // Hang.Lagging names the communicator, this process's last sequence
 // number and the highest one the peer awaits. Polling and synchronising
 // are not new work, so a rank whose watchdog keeps querying completed
-// events every 100 ms is still stalled. A peer stuck only on
+// events every 100 ms is still stalled. With Config.Samples, a process
+// with a thread entered in a call whose return is not probed, awaiting
+// GPU work not known complete, is not stalled on the host until a sample
+// tells whether it is inside it (then it is a "gpu" wait) or not. A peer stuck only on
 // communicators this process has already reached does not count. When no
 // communicator links the two (the peer awaits no collective on a
 // communicator this process knows, and one of them knows no communicator
@@ -152,10 +193,20 @@
 // tracing began shows the probes no call entry. Its native stack still
 // says where it waits. For those the caller samples, at most once a
 // sample period per process, the native stacks of every thread of a rank
-// and passes the threads inside a GPU wait (a synchronize, a synchronous
-// copy, a polled query, NCCL's blocking calls, a c10d work wait) to
-// ObserveSample, each with its call, the routine it waits for, and its
-// Python frames. One thread is in the same wait across samples when they
+// and passes the threads inside a GPU call (frames of the GPU libraries
+// on top of the stack, below the caller's: a synchronize, a copy, a
+// launch, a free, NCCL's calls; or a framework's work wait, a c10d
+// WorkNCCL::wait) to ObserveSample, each with its call, the routine it
+// waits for, and its Python frames. The same samples tell the calls
+// whose return is not probed (see "Waiters and the hang rule"): the
+// caller takes one just past EnteredSince plus the timeout. A thread the
+// probes saw enter a call made now and then (KindCall) it has not
+// returned from, in a process they saw from its start (so all its GPU
+// work), is left to the probe rule, which knows what it waits for: a
+// module compiled in the driver with nothing outstanding is no wait
+// however long. (A synchronize or a copy waits on GPU work by what it is:
+// one that lasts waits on work the probes missed, which its stack shows.)
+// One thread is in the same wait across samples when they
 // name the same routine (else the same call) and the same Python frames,
 // and the probes saw the thread make no call in between but queries
 // answered "not ready" (the polls of a wait): a call entered or returned,
@@ -242,9 +293,19 @@
 //
 // Stream handle 1 (cudaStreamLegacy) is the legacy default stream 0. The
 // per-thread default stream (handle 2) is treated as one stream of the
-// process. The oldest op of a "gpu" decision is the oldest not known
-// complete: when the application never observed the completion of
-// earlier work on that stream, it may be older than the op really stuck;
+// process. A call whose return is not probed is known as a wait only
+// with native samples (the stall watch): without them, a launch that
+// never returns is not decided. A sample that finds the thread inside a
+// GPU call more than the timeout after the entry takes it for that call:
+// a thread that returned, worked on the CPU past the timeout making no
+// probed call and is caught inside an unprobed one (cudaGetDevice) is
+// taken for blocked in it. A call entered before tracing began, in a
+// process followed while it ran, is judged by its stack alone,
+// outstanding work or not: a module compiled in the driver for longer
+// than the timeout is then taken for a GPU wait. The oldest op of a "gpu"
+// decision is the oldest not known complete: when the application never
+// observed the completion of earlier work on that stream, it may be older
+// than the op really stuck;
 // Hang.Collective then names the oldest awaited collective, and Hang.Comms
 // the per-communicator issued and completed sequence numbers. A stream or
 // device synchronize whose entry was not seen (tracing began inside it)

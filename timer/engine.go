@@ -32,6 +32,12 @@ type Config struct {
 	HangTimeout     time.Duration // how long a waiter may wait on outstanding work; default 300 s
 	PollRepeat      int           // polls of the same not-ready event that make a polling waiter; default 3
 	MaxOpsPerStream int           // outstanding ops kept per stream, oldest dropped beyond; default 65536
+	// Samples says that the caller takes a native sample of a process
+	// whose thread may be blocked in a call whose return is not probed,
+	// when EnteredSince says (see "Waiters and the hang rule"): such a
+	// call is then a wait once a sample confirms it, and holds off the
+	// host rule until one tells. Without samples it is neither.
+	Samples bool
 }
 
 // Engine turns the events of many processes into hang decisions and timing
@@ -160,40 +166,51 @@ func (e *Engine) handle(ev *Event) {
 	}
 	switch ev.Kind {
 	case KindLaunch, KindGraphLaunch, KindMemcpyAsync, KindCollective:
-		p.issue(ev)
+		p.entered(ev, p.issue(ev))
 	case KindMemcpy:
 		p.memcpy(ev)
 	case KindEventRecord:
-		p.record(ev)
+		p.entered(ev, p.record(ev))
 	case KindEventQuery:
 		p.eventQuery(ev)
+		p.thread(ev.TID).in.leave()
 	case KindEventSynchronize, KindStreamSynchronize, KindDeviceSynchronize:
 		p.blocking(ev)
 	case KindStreamQuery:
+		th := p.thread(ev.TID)
+		th.in.leave()
 		if ev.Ret == 0 {
 			s := p.stream(ev.Stream)
 			p.retire(s, s.next, ev.Time)
-			p.thread(ev.TID).returned = ev.Time
+			th.returned = ev.Time
 		}
 	case KindStreamWaitEvent:
-		p.waitEvent(ev)
+		p.entered(ev, p.waitEvent(ev))
 	case KindEventElapsed:
 		p.elapsed(ev)
-	case KindCommInit:
+		p.thread(ev.TID).in.leave()
+	case KindCommInit: // at its return
+		p.thread(ev.TID).in.leave()
 		p.commInit(ev)
-	case KindCommDestroy:
+	case KindCommDestroy: // at its entry
 		p.commDestroy(ev)
+		p.entered(ev, nil)
+	case KindCall:
+		p.call(ev)
 	case KindGroupStart:
 		p.groupDepth++
+		p.thread(ev.TID).in.leave()
 	case KindGroupEnd:
 		if p.groupDepth > 0 {
 			p.groupDepth--
 		}
+		p.entered(ev, nil)
 	case KindProcessExec:
 		// A new program image: its GPU state starts afresh.
 		rank, world := p.rank, p.world
 		q := newProc(ev.PID, ev.Time, e.cfg.MaxOpsPerStream)
 		q.rank, q.world = rank, world
+		q.execAt = ev.Time
 		if p.hang != nil {
 			e.recovered = append(e.recovered, p.pid)
 		}
@@ -256,7 +273,7 @@ func (e *Engine) State(pid int, now int64) (ProcState, bool) {
 	st := ProcState{
 		PID: p.pid, Rank: p.rank, World: p.world, Pending: p.pending,
 		LastActivity: p.lastActivity, LastWork: p.lastWork, Dropped: p.dropped,
-		Waiters: len(p.waiters(now, e.cfg.PollRepeat)),
+		Waiters: len(p.waiters(now, e.cfg.PollRepeat, e.timeout)),
 	}
 	if o := p.oldest(); o != nil {
 		st.OldestAgeNs = max(0, now-o.issued)

@@ -5,9 +5,11 @@ package timer
 // Kind says which API call an Event records.
 type Kind uint8
 
-// Event kinds. Blocking calls (synchronizes, synchronous copies) produce an
-// Enter and an Exit event; asynchronous calls produce one event at entry,
-// and calls whose result matters (queries) produce one event at return.
+// Event kinds. Blocking calls (synchronizes, synchronous copies) and the
+// calls made now and then (KindCall) produce an Enter and an Exit event;
+// the asynchronous calls of every step produce one event at entry, and
+// calls whose result matters (queries, a communicator's creation) produce
+// one event at return.
 const (
 	KindUnknown           Kind = iota
 	KindLaunch                 // cuLaunchKernel, cuLaunchKernelEx, cooperative and host-function launches (MACA: mcLaunchKernel...)
@@ -29,6 +31,12 @@ const (
 	KindGroupEnd               // ncclGroupEnd
 	KindProcessExec            // a traced process started or exec'd
 	KindProcessExit            // a traced process exited: release its state
+	// KindCall is any other call a thread may block in, made now and then
+	// (an allocation or free, a memset, host registration, a stream,
+	// event, graph, module or context destroy or unload, a module load,
+	// NCCL's finalize): Enter/Exit, Event.CallName names it. The engine knows
+	// only that the thread is inside it, waiting on the whole device.
+	KindCall
 	kindCount
 )
 
@@ -53,6 +61,7 @@ var kindNames = [...]string{
 	KindGroupEnd:          "group_end",
 	KindProcessExec:       "process_exec",
 	KindProcessExit:       "process_exit",
+	KindCall:              "call",
 }
 
 func (k Kind) String() string {
@@ -151,14 +160,15 @@ func (o CollOp) String() string {
 // Event is one decoded API call of one thread. Fields not meaningful for
 // the Kind are zero.
 type Event struct {
-	Time   int64 // CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns)
-	PID    int   // thread group id
-	TID    int   // thread id
-	Kind   Kind
-	Phase  Phase
-	Vendor Vendor
-	Ret    int32 // return value (PhaseExit, and queries)
-	Parent int   // KindProcessExec of a new process: the process that forked it (0 for an exec)
+	Time     int64 // CLOCK_MONOTONIC nanoseconds (bpf_ktime_get_ns)
+	PID      int   // thread group id
+	TID      int   // thread id
+	Kind     Kind
+	Phase    Phase
+	Vendor   Vendor
+	Ret      int32  // return value (PhaseExit, and queries)
+	Parent   int    // KindProcessExec of a new process: the process that forked it (0 for an exec)
+	CallName string // KindCall: the function, e.g. "cuMemFree_v2" (Call)
 
 	Stream  uint64 // stream handle (0 is the legacy default stream)
 	Handle  uint64 // cudaEvent_t for event calls; graph exec for graph launches; start event for KindEventElapsed
@@ -218,8 +228,12 @@ func DtypeName(dtype int32) string {
 }
 
 // Call is the API call e records, in its vendor's spelling (Kind.Call),
-// a collective by its op (ncclAllReduce, mcclSend).
+// a collective by its op (ncclAllReduce, mcclSend), a call made now and
+// then by its name (CallName).
 func (e *Event) Call() string {
+	if e.Kind == KindCall {
+		return e.CallName
+	}
 	if e.Kind != KindCollective {
 		return e.Kind.Call(e.Vendor)
 	}

@@ -36,7 +36,7 @@ func (e *Engine) Progress(pid int, now int64) []CommProgress {
 	if p == nil {
 		return nil
 	}
-	waits := p.collectiveWaits(now, e.cfg.PollRepeat, int64(ProgressWait))
+	waits := p.collectiveWaits(now, e.cfg.PollRepeat, e.timeout, int64(ProgressWait))
 	cs := p.commStates()
 	out := make([]CommProgress, len(cs))
 	for i, c := range cs {
@@ -61,10 +61,11 @@ type collWait struct {
 }
 
 // collectiveWaits finds, per communicator, the collective p's waiters
-// that have waited at least least wait in.
-func (p *proc) collectiveWaits(now int64, repeat int, least int64) map[string]collWait {
+// (timeout: the engine's, see proc.waiters) that have waited at least
+// least wait in.
+func (p *proc) collectiveWaits(now int64, repeat int, timeout, least int64) map[string]collWait {
 	var out map[string]collWait
-	for _, w := range p.waiters(now, repeat) {
+	for _, w := range p.waiters(now, repeat, timeout) {
 		if now-w.Since < least {
 			continue
 		}
@@ -123,7 +124,7 @@ func (e *Engine) Laggards(now int64, wait time.Duration) []Laggard {
 	found := map[key]*Laggard{}
 	peers := map[key]map[int]bool{}
 	for _, p := range procs {
-		for id, w := range p.collectiveWaits(now, e.cfg.PollRepeat, int64(wait)) {
+		for id, w := range p.collectiveWaits(now, e.cfg.PollRepeat, e.timeout, int64(wait)) {
 			if isLocal(id) {
 				continue
 			}
@@ -182,7 +183,7 @@ func (e *Engine) Awaiting(pid int, now int64) (Await, bool) {
 		return Await{}, false
 	}
 	var best *waiting
-	ws := p.waiters(now, e.cfg.PollRepeat)
+	ws := p.waiters(now, e.cfg.PollRepeat, e.timeout)
 	for i := range ws {
 		if p.awaited(ws[i].targets) != nil && (best == nil || ws[i].Since < best.Since) {
 			best = &ws[i]

@@ -26,6 +26,11 @@ type proc struct {
 	lastActivity int64
 	lastWork     int64
 
+	// execAt is when the probes saw the process start (its fork or
+	// exec), 0 when tracing began while it ran: from its start they see
+	// every call it makes, and so all its GPU work.
+	execAt int64
+
 	hang   *Hang
 	still  *still       // from looks at the main thread (Observe); nil before the first
 	sample *sampleWaits // from native samples of every thread (ObserveSample); nil before the first
@@ -176,8 +181,9 @@ func (s *stream) add(limit int) (o *qop, dropped bool) {
 	return s.q.grow(), dropped
 }
 
-// issue enqueues a launch, graph launch, async copy or collective.
-func (p *proc) issue(ev *Event) {
+// issue enqueues a launch, graph launch, async copy or collective, and
+// returns its stream.
+func (p *proc) issue(ev *Event) *stream {
 	s := p.stream(ev.Stream)
 	q := p.enqueue(s, ev.Time)
 	q.vendor, q.stream, q.tid, q.issued = ev.Vendor, ev.Stream, int32(ev.TID), ev.Time
@@ -201,6 +207,49 @@ func (p *proc) issue(ev *Event) {
 		ref = opRef{valid: true, coll: true, key: collKey(c.lastOp, DtypeName(q.dtype), q.bytes, c.nranks), bytes: q.bytes}
 	}
 	s.last = ref
+	return s
+}
+
+// entered records that ev's thread entered a call whose return is not
+// probed (see callState): it waits for s up to the call's place in it,
+// or, when s is nil (ncclGroupEnd), for the whole device.
+func (p *proc) entered(ev *Event, s *stream) {
+	c := &p.thread(ev.TID).in
+	if s != nil && c.state == entered && c.kind == ev.Kind && c.stream == s.id && c.seen == 0 {
+		// The same call again, on the same stream (a loop of launches):
+		// nothing else of it set (a call of one stream has no targets, a
+		// sample's name comes with seen).
+		c.since, c.pos, c.op, c.vendor = ev.Time, s.next, ev.Op, ev.Vendor
+		return
+	}
+	if c.name != "" || c.targets != nil || c.event != nil || c.stackCall != "" {
+		*c = inCall{} // what another kind of call left (a launch leaves none: the path of every launch)
+	}
+	c.state, c.kind, c.vendor, c.op, c.since, c.seen, c.copyPos, c.gen = entered, ev.Kind, ev.Vendor, ev.Op, ev.Time, 0, 0, 0
+	if s == nil {
+		c.stream, c.pos, c.targets = 0, 0, p.snapshot()
+		return
+	}
+	c.stream, c.pos = s.id, s.next
+}
+
+// call handles the entry and the return of a call made now and then
+// (KindCall): inside it, the thread waits for its stream up to the entry,
+// or for the whole device when it names none.
+func (p *proc) call(ev *Event) {
+	th := p.thread(ev.TID)
+	if ev.Phase == PhaseExit {
+		th.in.leave()
+		th.returned = ev.Time
+		return
+	}
+	th.in = inCall{state: inside, kind: ev.Kind, vendor: ev.Vendor, name: ev.CallName, since: ev.Time, stream: ev.Stream}
+	th.returned = ev.Time
+	if ev.Stream != 0 {
+		th.in.pos = p.stream(ev.Stream).next
+		return
+	}
+	th.in.targets = p.snapshot()
 }
 
 // enqueue queues a new op on s at time t and returns it, its place set,
@@ -285,13 +334,14 @@ func (p *proc) memcpy(ev *Event) {
 		o := p.enqueue(s, ev.Time)
 		o.kind, o.vendor, o.tid, o.issued, o.bytes = opMemcpy, ev.Vendor, int32(ev.TID), ev.Time, ev.Bytes
 		s.last = opRef{}
-		th.wait = &blockWait{kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}
+		th.in = inCall{state: inside, kind: KindMemcpy, vendor: ev.Vendor, since: ev.Time, targets: p.snapshot(), copyPos: s.next}
 		th.returned = ev.Time
 		return
 	}
-	w := th.wait
-	th.wait, th.returned = nil, ev.Time
-	if w == nil || w.kind != KindMemcpy || ev.Ret != 0 {
+	w := th.in
+	th.in.leave()
+	th.returned = ev.Time
+	if w.state != inside || w.kind != KindMemcpy || ev.Ret != 0 {
 		return
 	}
 	p.retire(p.stream(0), w.copyPos, ev.Time)
@@ -310,7 +360,8 @@ func (p *proc) snapshot() []target {
 	return ts
 }
 
-func (p *proc) record(ev *Event) {
+// record handles cudaEventRecord, and returns the event's stream.
+func (p *proc) record(ev *Event) *stream {
 	s := p.stream(ev.Stream)
 	r := p.events[ev.Handle]
 	if r == nil {
@@ -321,6 +372,7 @@ func (p *proc) record(ev *Event) {
 		p.events[ev.Handle] = r
 	}
 	*r = eventRec{stream: ev.Stream, pos: s.next, nops: s.nops, last: s.last, gen: r.gen + 1}
+	return s
 }
 
 // evictEvents forgets recorded events, those already complete first.
@@ -357,11 +409,10 @@ func (p *proc) eventQuery(ev *Event) {
 func (p *proc) blocking(ev *Event) {
 	th := p.thread(ev.TID)
 	if ev.Phase == PhaseEnter {
-		w := &blockWait{kind: ev.Kind, vendor: ev.Vendor, since: ev.Time, stream: ev.Stream}
+		w := inCall{state: inside, kind: ev.Kind, vendor: ev.Vendor, since: ev.Time, stream: ev.Stream}
 		switch ev.Kind {
 		case KindStreamSynchronize:
-			s := p.stream(ev.Stream)
-			w.targets = []target{{stream: ev.Stream, pos: s.next}}
+			w.pos = p.stream(ev.Stream).next
 		case KindEventSynchronize:
 			if r := p.events[ev.Handle]; r != nil {
 				w.stream = r.stream
@@ -372,12 +423,13 @@ func (p *proc) blocking(ev *Event) {
 			w.stream = 0
 			w.targets = p.snapshot()
 		}
-		th.wait, th.returned = w, ev.Time
+		th.in, th.returned = w, ev.Time
 		return
 	}
-	w := th.wait
-	th.wait, th.returned = nil, ev.Time
-	if w == nil && ev.Kind == KindEventSynchronize && ev.Ret == 0 {
+	w := th.in
+	th.in.leave()
+	th.returned = ev.Time
+	if w.state != inside && ev.Kind == KindEventSynchronize && ev.Ret == 0 {
 		// Entry not seen (tracing began inside the call): the event's
 		// latest record is what it waited for.
 		if r := p.events[ev.Handle]; r != nil {
@@ -386,32 +438,34 @@ func (p *proc) blocking(ev *Event) {
 		}
 		return
 	}
-	if w == nil || w.kind != ev.Kind || ev.Ret != 0 {
+	if w.state != inside || w.kind != ev.Kind || ev.Ret != 0 {
 		return
 	}
 	if w.event != nil && w.event.gen == w.gen {
 		w.event.ready = true
 	}
-	for _, t := range w.targets {
+	for _, t := range w.waitsFor() {
 		p.retire(p.stream(t.stream), t.pos, ev.Time)
 	}
 }
 
-func (p *proc) waitEvent(ev *Event) {
+// waitEvent handles cudaStreamWaitEvent, and returns the waiting stream.
+func (p *proc) waitEvent(ev *Event) *stream {
 	r := p.events[ev.Handle]
 	if r == nil || r.stream == ev.Stream {
-		return
+		return p.stream(ev.Stream)
 	}
 	src := p.stream(r.stream)
 	s := p.stream(ev.Stream)
 	if r.pos <= src.done {
-		return
+		return s
 	}
 	if len(s.deps) >= maxDeps {
 		s.deps = append(s.deps[:0], s.deps[1:]...)
 	}
 	s.deps = append(s.deps, dep{at: s.next, on: r.stream, onPos: r.pos})
 	s.next++ // the wait is an item of the stream
+	return s
 }
 
 // elapsed attributes the GPU time the application measured between two

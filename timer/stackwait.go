@@ -1,5 +1,7 @@
 package timer
 
+import "slices"
+
 // Sample is one native sample of every thread of a process: the threads
 // its stacks show waiting on the GPU (collector/gpuwait reads them). The
 // caller takes samples at processes it knows are ranks, at most one per
@@ -16,11 +18,12 @@ type Sample struct {
 
 // ThreadWait is one thread a sample saw inside a GPU wait.
 type ThreadWait struct {
-	TID    int
-	Call   string // the call it waits in, e.g. "cuStreamSynchronize"
-	From   string // what the wait is for, e.g. "c10d::AsyncAllreduceCUDAHostWork::run"; "" when unknown
-	Python string // its Python frames, innermost first (function, file and line); "" when none
-	State  byte   // scheduler state letter: 'R' spinning, 'S' sleeping, ...
+	TID     int
+	Call    string // the call it waits in, e.g. "cuStreamSynchronize"; "" when no frame names it
+	Library string // the GPU library it is in, when no frame names the call, e.g. "libcuda.so.1"
+	From    string // what the wait is for, e.g. "c10d::AsyncAllreduceCUDAHostWork::run"; "" when unknown
+	Python  string // its Python frames, innermost first (function, file and line); "" when none
+	State   byte   // scheduler state letter: 'R' spinning, 'S' sleeping, ...
 }
 
 // key says which wait a thread is in: the same caller and Python frames
@@ -28,29 +31,38 @@ type ThreadWait struct {
 func (w *ThreadWait) key() string {
 	site := w.From
 	if site == "" {
-		site = w.Call
+		site = w.call()
 	}
 	return site + "\x00" + w.Python
+}
+
+// call is the call it waits in: its name, else the library it is in.
+func (w *ThreadWait) call() string {
+	if w.Call == "" && w.Library != "" {
+		return "a call into " + w.Library
+	}
+	return w.Call
 }
 
 // name is the wait as a waiter's call: "cuStreamSynchronize from X".
 func (w *ThreadWait) name() string {
 	if w.From == "" {
-		return w.Call
+		return w.call()
 	}
-	return w.Call + " from " + w.From
+	return w.call() + " from " + w.From
 }
 
 // StackWait describes a "gpu" decision made on native stacks: the thread
 // seen in the same GPU wait by samples longer than the timeout apart.
 type StackWait struct {
-	TID    int    `json:"tid"`
-	Call   string `json:"call"`
-	From   string `json:"from,omitempty"`
-	Python string `json:"python,omitempty"`
-	State  string `json:"state"`    // scheduler state letter at the latest sample: "R" spinning, "S" sleeping
-	Since  int64  `json:"since_ns"` // monotonic ns of the first sample that saw the wait
-	Seen   int64  `json:"seen_ns"`  // monotonic ns of the latest sample that saw it
+	TID     int    `json:"tid"`
+	Call    string `json:"call"`              // "" when no frame names it
+	Library string `json:"library,omitempty"` // the GPU library it is in, when no frame names the call
+	From    string `json:"from,omitempty"`
+	Python  string `json:"python,omitempty"`
+	State   string `json:"state"`    // scheduler state letter at the latest sample: "R" spinning, "S" sleeping
+	Since   int64  `json:"since_ns"` // monotonic ns of the first sample that saw the wait
+	Seen    int64  `json:"seen_ns"`  // monotonic ns of the latest sample that saw it
 }
 
 // sampleWaits is what the engine knows of a process from samples.
@@ -80,9 +92,13 @@ func (e *Engine) ObserveSample(s Sample) {
 		return // out of order
 	}
 	sw.last = s.Time
+	p.sampledCalls(&s)
 	prev := sw.waits
 	sw.waits = make(map[int]*stackWait, len(s.Waits))
 	for _, w := range s.Waits {
+		if p.probesJudge(w.TID) {
+			continue // the probes know the call it is in: their rule judges it
+		}
 		cur := &stackWait{ThreadWait: w, key: w.key(), since: s.Time, seen: s.Time}
 		if old := prev[w.TID]; old != nil && old.key == cur.key && p.returned(w.TID) <= old.since {
 			cur.since = old.since // the same wait, and the probes saw no return from it
@@ -94,6 +110,79 @@ func (e *Engine) ObserveSample(s Sample) {
 			sw.waits[tid] = old
 		}
 	}
+}
+
+// sampledCalls tells the threads in a call whose return is not probed
+// (entered) what s saw of them: a thread inside a GPU call after the
+// entry has been in that call since (the probes saw it make no other);
+// one outside every GPU call has returned from it. A thread whose stack s
+// could not read is neither.
+func (p *proc) sampledCalls(s *Sample) {
+	for tid, th := range p.threads {
+		c := &th.in
+		if c.state != entered || c.since >= s.Time || slices.Contains(s.Unseen, tid) {
+			continue
+		}
+		if i := slices.IndexFunc(s.Waits, func(w ThreadWait) bool { return w.TID == tid }); i >= 0 {
+			c.seen, c.stackCall = s.Time, s.Waits[i].Call
+		} else {
+			c.leave()
+		}
+	}
+}
+
+// probesJudge says whether the probes know the call a thread of p is in
+// well enough for their rule alone to judge it, not its stack: they saw
+// the process from its start (so every GPU work it issued), and the
+// thread enter a call made now and then (KindCall) it has not returned
+// from, which may keep it busy on the CPU (a module compiled from PTX):
+// with nothing outstanding it is no wait however long. A synchronize or
+// a copy waits on GPU work by what it is: one that lasts waits on work
+// the probes did not see (events lost), which its stack still shows. A
+// process followed while it ran may wait on work issued before the probes
+// came, which only its stack shows.
+func (p *proc) probesJudge(tid int) bool {
+	th := p.threads[tid]
+	return p.execAt > 0 && th != nil && th.in.state == inside && th.in.kind == KindCall
+}
+
+// EnteredSince is the entry of the oldest call a thread of pid is in
+// whose return the probes do not see, that awaits GPU work not known
+// complete and that no native sample has confirmed (a sample more than
+// the timeout after the entry that saw the thread inside a GPU call) nor
+// ended (one that saw it outside every GPU call); 0 when none. A caller
+// with Config.Samples takes a sample of pid just past this plus the
+// timeout: it confirms the wait, which is then decided at once, or ends
+// it.
+func (e *Engine) EnteredSince(pid int) int64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.procs[pid]
+	if p == nil {
+		return 0
+	}
+	var since int64
+	for _, th := range p.threads {
+		c := &th.in
+		if c.state != entered || c.confirmed(e.timeout) || since != 0 && c.since >= since || p.awaited(c.waitsFor()) == nil {
+			continue
+		}
+		since = c.since
+	}
+	return since
+}
+
+// mayWaitOnGPU says whether a thread of p is in a call whose return is
+// not probed, awaiting GPU work not known complete, that no native sample
+// has told about yet (see EnteredSince): with samples, it may be waiting
+// on the GPU until one tells.
+func (p *proc) mayWaitOnGPU(timeout int64) bool {
+	for _, th := range p.threads {
+		if c := &th.in; c.state == entered && !c.confirmed(timeout) && p.awaited(c.waitsFor()) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // StackWaitSince is the time of the first sample that saw the oldest wait
@@ -222,7 +311,7 @@ func (e *Engine) stackHung(views []view, v *view, now int64) (*stackWait, bool) 
 func (p *proc) stackDecision(h *Hang, w *stackWait, now int64) {
 	h.AgeNs = now - w.since
 	h.StackWait = &StackWait{
-		TID: w.TID, Call: w.Call, From: w.From, Python: w.Python, State: string(w.State), Since: w.since, Seen: w.seen,
+		TID: w.TID, Call: w.Call, Library: w.Library, From: w.From, Python: w.Python, State: string(w.State), Since: w.since, Seen: w.seen,
 	}
 	h.Waiters = []Waiter{{TID: w.TID, Call: w.name() + " (seen on its stack)", Since: w.since}}
 	if o := p.oldest(); o != nil {

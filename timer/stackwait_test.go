@@ -42,7 +42,10 @@ func (s *sampled) check(at0 float64) map[int]HangKind { return kinds(s.e.Check(a
 // the wait and the kernel named.
 func TestStackWaitLoneRank(t *testing.T) {
 	s := newSampled(t)
-	feed(s.e, launch(100, 886, 886, 0, "spin_kernel"))
+	// (launched by another thread: a thread whose latest call the probes
+	// saw was a launch would be decided by the rule for calls whose
+	// return is not probed, at the first sample past the timeout)
+	feed(s.e, launch(100, 886, 887, 0, "spin_kernel"))
 	s.sample(101, 886, deviceSync)
 	s.sample(106, 886, deviceSync)
 	if d := s.check(110.9); len(d) != 0 {

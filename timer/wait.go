@@ -12,30 +12,86 @@ type target struct {
 
 // thread is the wait state of one thread.
 type thread struct {
-	wait     *blockWait
+	returned int64  // latest entry to or return from a blocking call, or ready answer to a query: a wait it was in before ended by then
+	in       inCall // the call it is in, as the probes saw it enter (beside returned: a launch writes both)
 	polls    []pollStreak
-	returned int64 // latest entry to or return from a blocking call, or ready answer to a query: a wait it was in before ended by then
 }
 
-// blockWait is a thread inside a blocking call.
-type blockWait struct {
-	kind    Kind
-	vendor  Vendor
-	since   int64
-	stream  uint64
-	targets []target
-	copyPos uint64    // KindMemcpy: the copy's own end position on stream 0
-	event   *eventRec // KindEventSynchronize
-	gen     uint64
-}
+// callState is what the probes know of the call a thread is in.
+type callState uint8
 
-// pollStreak counts consecutive not-ready queries of one event by a thread.
-type pollStreak struct {
-	handle uint64
-	gen    uint64
-	n      int
-	since  int64
+const (
+	// outside: no call seen, or the latest one returned, or a native
+	// sample saw the thread outside every GPU call after it entered one
+	// whose return is not probed.
+	outside callState = iota
+	// inside: the thread entered a call whose return is probed (a
+	// synchronize, a synchronous copy, an allocation, a free, a module
+	// load, ...) and has not returned: it is inside it.
+	inside
+	// entered: the thread entered a call whose return is not probed (a
+	// launch, an asynchronous copy, an event record, a collective, a
+	// group end: the calls of every step, probed at entry only), and has
+	// made no call since: it is inside it, or returned unseen. A native
+	// sample that finds it inside a GPU call after the entry tells
+	// (inCall.seen).
+	entered
+)
+
+// inCall is the latest call of a thread as the probes saw it enter: one
+// value, overwritten at every call (no allocation for the calls of every
+// step).
+type inCall struct {
+	// What a launch writes first (proc.entered's loop of launches: one
+	// cache line with thread.returned).
+	state  callState
+	kind   Kind
 	vendor Vendor
+	op     CollOp // a collective's operation
+	since  int64  // the entry
+	stream uint64 // the stream it waits on, 0 for device-wide
+	// What it waits for: every item of stream below pos (a call of one
+	// stream), or targets when set (device-wide calls, event
+	// synchronizes).
+	pos  uint64
+	seen int64 // entered: the latest native sample after the entry that saw the thread inside a GPU call; 0 when none
+	// stackCall is the call that sample's stack names, "" when none: the
+	// very entry point (cuLaunchKernelEx, the runtime's cudaLaunchKernel),
+	// where the probes' record names only the kind.
+	stackCall string
+	name      string // KindCall: the function (Event.CallName)
+	targets   []target
+	copyPos   uint64    // KindMemcpy: the copy's own end position on stream 0
+	event     *eventRec // KindEventSynchronize
+	gen       uint64
+}
+
+// leave marks the thread outside any call (it returned): what the last
+// call left is cleared only where it set something, so that the path of
+// every query writes one byte.
+func (c *inCall) leave() {
+	if c.name != "" || c.targets != nil || c.event != nil || c.stackCall != "" {
+		*c = inCall{}
+		return
+	}
+	c.state = outside
+}
+
+// waitsFor is what the call waits for.
+func (c *inCall) waitsFor() []target {
+	if c.targets != nil || c.pos == 0 {
+		return c.targets
+	}
+	return []target{{stream: c.stream, pos: c.pos}}
+}
+
+// confirmed says whether c is a wait by the probes and the samples: a
+// call whose return is probed that has not returned, or one whose return
+// is not probed that a native sample, more than timeout after the entry,
+// saw the thread inside (it has been in it since: the probes saw it make
+// no call).
+func (c *inCall) confirmed(timeout int64) bool {
+	return c.state == inside || c.state == entered && c.seen-c.since > timeout
 }
 
 func (p *proc) thread(tid int) *thread {
@@ -47,7 +103,7 @@ func (p *proc) thread(tid int) *thread {
 		if len(p.threads) >= maxThreads {
 			p.lastThread = nil
 			for id, t := range p.threads {
-				if t.wait == nil && len(t.polls) == 0 {
+				if t.in.state == outside && len(t.polls) == 0 {
 					delete(p.threads, id)
 				}
 			}
@@ -63,6 +119,15 @@ func (p *proc) thread(tid int) *thread {
 	}
 	p.lastThread, p.lastTID = th, tid
 	return th
+}
+
+// pollStreak counts consecutive not-ready queries of one event by a thread.
+type pollStreak struct {
+	handle uint64
+	gen    uint64
+	n      int
+	since  int64
+	vendor Vendor
 }
 
 func (th *thread) poll(handle, gen uint64, t int64, v Vendor) {
@@ -103,14 +168,15 @@ type waiting struct {
 	targets []target
 }
 
-// waiters lists the threads of p now blocked in, or polling, GPU work.
-func (p *proc) waiters(now int64, repeat int) []waiting {
+// waiters lists the threads of p now blocked in a call (see
+// inCall.confirmed), or polling GPU work.
+func (p *proc) waiters(now int64, repeat int, timeout int64) []waiting {
 	var ws []waiting
 	for tid, th := range p.threads {
-		if w := th.wait; w != nil {
+		if c := &th.in; c.confirmed(timeout) {
 			ws = append(ws, waiting{
-				Waiter:  Waiter{TID: tid, Call: callName(w.kind, w.vendor, false), Stream: w.stream, Since: w.since},
-				targets: w.targets,
+				Waiter:  Waiter{TID: tid, Call: c.callName(), Stream: c.stream, Since: c.since},
+				targets: c.waitsFor(),
 			})
 		}
 		for _, ps := range th.polls {
@@ -250,6 +316,52 @@ func callName(k Kind, v Vendor, polling bool) string {
 		return k.Call(v) + " (polling)"
 	}
 	return k.Call(v)
+}
+
+// callName is the API name of the call a thread is in, in the vendor's
+// spelling: the one its confirming sample's stack names, else the function
+// itself for a KindCall, the driver's name of a launch, copy or event call
+// (CUDA's are probed in the driver), NCCL's of a collective or
+// communicator call.
+func (c *inCall) callName() string {
+	if c.stackCall != "" {
+		return c.stackCall
+	}
+	var base string
+	switch c.kind {
+	case KindCall:
+		return c.name
+	case KindLaunch:
+		base = "LaunchKernel"
+	case KindGraphLaunch:
+		base = "GraphLaunch"
+	case KindMemcpyAsync:
+		base = "MemcpyAsync"
+	case KindEventRecord:
+		base = "EventRecord"
+	case KindStreamWaitEvent:
+		base = "StreamWaitEvent"
+	case KindCollective:
+		return collPrefix(c.vendor) + c.op.String()
+	case KindGroupEnd:
+		return collPrefix(c.vendor) + "GroupEnd"
+	case KindCommDestroy:
+		return collPrefix(c.vendor) + "CommDestroy"
+	default:
+		return callName(c.kind, c.vendor, false)
+	}
+	if c.vendor == VendorMACA {
+		return "mc" + base
+	}
+	return "cu" + base
+}
+
+// collPrefix is the collective library's prefix: "nccl", or MACA's "mccl".
+func collPrefix(v Vendor) string {
+	if v == VendorMACA {
+		return "mccl"
+	}
+	return "nccl"
 }
 
 // kernelName is the statistics key of a kernel: its name, or its stub

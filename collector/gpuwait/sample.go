@@ -22,6 +22,11 @@ const (
 	// maxStack is how much of each stack a sample copies: the innermost
 	// frames, where a wait and its caller are.
 	maxStack = 64 << 10
+	// stragglers is how much longer a sample waits for the threads that
+	// did not stop within half of MaxStop, the others let go (a thread
+	// spinning in a wait, on a loaded node, waiting for a CPU to reach its
+	// stop): each is held only while its own stack is copied.
+	stragglers = 100 * time.Millisecond
 )
 
 // Sampler takes native samples of every thread of a process and finds the
@@ -47,14 +52,16 @@ type Result struct {
 
 // Take samples pid: every thread is stopped at once (ptrace, for at most
 // MaxStop), the innermost 64 KiB of each stack copied, the threads
-// released, and the copies unwound and classified. The Python frames of
+// released (those that stopped late each copied and released alone), and
+// the copies unwound and classified. The Python frames of
 // the threads found waiting are read afterwards, without stopping them.
 func (s *Sampler) Take(pid int) (Result, error) {
 	maxStop := s.MaxStop
 	if maxStop <= 0 {
 		maxStop = DefaultMaxStop
 	}
-	res, err := s.Unwinder.Dump(pid, native.Options{MaxStop: maxStop, MaxStack: maxStack, ReturnAddress: s.ReturnAddress})
+	res, err := s.Unwinder.Dump(pid, native.Options{MaxStop: maxStop, MaxStack: maxStack, ReturnAddress: s.ReturnAddress,
+		Stragglers: stragglers})
 	if err != nil {
 		return Result{}, fmt.Errorf("sample %d: %w", pid, err)
 	}
@@ -68,11 +75,11 @@ func (s *Sampler) Take(pid int) (Result, error) {
 			out.Unseen = append(out.Unseen, th.TID)
 			continue
 		}
-		w, ok := Classify(th.Native)
+		w, ok := classify(th.Native, th.Error != "")
 		if !ok {
 			continue
 		}
-		tw := timer.ThreadWait{TID: th.TID, Call: w.Call, From: w.From}
+		tw := timer.ThreadWait{TID: th.TID, Call: w.Call, Library: w.Library, From: w.From}
 		if th.State != "" {
 			tw.State = th.State[0]
 		}

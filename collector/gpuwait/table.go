@@ -1,36 +1,32 @@
 package gpuwait
 
-// Role is what a frame of the wait table says of a thread whose stack
-// passes through it.
+// Role is what a stack says of a thread that waits on the GPU.
 type Role uint8
 
 const (
-	// Block: a call that returns only once GPU work completed (a
-	// synchronize, a synchronous copy) or peers joined (NCCL's blocking
-	// calls). On a real GPU the thread spins inside it (CUDA's default
-	// schedule) or sleeps (cudaDeviceScheduleBlockingSync).
-	Block Role = iota + 1
-	// Poll: a query that returns at once. A thread caught in one sample
-	// after sample (the same caller, the same Python frames) polls in a
-	// loop.
-	Poll
-	// Work: a framework routine that waits for GPU work, through the
-	// calls above or its own poll-and-sleep loop: the thread waits
-	// whatever it is seen doing inside.
+	// Call: the thread is inside a call into the GPU libraries (see
+	// Classify): a synchronize or a polled query, a copy, a launch
+	// waiting for a slot of its stream or for its kernel, a free, NCCL's
+	// calls. On a real GPU it spins inside (CUDA's default schedule) or
+	// sleeps (cudaDeviceScheduleBlockingSync). A thread caught in one
+	// sample after sample (the same caller, the same Python frames) with
+	// no call between, as the probes see, waits there.
+	Call Role = iota + 1
+	// Work: a framework routine that waits for GPU work, through GPU
+	// calls or its own poll-and-sleep loop: the thread waits whatever it
+	// is seen doing inside.
 	Work
-	// Site: a framework routine that waits for GPU work through the calls
-	// above among other things (a gloo collective on CUDA tensors: wait
-	// for the stream, then the network): it names the wait when a Block or
-	// Poll frame lies inside it, and is no wait alone.
+	// Site: a framework routine that waits for GPU work through GPU calls
+	// among other things (a gloo collective on CUDA tensors: wait for the
+	// stream, then the network): it names the wait when a GPU call lies
+	// inside it, and is no wait alone.
 	Site
 )
 
 func (r Role) String() string {
 	switch r {
-	case Block:
-		return "block"
-	case Poll:
-		return "poll"
+	case Call:
+		return "call"
 	case Work:
 		return "work"
 	case Site:
@@ -39,58 +35,18 @@ func (r Role) String() string {
 	return "unknown"
 }
 
-// entry is one row of the wait table: the CUDA name and its MACA twin
-// (MetaX's runtime and MCCL rename cuda* to mc* and nccl* to mccl*), ""
+// entry is one row of the table: the CUDA name and its MACA twin, ""
 // where one vendor has none.
 type entry struct {
 	cuda, maca string
 	role       Role
 }
 
-// table is every frame by which a stack is known to wait on the GPU. The
-// names are the symbols as the unwinder names them: C functions, and C++
-// functions demangled without their parameters. Versioned driver
-// entry points (_v2) and per-thread default stream variants (_ptsz,
-// _ptds) are rows of their own: a stack shows the symbol the library
-// exports. The real stacks of testdata/ (an H100, CUDA 13, driver 580,
-// PyTorch 2.11) name cuCtxSynchronize_v2 under cudaDeviceSynchronize and
-// cuStreamSynchronize under cudaStreamSynchronize, the driver's own
-// frames below them unnamed.
+// table is every framework routine by which a stack is known to wait on
+// the GPU (the GPU libraries' own calls need no row: Classify knows them
+// by their files and names). The names are the symbols as the unwinder
+// names them: C++ functions demangled without their parameters.
 var table = []entry{
-	// Runtime: synchronize and synchronous copies.
-	{"cudaDeviceSynchronize", "mcDeviceSynchronize", Block},
-	{"cudaThreadSynchronize", "mcThreadSynchronize", Block},
-	{"cudaStreamSynchronize", "mcStreamSynchronize", Block},
-	{"cudaStreamSynchronize_ptsz", "mcStreamSynchronize_ptsz", Block},
-	{"cudaEventSynchronize", "mcEventSynchronize", Block},
-	{"cudaMemcpy", "mcMemcpy", Block},
-	{"cudaMemcpy_ptds", "mcMemcpy_ptds", Block},
-	// Runtime: queries.
-	{"cudaStreamQuery", "mcStreamQuery", Poll},
-	{"cudaStreamQuery_ptsz", "mcStreamQuery_ptsz", Poll},
-	{"cudaEventQuery", "mcEventQuery", Poll},
-	// Driver (MetaX ships no public driver API by these names).
-	{"cuCtxSynchronize", "", Block},
-	{"cuCtxSynchronize_v2", "", Block},
-	{"cuStreamSynchronize", "", Block},
-	{"cuStreamSynchronize_ptsz", "", Block},
-	{"cuEventSynchronize", "", Block},
-	{"cuMemcpyDtoH", "", Block},
-	{"cuMemcpyDtoH_v2", "", Block},
-	{"cuMemcpyDtoH_v2_ptds", "", Block},
-	{"cuMemcpy", "", Block},
-	{"cuMemcpy_ptds", "", Block},
-	{"cuStreamQuery", "", Poll},
-	{"cuStreamQuery_ptsz", "", Poll},
-	{"cuEventQuery", "", Poll},
-	// NCCL's blocking calls: they return once every rank joined.
-	{"ncclCommInitRank", "mcclCommInitRank", Block},
-	{"ncclCommInitRankConfig", "mcclCommInitRankConfig", Block},
-	{"ncclCommInitAll", "mcclCommInitAll", Block},
-	{"ncclCommSplit", "mcclCommSplit", Block},
-	{"ncclCommFinalize", "mcclCommFinalize", Block},
-	{"ncclCommDestroy", "mcclCommDestroy", Block},
-	{"ncclGroupEnd", "mcclGroupEnd", Block},
 	// PyTorch c10d: work waits.
 	{"c10d::ProcessGroupNCCL::WorkNCCL::wait", "", Work},
 	{"c10d::ProcessGroupNCCL::WorkNCCL::synchronize", "", Work},
@@ -108,10 +64,12 @@ var table = []entry{
 }
 
 // gpuLibraries are the files of the GPU runtimes, drivers and collective
-// libraries, by the start of their base name: their own frames between a
-// wait and its caller (unnamed driver internals, the runtime calling the
-// driver) never name the caller.
+// libraries, by the start of their base name: a frame in one is the GPU
+// libraries' own, named or not.
 var gpuLibraries = []string{"libcuda.", "libcudart", "libnccl", "libmcruntime", "libmcdriver", "libmccl"}
+
+// macaLibraries are MetaX's among them.
+var macaLibraries = []string{"libmcruntime", "libmcdriver", "libmccl"}
 
 // systemLibraries are the C and C++ runtimes: their frames are where every
 // wait ends (futex, poll, nanosleep), never what it is for.

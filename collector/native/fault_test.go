@@ -340,3 +340,44 @@ func TestReleasedStamp(t *testing.T) {
 		released(t, tg.pid)
 	})
 }
+
+// TestStragglers: with a bound too short for the threads of a 20-thread
+// process to stop (1 µs), some do not stop in it; Options.Stragglers
+// copies each of those as it stops, under both launchers (the stop helper
+// carries the option). Without it they are not read. (Threads that
+// stopped in time but could not be copied within the bound stay unread
+// either way.)
+func TestStragglers(t *testing.T) {
+	privileged.Root(t)
+	for name, launch := range launchers {
+		t.Run(name, func(t *testing.T) {
+			tg := settled(t, launch(t, build(t, "threads.c"), "5", "14"), 1)
+			for _, late := range []time.Duration{0, 2 * time.Second} {
+				res, err := NewUnwinder(nil).Dump(tg.pid, Options{MaxStop: 2 * time.Microsecond, Stragglers: late})
+				if err != nil {
+					t.Fatal(err)
+				}
+				read, unstopped := 0, 0
+				for _, th := range res.Threads {
+					switch {
+					case len(th.Native) > 0:
+						read++
+					case strings.Contains(th.Error, "did not stop"):
+						unstopped++
+					}
+				}
+				t.Logf("stragglers' wait %v: %d of %d threads read, %d not stopped", late, read, len(res.Threads), unstopped)
+				if late == 0 && unstopped == 0 {
+					t.Errorf("every thread stopped within the bound: the test makes no straggler")
+				}
+				if late > 0 && (unstopped > 0 || read == 0) {
+					t.Errorf("stragglers' wait %v: %d threads read, %d not stopped, want every straggler read", late, read, unstopped)
+				}
+				if !running(tg.pid, 10*time.Second) { // those not read are let go as they stop
+					t.Fatal("threads left stopped or traced")
+				}
+				released(t, tg.pid)
+			}
+		})
+	}
+}

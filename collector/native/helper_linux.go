@@ -35,10 +35,11 @@ func init() {
 
 // helperRequest is what the dump asks of the helper.
 type helperRequest struct {
-	PID      int
-	MaxStop  time.Duration
-	MaxStack int
-	Maps     []procfs.Mapping
+	PID        int
+	MaxStop    time.Duration
+	MaxStack   int
+	Maps       []procfs.Mapping
+	Stragglers time.Duration
 }
 
 // helperMsg is one message of the helper: Stopped while it holds every
@@ -94,7 +95,7 @@ func runHelper(in io.Reader, out io.Writer) int {
 	// The dump's answer, or the end of our input when the dump died.
 	resume := make(chan struct{})
 	begin := time.Now()
-	o := Options{MaxStop: req.MaxStop, MaxStack: req.MaxStack, WhileStopped: func() error {
+	o := Options{MaxStop: req.MaxStop, MaxStack: req.MaxStack, Stragglers: req.Stragglers, WhileStopped: func() error {
 		go func() {
 			r.ReadByte()
 			close(resume)
@@ -148,7 +149,7 @@ func stopByHelper(pid int, o Options, maps []procfs.Mapping) (stopped, error) {
 		stdin.Close()
 		go cmd.Wait()
 	}()
-	req := helperRequest{PID: pid, MaxStop: o.MaxStop, MaxStack: o.MaxStack, Maps: maps}
+	req := helperRequest{PID: pid, MaxStop: o.MaxStop, MaxStack: o.MaxStack, Maps: maps, Stragglers: o.Stragglers}
 	if err := writeRequest(newWireWriter(stdin), &req); err != nil {
 		return stopped{}, fmt.Errorf("stop helper: %w", err)
 	}

@@ -39,6 +39,12 @@ type Options struct {
 	// Process is pid's resolver from the unwinder's cache, when the caller
 	// has made it (its mappings read); nil: Dump reads them.
 	Process *symbols.Process
+	// Stragglers, when set, is how much longer, after the stopped threads
+	// were copied and let go, the dump waits for those that did not stop
+	// within half of MaxStop (a thread spinning on a loaded machine,
+	// waiting for a CPU to reach its stop): each is copied as it stops and
+	// let go at once, the others running meanwhile.
+	Stragglers time.Duration
 }
 
 // ReturnAddressFunc looks up the return address that a uretprobe moved out

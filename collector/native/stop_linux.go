@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -321,6 +322,7 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 			break
 		}
 	}
+	copyCut := false // a stopped thread left uncopied at the bound
 	for _, t := range ts {
 		if !t.stopped {
 			continue
@@ -331,7 +333,7 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 		}
 		if time.Now().After(deadline) {
 			t.err = fmt.Errorf("stack not copied within %v", o.MaxStop)
-			s.partial = true
+			s.partial, copyCut = true, true
 			continue
 		}
 		var err error
@@ -349,7 +351,49 @@ func stopAll(pid int, o Options, maps []procfs.Mapping) (ts []*tracee, s stopped
 		}
 		s.whileErr = whileStopped.err
 	}
+	if o.Stragglers > 0 && s.partial {
+		release()
+		s.partial = stragglers(ts, time.Now().Add(o.Stragglers), o.MaxStack, maps) > 0 || copyCut
+	}
 	return ts, s
+}
+
+// stragglers waits, until deadline, for the threads of ts that did not
+// stop in time, the others let go already: each is copied as it stops and
+// let go at once (Options.Stragglers). It returns how many it could not
+// copy; settle lets go of those that stop later.
+func stragglers(ts []*tracee, deadline time.Time, maxStack int, maps []procfs.Mapping) int {
+	var late []*tracee
+	for _, t := range ts {
+		if t.seized && !t.stopped && !t.dying {
+			late = append(late, t)
+		}
+	}
+	nap := 10 * time.Microsecond
+	for len(late) > 0 && time.Now().Before(deadline) {
+		progress := false
+		for _, t := range late {
+			if t.poll() {
+				progress = true
+			}
+			if !t.seized || !t.stopped {
+				continue
+			}
+			t.err = nil
+			if err := rawGetRegs(t.tid, &t.regs); err != nil {
+				t.err = fmt.Errorf("read registers: %w", err)
+			} else if t.stackLo, t.stack, err = copyStack(t.tid, t.regs.Rsp, maxStack, maps); err != nil {
+				t.err = err
+			}
+			t.detach()
+		}
+		late = slices.DeleteFunc(late, func(t *tracee) bool { return !t.seized || t.dying })
+		if !progress {
+			rawNap(nap) // as waitStops: the CPU left to the threads yet to stop
+			nap = min(2*nap, 500*time.Microsecond)
+		}
+	}
+	return len(late)
 }
 
 // stopCallback runs Options.WhileStopped on a thread of its own, ready

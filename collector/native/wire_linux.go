@@ -145,6 +145,7 @@ func writeRequest(w *wireWriter, req *helperRequest) error {
 		w.uint(m.Inode)
 		w.string(m.Path)
 	}
+	w.int(int64(req.Stragglers))
 	return w.flush()
 }
 
@@ -156,6 +157,7 @@ func readRequest(r *wireReader) (*helperRequest, error) {
 		req.Maps = append(req.Maps, procfs.Mapping{Start: r.uint(), End: r.uint(), Perms: r.string(),
 			Offset: r.uint(), Dev: r.string(), Inode: r.uint(), Path: r.string()})
 	}
+	req.Stragglers = time.Duration(r.int())
 	return req, r.err
 }
 

@@ -23,7 +23,7 @@ func TestWireRoundTrip(t *testing.T) {
 		{Start: 0x400000, End: 0x401000, Perms: "r-xp", Offset: 0x1000, Dev: "fd:01", Inode: 77, Path: "/usr/bin/python3.11"},
 		{Start: 0x7ffd0000, End: 0x7ffe0000, Perms: "rw-p", Path: "[stack]"},
 		{},
-	}}
+	}, Stragglers: 90 * time.Millisecond}
 	regs := unix.PtraceRegs{Rip: 0x401234, Rsp: 0x7ffd1000, Rbp: 0x7ffd1010, R15: 1<<64 - 1, Orig_rax: 230}
 	res := helperResult{StoppedFor: 1400 * time.Microsecond, Partial: true, Threads: []wireThread{
 		{TID: 4242, State: 'S', Name: "python3", Regs: regs, StackLo: 0x7ffd0ff0, Stack: bytes.Repeat([]byte{1, 2, 3}, 5000)},

@@ -157,7 +157,7 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 				cat = "api"
 			}
 			add(Event{Name: callName(ev, false), Cat: cat, Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
-		case timer.KindMemcpy, timer.KindEventSynchronize, timer.KindStreamSynchronize, timer.KindDeviceSynchronize:
+		case timer.KindMemcpy, timer.KindEventSynchronize, timer.KindStreamSynchronize, timer.KindDeviceSynchronize, timer.KindCall:
 			if ev.Phase == timer.PhaseEnter {
 				waits[ev.TID] = &open{rec: r}
 				continue
@@ -165,8 +165,10 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 			if o := waits[ev.TID]; o != nil {
 				closeSpan(o, ev.Time, false, callName(o.rec.Event, false))
 				delete(waits, ev.TID)
-				add(Event{Name: "complete", Cat: "completion", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID,
-					Args: map[string]any{"stream": hex(ev.Stream), "ret": ev.Ret, "call": callName(ev, false)}})
+				if ev.Kind != timer.KindCall { // a free, a module load: it completes no GPU work the probes know
+					add(Event{Name: "complete", Cat: "completion", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID,
+						Args: map[string]any{"stream": hex(ev.Stream), "ret": ev.Ret, "call": callName(ev, false)}})
+				}
 			}
 		case timer.KindProcessExec:
 			add(Event{Name: "exec", Cat: "process", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID})

@@ -267,6 +267,20 @@ int main(int argc, char **argv)
 	printf("call=StreamQuery stream=%lu ret=%d\n", (unsigned long)s, r);
 	r = RT("DeviceSynchronize", int (*)(void))();
 	printf("call=DeviceSynchronize ret=%d\n", r);
+	/* calls made now and then: CUDA's runtime makes them through the
+	 * driver, probed there (fn: the function the record names) */
+	void *buf = NULL, *s2 = NULL, *malloc_ = optsym(rt, rtp, "Malloc"), *free_ = optsym(rt, rtp, "Free"),
+	     *destroy = optsym(rt, rtp, "StreamDestroy");
+	if (malloc_ && free_ && destroy) {
+		r = ((int (*)(void **, size_t))malloc_)(&buf, 64);
+		printf("call=Malloc fn=%s ret=%d\n", maca ? "mcMalloc" : "cuMemAlloc_v2", r);
+		r = ((int (*)(void *))free_)(buf);
+		printf("call=Free fn=%s ret=%d\n", maca ? "mcFree" : "cuMemFree_v2", r);
+		RT("StreamCreate", int (*)(void **))(&s2);
+		r = ((int (*)(void *))destroy)(s2);
+		printf("call=StreamDestroy fn=%s stream=%lu ret=%d\n", maca ? "mcStreamDestroy" : "cuStreamDestroy_v2",
+		       (unsigned long)s2, r);
+	}
 	r = RT("EventRecord", int (*)(void *, void *))(e2, s);
 	printf("call=EventRecord handle=%lu stream=%lu ret=%d\n", (unsigned long)e2, (unsigned long)s, r);
 	r = RT("EventRecord", int (*)(void *, void *))(e3, s);

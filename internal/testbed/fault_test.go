@@ -13,8 +13,9 @@ import (
 const hold = 1500 * time.Millisecond
 
 // deviceWaits are the faults that leave the faulty rank's main thread
-// waiting on the device, in a synchronize that spins by default.
-var deviceWaits = []string{FaultKernelHang, FaultTritonHang, FaultGraphHang}
+// waiting on the device, in a synchronize, a launch or a free that spins
+// by default.
+var deviceWaits = []string{FaultKernelHang, FaultTritonHang, FaultGraphHang, FaultQueueFull, FaultLaunchBlocking, FaultFreeSync}
 
 // TestFaultsHang starts every fault kind for both vendors and checks that the
 // job hangs after the fault step (a real hang, not a crash): no rank makes
@@ -24,7 +25,7 @@ func TestFaultsHang(t *testing.T) {
 	b := Build(t)
 	const rank, step, steps = 1, 3, 30
 	for _, v := range vendors {
-		for _, f := range Faults {
+		for _, f := range append(slices.Clip(Faults), CallFaults...) {
 			t.Run(v+"/"+f, func(t *testing.T) {
 				t.Parallel()
 				j := b.StartJob(t, JobOptions{NProc: 4, Steps: steps, Vendor: v, Fault: f, FaultRank: rank,

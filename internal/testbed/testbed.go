@@ -48,9 +48,30 @@ const (
 	FaultCheckpoint = "checkpoint"
 )
 
-// Faults lists every fault kind.
+// Faults after which the faulty rank's main thread blocks, spinning, in
+// a call that is no wait, behind spin_kernel (torch.cuda._sleep's kernel)
+// that never ends, launched at the start of the fault step.
+const (
+	// FaultQueueFull: then a loop of small launches that never
+	// synchronizes; the stream's queue fills (QueueDepthEnv) and a launch
+	// waits for a slot.
+	FaultQueueFull = "queue-full"
+	// FaultLaunchBlocking: every rank runs with CUDA_LAUNCH_BLOCKING=1,
+	// so the launch of spin_kernel waits for it (and the peers'
+	// all-reduces wait inside ncclAllReduce for the faulty rank's).
+	FaultLaunchBlocking = "launch-blocking"
+	// FaultFreeSync: then a cached block is freed (cudaFree, as
+	// torch.cuda.empty_cache()), which waits for the device.
+	FaultFreeSync = "free-sync"
+)
+
+// Faults lists the fault kinds of the fault matrix.
 var Faults = []string{FaultSkipCollective, FaultKernelHang, FaultPythonSleep, FaultDeadlock, FaultDataloader,
 	FaultDataloaderWorker, FaultNCCLStall, FaultTritonHang, FaultGraphHang}
+
+// CallFaults lists the faults that block a thread in a call that is no
+// wait (issue 39's cells: cmd/internal/e2e, TestBlockedCalls).
+var CallFaults = []string{FaultQueueFull, FaultLaunchBlocking, FaultFreeSync}
 
 // DriverFaults are the faults on the CUDA driver's own path (a Triton
 // launch): on MACA, which has no driver library in the testbed, they are
@@ -62,6 +83,12 @@ var DriverFaults = []string{FaultTritonHang}
 // "yield" or "blocking" (a futex sleep). A program's cudaSetDeviceFlags
 // wins over it.
 const SchedEnv = "XPU_FAKEGPU_SCHED"
+
+// QueueDepthEnv sets how many operations a stream of the fake driver
+// holds before a call that queues one more waits for a slot (spinning, as
+// the schedule says): 1024 by default, as a GPU's roughly 1,000 pending
+// launches.
+const QueueDepthEnv = "XPU_FAKEGPU_QUEUE_DEPTH"
 
 // ShmPrefix starts the name of every shared-memory segment of the fake NCCL
 // (under /dev/shm without the slash).

@@ -22,21 +22,30 @@ func TestRuntimeSemantics(t *testing.T) {
 	b := Build(t)
 	// spin, yield and blocking: the state of a thread waiting in a
 	// synchronize (R while it spins, S while it sleeps) for each schedule;
-	// envsched the one XPU_FAKEGPU_SCHED names.
+	// envsched the one XPU_FAKEGPU_SCHED names. queue, launchblocking and
+	// freesync: a launch past a full queue, a launch under
+	// CUDA_LAUNCH_BLOCKING=1 and a free block, spinning, until the kernel
+	// before them ends; jit: a module compiled from the fake's PTX keeps
+	// the CPU busy as long as it says.
 	cases := []string{"order", "event", "elapsed", "wait", "concurrent", "memcpy", "exc", "graph", "hostfn",
-		"spin", "yield", "blocking", "envsched", "driver", "driverex"}
+		"spin", "yield", "blocking", "envsched", "queue", "launchblocking", "freesync", "driver", "driverex", "jit"}
+	caseEnv := map[string][]string{
+		"envsched":       {"XPU_FAKEGPU_SCHED=blocking", "XPU_FAKEGPU_SCHED=spin"},
+		"queue":          {QueueDepthEnv + "=8"},
+		"launchblocking": {"CUDA_LAUNCH_BLOCKING=1"},
+	}
 	for _, v := range vendors {
 		bin := b.Bin("tests/rttest")
 		if v == "maca" {
 			bin = b.Bin("tests/rttest_maca")
 		}
 		for _, c := range cases {
-			if v == "maca" && strings.HasPrefix(c, "driver") {
+			if v == "maca" && (strings.HasPrefix(c, "driver") || c == "jit") {
 				continue // the MACA driver is linked into its runtime, its names hidden
 			}
 			envs := []string{""}
-			if c == "envsched" {
-				envs = []string{"XPU_FAKEGPU_SCHED=blocking", "XPU_FAKEGPU_SCHED=spin"}
+			if e, ok := caseEnv[c]; ok {
+				envs = e
 			}
 			for _, env := range envs {
 				t.Run(v+"/"+c+"/"+env, func(t *testing.T) {

@@ -17,8 +17,15 @@ testbed's libraries (run.py's Device). Usage: fakeworkloads.py LIB_DIR NAME
               the testbed's trainstep in that mode: a real step's call mix
               (workloads.py's transformer), printed in blocks of steps until
               STOP_FILE exists (steppaired.py)
+  launch-blocking  CUDA_LAUNCH_BLOCKING=1: the launch of spin_kernel (which
+              never ends) waits for it
+  queue-full  noop_kernel warmed up and synchronized, spin_kernel, then a
+              loop of noop_kernel launches until one waits for a slot
+              (XPU_FAKEGPU_QUEUE_DEPTH, default 1024)
+  free-sync   a block allocated, spin_kernel, then cudaFree of the block
+  queue-full-nccl  queue-full after an NCCL all-reduce on one rank
 
-Each prints "hung" before its last call.
+Each prints "hung" before its last call (the loop, for queue-full).
 """
 import ctypes
 import os
@@ -90,19 +97,64 @@ def launchblocks(dev):
         run.say("block start=%d end=%d ns=%.1f" % (t, e, (e - t) / block))
 
 
+def spin(dev):
+    """torch.cuda._sleep(forever): spin_kernel, which never ends."""
+    dev.launch(dev.kernel("spin_kernel"), 0, None, run.KERNEL_HANG)
+
+
+def queue_full(dev):
+    """workloads.py's queue-full: the small kernel warmed up, spin_kernel,
+    then launches without a synchronize until one waits for a slot."""
+    noop = dev.kernel("noop_kernel")
+    dev.launch(noop, 0, None)
+    dev.synchronize()
+    spin(dev)
+    run.say("hung")
+    n = 0
+    while True:
+        dev.launch(noop, 0, None)
+        n += 1
+        if n % 2000 == 0:
+            run.say("launched %d" % n)
+
+
+def nccl_one_rank(dev):
+    """workloads.py's 1-rank NCCL job: an all-reduce, done and synchronized."""
+    store = tempfile.mkdtemp(prefix="xpufake-store-")
+    pg = run.ProcessGroup(dev, 0, 1, store)
+    pg.all_reduce(1 << 20, 7, None)
+    dev.synchronize()
+    run.say("all-reduce done")
+
+
 def main(lib_dir, name):
     if name.startswith("train-"):
         exe = os.path.join(lib_dir, "trainstep")
         mode = name[len("train-"):]
         os.execv(exe, [exe, "--mode", mode] + (["--block", "1", "--warm", "5"] if mode == "gpubound" else []))
+    if name == "launch-blocking":
+        os.environ["CUDA_LAUNCH_BLOCKING"] = "1"  # before the driver starts
     dev = run.Device(lib_dir, "cuda")
     time.sleep(SETUP_S)
-    if name == "nccl-sleep":
-        store = tempfile.mkdtemp(prefix="xpufake-store-")
-        pg = run.ProcessGroup(dev, 0, 1, store)
-        pg.all_reduce(1 << 20, 7, None)
+    if name == "launch-blocking":
         dev.synchronize()
-        run.say("all-reduce done")
+        run.say("hung")
+        spin(dev)  # returns once the kernel ends: never
+        return
+    if name == "queue-full":
+        return queue_full(dev)
+    if name == "queue-full-nccl":
+        nccl_one_rank(dev)
+        return queue_full(dev)
+    if name == "free-sync":
+        block = dev.malloc(64 << 20)
+        dev.synchronize()
+        spin(dev)
+        run.say("hung")
+        dev.free(block)  # waits for the device
+        return
+    if name == "nccl-sleep":
+        nccl_one_rank(dev)
         dev.launch(dev.kernel("gemm_bf16_kernel"), 0, None, run.KERNEL_HANG)
     elif name == "triton":
         # as on a GPU: torch.ones(flag) launches a fill kernel, the JIT
@@ -131,5 +183,5 @@ def main(lib_dir, name):
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        sys.exit("usage: fakeworkloads.py LIB_DIR {nccl-sleep,triton,graph,launchbound}")
+        sys.exit("usage: fakeworkloads.py LIB_DIR {nccl-sleep,triton,graph,launchbound,launchblocks,launch-blocking,queue-full,free-sync,queue-full-nccl}")
     main(sys.argv[1], sys.argv[2])

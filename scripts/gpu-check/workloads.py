@@ -30,6 +30,23 @@ argument; each prints progress lines the script waits for:
   train-graph  the same step captured once in a CUDA graph and replayed
   libs         prints the paths of the CUDA runtime and driver this torch maps
 
+and the calls that block behind a kernel that never ends though they are
+no waits (issue 39), each in one process, printing "hung" before the call:
+  launch-blocking   CUDA_LAUNCH_BLOCKING=1 (set before CUDA starts): the
+                    launch of torch.cuda._sleep's kernel waits for it
+  queue-full        x.add_(1) warmed up (its module loaded: CUDA loads a
+                    kernel's module lazily at its first launch, which would
+                    wait for the running kernel at once), the kernel that
+                    never ends, then a loop of x.add_(1) without a
+                    synchronize until a launch waits for a slot of the
+                    stream's queue (about 1,000)
+  free-sync         cached blocks (tensors freed to PyTorch's allocator),
+                    the kernel that never ends, then torch.cuda.empty_cache(),
+                    whose cudaFree waits for the device
+  queue-full-nccl   queue-full in a 1-rank NCCL job (an all-reduce, done and
+                    synchronized, first: its watchdog polls the collectives'
+                    events, as every NCCL job's does)
+
 Needs PyTorch with CUDA (and Triton for triton); one GPU is enough.
 """
 import os
@@ -47,16 +64,21 @@ def say(line):
     os.write(1, (line + "\n").encode())
 
 
-def nccl_sleep():
+def nccl_one_rank(port):
+    """A 1-rank NCCL job: an all-reduce, done and synchronized."""
     import torch.distributed as dist
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29511")
+    os.environ.setdefault("MASTER_PORT", port)
     torch.cuda.set_device(0)
     dist.init_process_group("nccl", rank=0, world_size=1, device_id=torch.device("cuda:0"))
     x = torch.ones(1 << 20, device="cuda")
     dist.all_reduce(x)
     torch.cuda.synchronize()
     say("all-reduce done")
+
+
+def nccl_sleep():
+    nccl_one_rank("29511")
     torch.cuda._sleep(FOREVER)
     say("hung")
     torch.cuda.synchronize()
@@ -108,6 +130,50 @@ def graph():
     g.replay()
     say("hung")
     torch.cuda.synchronize()
+
+
+def sync_first():
+    """CUDA started, the device idle: every op before the hang known
+    complete, so the kernel that never ends is the oldest op outstanding."""
+    x = torch.zeros(16, device="cuda")
+    x.add_(1)  # loads the add kernel's module
+    torch.cuda.synchronize()
+    return x
+
+
+def launch_blocking():
+    os.environ["CUDA_LAUNCH_BLOCKING"] = "1"  # before CUDA starts
+    sync_first()
+    say("hung")
+    torch.cuda._sleep(FOREVER)  # returns once the kernel ends: never
+
+
+def queue_full():
+    x = sync_first()
+    torch.cuda._sleep(FOREVER)
+    say("hung")
+    n = 0
+    while True:  # as an asynchronous training loop: it logs, never synchronizes
+        x.add_(1)
+        n += 1
+        if n % 2000 == 0:
+            say("launched %d" % n)
+
+
+def free_sync():
+    x = sync_first()
+    blocks = [torch.empty(64 << 20, dtype=torch.uint8, device="cuda") for _ in range(8)]
+    del blocks  # 512 MiB back to the caching allocator, still allocated on the device
+    torch.cuda.synchronize()
+    torch.cuda._sleep(FOREVER)
+    say("hung")
+    torch.cuda.empty_cache()  # cudaFree of the cached blocks waits for the device
+    del x
+
+
+def queue_full_nccl():
+    nccl_one_rank("29513")
+    queue_full()
 
 
 def launchbound():
@@ -244,7 +310,9 @@ def libs():
 WORKLOADS = {"nccl-sleep": nccl_sleep, "ddp": ddp, "triton": triton_spin, "graph": graph,
              "launchbound": launchbound, "launchblocks": launchblocks, "libs": libs,
              "train-eager": lambda: train("eager"), "train-gpubound": lambda: train("gpubound"),
-             "train-graph": lambda: train("graph")}
+             "train-graph": lambda: train("graph"),
+             "launch-blocking": launch_blocking, "queue-full": queue_full, "free-sync": free_sync,
+             "queue-full-nccl": queue_full_nccl}
 
 if __name__ == "__main__":
     # a second argument is a tag for --command-regex, else ignored

@@ -3,7 +3,8 @@
 
     python3 run.py --nproc N --steps S [--vendor cuda|maca] [--workers W]
                    [--fault KIND --fault-rank R --fault-step K]
-                   [--launch-bound L] [--nnodes M --node-rank I]
+                   [--busy KIND --busy-step K --busy-s S --busy-steps N]
+                   [--launch-bound L] [--lone] [--nnodes M --node-rank I]
 
 Without XPU_FAKEGPU_ROLE=rank this is a torchrun-like launcher: it spawns
 --nproc rank processes (its direct children) with RANK, LOCAL_RANK,
@@ -50,6 +51,32 @@ Steps are numbered from 0; a fault at step K hangs forever (never exits):
                    R's replay of step K never ends (a captured kernel spins
                    on a flag), so no launch call names the stuck kernel
 
+and three where rank R's main thread then blocks in a call that is no
+wait, spinning as CUDA does (driver.c), at the start of step K (or of the
+first step from K on at which the file XPU_FAKEGPU_FAULT_GATE names
+exists, when set), behind spin_kernel (torch.cuda._sleep's), which never
+ends:
+  queue-full       then a loop of small launches that never synchronizes:
+                   the stream's queue fills (XPU_FAKEGPU_QUEUE_DEPTH,
+                   default 1024) and a cuLaunchKernel waits for a slot
+  launch-blocking  every rank runs with CUDA_LAUNCH_BLOCKING=1: the launch
+                   of spin_kernel waits for it (and the peers' all-reduces
+                   wait for rank R's, inside ncclAllReduce)
+  free-sync        then a cached block is freed (cudaFree, as
+                   torch.cuda.empty_cache()): cuMemFree_v2 waits for the
+                   device
+
+--busy KIND makes every rank, from step K for N steps (default 3), spend
+S seconds in a call that ends (no hang; for tests of false alarms):
+  jit              after a synchronize, a module compiled from PTX
+                   (cuModuleLoadData): the CPU busy in the driver, no GPU
+                   work outstanding
+  slow-kernel      under CUDA_LAUNCH_BLOCKING=1, a kernel of S seconds: its
+                   launch returns when it ends
+  burst            a kernel of S seconds, then a loop of small launches
+                   that fills the stream's queue behind it: the launch
+                   past the queue waits until the kernel ends
+
 Not a hang (it ends; not in the hang matrix):
   checkpoint       rank R saves a checkpoint before the all-reduce of step
                    K, for --checkpoint-seconds (default 60), through
@@ -71,7 +98,10 @@ from Python, as a loop of x.add_(1) makes them) and one synchronize, no
 model and no collective; the rank then prints "xpu-fakegpu rank=R
 launches=N seconds=S launches_per_second=X".
 Progress on stdout: "xpu-fakegpu rank=R pid=P started",
-"xpu-fakegpu rank=R step=S done". Standard library only (CPython 3.9+).
+"xpu-fakegpu rank=R step=S done". With --lone the job is one process
+without a launcher and without RANK in its environment (a one-GPU script):
+it runs as rank 0 of 1 with a communicator of its own. Standard library
+only (CPython 3.9+).
 """
 import argparse
 import ctypes
@@ -89,7 +119,8 @@ import warnings
 import zlib
 
 FAULTS = ("skip-collective", "kernel-hang", "python-sleep", "deadlock", "dataloader", "dataloader-worker", "nccl-stall",
-          "triton-hang", "graph-hang", "checkpoint")
+          "triton-hang", "graph-hang", "checkpoint", "queue-full", "launch-blocking", "free-sync")
+BUSY = ("jit", "slow-kernel", "burst")
 HERE = os.path.dirname(os.path.abspath(__file__))
 COLLECTIVES_PER_STEP = 3  # two gradient buckets and the loss
 
@@ -116,6 +147,13 @@ def parse_args(argv=None):
     p.add_argument("--slow-factor", type=float, default=1.0)
     p.add_argument("--init-delay", type=float, default=0.0,
                    help="seconds between loading the GPU libraries and creating the communicator (building a model)")
+    p.add_argument("--busy", choices=BUSY, help="a long call that ends, on every rank (no hang)")
+    p.add_argument("--busy-step", type=int, default=2)
+    p.add_argument("--busy-s", type=float, default=3.0, help="seconds of each busy call")
+    p.add_argument("--busy-steps", type=int, default=3, help="steps with a busy call, from --busy-step")
+    p.add_argument("--lone", action="store_true", help="one process, no launcher, no RANK in the environment")
+    p.add_argument("--queue-depth", type=int, default=0,
+                   help="operations a stream holds before a launch waits for a slot (XPU_FAKEGPU_QUEUE_DEPTH; default 1024)")
     args = p.parse_args(argv)
     if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
         p.error("--node-rank must be in [0, --nnodes)")
@@ -356,6 +394,19 @@ class Device:
         p = ctypes.c_void_p()
         self.check(self.fn("Malloc", [ctypes.c_void_p, ctypes.c_size_t])(ctypes.byref(p), n), "Malloc")
         return p
+
+    def free(self, p):
+        """cudaFree, as torch.cuda.empty_cache() frees a cached block."""
+        self.check(self.fn("Free", [ctypes.c_void_p])(p), "Free")
+
+    def jit(self, seconds):
+        """A module compiled from (the fake's) PTX: cuModuleLoadData, the
+        CPU busy in the driver for that long."""
+        if self.drv is None:
+            return time.sleep(seconds)  # MACA: no driver library in the testbed
+        ptx = b"//fakeptx jit_ms=%d path=%s" % (int(seconds * 1000), self.kernels_path.encode())
+        mod = ctypes.c_void_p()
+        self.check(self.drv.cuModuleLoadData(ctypes.byref(mod), ptx), "cuModuleLoadData")
 
 
 class TritonKernel:
@@ -883,9 +934,51 @@ class Trainer:
                 loss, self.model.per_layer // 2, side, SPIN_ON_FLAG, flag_word=self.graph_flag))
             self.dev.synchronize()
         self.noop = self.dev.kernel("noop_kernel")
+        # a block the caching allocator holds, freed by free-sync's empty_cache()
+        self.cached = self.dev.malloc(1 << 20)
 
     def fault_here(self, step, kind):
         return self.fault == kind and step == self.args.fault_step
+
+    def blocked_call(self, step):
+        """queue-full, launch-blocking, free-sync: spin_kernel never ends,
+        then the main thread blocks in a call that is no wait. With
+        XPU_FAKEGPU_FAULT_GATE=FILE the fault waits, from step K on, for
+        FILE to exist (a monitor attached to the running job meanwhile)."""
+        if self.fault not in ("queue-full", "launch-blocking", "free-sync") or step < self.args.fault_step:
+            return
+        gate = os.environ.get("XPU_FAKEGPU_FAULT_GATE")
+        if gate and not os.path.exists(gate):
+            return
+        # launched first here: its name is looked up now (a real
+        # torch.cuda._sleep's kernel is looked up at its first launch too)
+        self.dev.launch(self.dev.kernel("spin_kernel"), 0, self.compute, KERNEL_HANG)  # blocks under CUDA_LAUNCH_BLOCKING
+        if self.fault == "free-sync":
+            self.dev.free(self.cached)
+        launch, kernel, stream = self.dev._launch, self.noop, self.compute
+        vals, args = self.dev.params(0)
+        grid, block = Dim3(1, 1, 1), Dim3(16, 1, 1)
+        while True:  # an asynchronous loop: no synchronize, nothing logged
+            launch(kernel, grid, block, args, 0, stream)
+
+    def busy(self, step):
+        """--busy: a long call that ends, S seconds, at this step."""
+        a = self.args
+        if not a.busy or not a.busy_step <= step < a.busy_step + a.busy_steps:
+            return
+        us = int(a.busy_s * 1e6)
+        if a.busy == "jit":
+            self.dev.synchronize()  # no GPU work outstanding
+            self.dev.jit(a.busy_s)
+        elif a.busy == "slow-kernel":
+            self.dev.launch(self.dev.kernel("gemm_bf16_kernel"), us, self.compute)  # returns when it ends
+        elif a.busy == "burst":
+            self.dev.launch(self.dev.kernel("gemm_bf16_kernel"), us, self.compute)
+            vals, args = self.dev.params(0)
+            grid, block = Dim3(1, 1, 1), Dim3(16, 1, 1)
+            for _ in range(int(os.environ.get("XPU_FAKEGPU_QUEUE_DEPTH", "1024")) + 64):
+                self.dev._launch(self.noop, grid, block, args, 0, self.compute)
+        say("xpu-fakegpu rank=%d step=%d busy %s %.1fs" % (self.rank, step, a.busy, a.busy_s))
 
     def train(self):
         if self.args.launch_bound:
@@ -901,6 +994,8 @@ class Trainer:
 
     def train_step(self, step):
         batch = self.loader.next()
+        self.blocked_call(step)
+        self.busy(step)
         # the step's first launch, after the last step's loss was read
         self.opt.zero_grad(hang=self.fault_here(step, "triton-hang"))
         if self.fault_here(step, "kernel-hang"):
@@ -955,13 +1050,20 @@ def identity():
     env = os.environ
     if "RANK" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"])
-    return int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"])
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return int(env["OMPI_COMM_WORLD_RANK"]), int(env["OMPI_COMM_WORLD_SIZE"])
+    return 0, 1  # --lone: a process on its own
 
 
 def rank_main(args):
     rank, world = identity()
     # SIGTERM keeps its default action: a rank blocked inside the GPU
     # library never returns to Python, so a Python handler would never run.
+    if args.queue_depth > 0:
+        os.environ["XPU_FAKEGPU_QUEUE_DEPTH"] = str(args.queue_depth)
+    if args.fault == "launch-blocking" or args.busy == "slow-kernel":
+        # what people set to debug a hang: every launch waits for its kernel
+        os.environ["CUDA_LAUNCH_BLOCKING"] = "1"
     say("xpu-fakegpu rank=%d pid=%d started" % (rank, os.getpid()))
     Trainer(args, rank, world).train()
     return 0
@@ -970,6 +1072,10 @@ def rank_main(args):
 def main():
     args = parse_args()
     if os.environ.get("XPU_FAKEGPU_ROLE") == "rank":
+        return rank_main(args)
+    if args.lone:
+        if "XPU_FAKEGPU_STORE" not in os.environ:
+            os.environ["XPU_FAKEGPU_STORE"] = tempfile.mkdtemp(prefix="xpufake-store-")
         return rank_main(args)
     return launch(args)
 

@@ -235,6 +235,9 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 		if want := kernelOf[j.fault]; h.rank == j.rank && h.kind == "gpu" && want != "" && !strings.Contains(h.text, want) {
 			return fail("faulty rank %d's hang line does not name the kernel %s: %s", j.rank, want, h.text)
 		}
+		if want := blockedCall[j.fault]; h.rank == j.rank && want != "" && !callRe(j.fault).MatchString(h.text) {
+			return fail("faulty rank %d's hang line does not name the call %s: %s", j.rank, want, h.text)
+		}
 		if h.kind == "host" {
 			hosts = append(hosts, h)
 			continue
@@ -299,7 +302,8 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 // kernelOf is the kernel a fault's hang line must name (as the oldest op
 // not known complete, beside the collective it holds back): the one that
 // never ends, the first launch of its step, after a synchronize.
-var kernelOf = map[string]string{testbed.FaultTritonHang: "triton_poi_fused_add_0"}
+var kernelOf = map[string]string{testbed.FaultTritonHang: "triton_poi_fused_add_0",
+	testbed.FaultQueueFull: blockedKernel, testbed.FaultLaunchBlocking: blockedKernel, testbed.FaultFreeSync: blockedKernel}
 
 // attachedRe is the launcher's line for a runtime library it probed.
 var attachedRe = regexp.MustCompile(`msg=attached .*\bpid=(\d+) library=\S*/lib(?:cudart|mcruntime)\.so`)

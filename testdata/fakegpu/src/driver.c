@@ -25,7 +25,18 @@
  * find the kernel function with dlsym), also for the runtime's launches:
  * only the lookup that returned a handle names its kernel. Stream capture records a stream's work into a graph instead of
  * running it; cuGraphLaunch replays the graph as one operation (its kernels
- * make no launch call). */
+ * make no launch call).
+ *
+ * Where CUDA blocks a host thread outside the waits: a stream holds at
+ * most XPU_FAKEGPU_QUEUE_DEPTH operations not yet started (default 1024,
+ * as a GPU's roughly 1,000 pending launches behind an unfinished kernel),
+ * and a call that queues one more waits, as the schedule says (spinning
+ * by default), until a slot frees; with CUDA_LAUNCH_BLOCKING=1 every
+ * launch (kernel, graph, and the fake NCCL's collectives, which are
+ * kernels on a GPU) waits for its own operation to finish; allocations,
+ * frees, synchronous memsets and copies, and context teardown wait for
+ * the whole device; cuModuleLoadData "compiles" the fake PTX it is given
+ * for as long as the PTX says, busy on the CPU. */
 #define _GNU_SOURCE
 #include "vendor.h"
 #include "driver.h"
@@ -61,6 +72,7 @@ struct fg_stream {
 	pthread_mutex_t mu;
 	pthread_cond_t work, space;
 	uint64_t head, tail; /* next op to run, next free slot */
+	_Atomic uint64_t taken; /* head, for a caller waiting for a slot without the lock */
 	int idle, full;
 	_Atomic uint64_t done; /* ops finished */
 	int id;
@@ -234,6 +246,7 @@ static NOINLINE void *fg_executor_main(void *arg)
 		}
 		o = s->ring[s->head % RING];
 		s->head++;
+		atomic_store_explicit(&s->taken, s->head, memory_order_release);
 		if (s->full)
 			pthread_cond_signal(&s->space);
 		pthread_mutex_unlock(&s->mu);
@@ -266,6 +279,42 @@ static struct fg_stream *new_stream(void)
 }
 
 static void init_default(void) { g_default = new_stream(); }
+
+/* getenv_int is an integer environment variable, or def when unset */
+static long getenv_int(const char *name, long def)
+{
+	const char *e = getenv(name);
+	return e && *e ? strtol(e, NULL, 10) : def;
+}
+
+/* queue_depth is how many operations a stream holds before the next waits
+ * for a slot: XPU_FAKEGPU_QUEUE_DEPTH, 1 to RING, read once */
+#define QUEUE_DEPTH 1024
+static long queue_depth(void)
+{
+	static _Atomic long depth;
+	long d = atomic_load(&depth);
+	if (!d) {
+		d = getenv_int("XPU_FAKEGPU_QUEUE_DEPTH", QUEUE_DEPTH);
+		d = d < 1 ? 1 : d > RING ? RING : d;
+		atomic_store(&depth, d);
+	}
+	return d;
+}
+
+/* launch_blocking says whether CUDA_LAUNCH_BLOCKING=1: every launch waits
+ * for its operation to finish; read once */
+static int launch_blocking(void)
+{
+	static _Atomic int on = -1;
+	int v = atomic_load(&on);
+	if (v < 0) {
+		const char *e = getenv("CUDA_LAUNCH_BLOCKING");
+		v = e && !strcmp(e, "1");
+		atomic_store(&on, v);
+	}
+	return v;
+}
 
 static struct fg_stream *resolve(CUstream s)
 {
@@ -302,9 +351,20 @@ static uint64_t enqueue(struct fg_stream *s, const struct op *o)
 		pthread_mutex_unlock(&s->mu);
 		return 0;
 	}
-	while (s->tail - s->head >= RING) {
+	for (uint64_t depth = (uint64_t)queue_depth(); s->tail - s->head >= depth;) {
+		/* full: wait for the executor to take one, as the schedule says */
 		s->full = 1;
-		pthread_cond_wait(&s->space, &s->mu);
+		if (sched_mode() == CU_CTX_SCHED_BLOCKING_SYNC) {
+			pthread_cond_wait(&s->space, &s->mu);
+			continue;
+		}
+		uint64_t want = s->tail - depth + 1;
+		pthread_mutex_unlock(&s->mu);
+		if (sched_mode() == CU_CTX_SCHED_YIELD)
+			fg_yield_wait(&s->taken, want);
+		else
+			fg_spin_wait(&s->taken, want);
+		pthread_mutex_lock(&s->mu);
 	}
 	s->full = 0;
 	s->ring[s->tail % RING] = *o;
@@ -340,10 +400,22 @@ static NOINLINE void sync_all(void)
 
 /* ---- private entry points (the fake NCCL's collectives) ---- */
 
+/* launched queues o on s and, with CUDA_LAUNCH_BLOCKING=1, waits for it to
+ * finish, as a launch does then */
+static void launched(struct fg_stream *s, const struct op *o)
+{
+	uint64_t pos = enqueue(s, o);
+	if (pos && launch_blocking())
+		fg_host_wait(&s->done, pos);
+}
+
 DRVAPI CUresult fakegpu_drv_enqueue_host(CUstream stream, CUhostFn fn, void *ctx, int collective)
 {
 	struct op o = {.type = OP_HOST, .fn = (const void *)fn, .ptr = ctx, .n = (uint64_t)collective};
-	enqueue(resolve(stream), &o);
+	if (collective) /* a kernel on a GPU */
+		launched(resolve(stream), &o);
+	else
+		enqueue(resolve(stream), &o);
 	return CUDA_SUCCESS;
 }
 
@@ -405,6 +477,28 @@ DRVAPI CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice d, unsigned flags)
 	return cuCtxSetFlags(flags);
 }
 
+/* Tearing a context down waits for its work first. */
+DRVAPI CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	(void)ctx;
+	sync_all();
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuDevicePrimaryCtxRelease_v2(CUdevice d)
+{
+	(void)d;
+	sync_all();
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuDevicePrimaryCtxReset_v2(CUdevice d)
+{
+	(void)d;
+	sync_all();
+	return CUDA_SUCCESS;
+}
+
 DRVAPI CUresult cuCtxSynchronize(void)
 {
 	sync_all();
@@ -421,21 +515,54 @@ DRVAPI CUresult cuCtxSynchronize_v2(CUcontext ctx)
 
 /* ---- memory: device memory is host memory ---- */
 
-DRVAPI CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n)
+/* Allocations and frees wait for the device, as cudaMalloc and cudaFree
+ * synchronize every stream (PyTorch's empty_cache() frees its cached
+ * blocks with them). */
+static CUresult alloc(CUdeviceptr *p, size_t n)
 {
 	void *m;
 	if (!p)
 		return CUDA_ERROR_INVALID_VALUE;
+	sync_all();
 	if (!(m = calloc(1, n ? n : 1)))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	*p = (CUdeviceptr)(uintptr_t)m;
 	return CUDA_SUCCESS;
 }
 
-DRVAPI CUresult cuMemFree_v2(CUdeviceptr p)
+static CUresult release(void *p)
 {
-	sync_all(); /* as cudaFree: waits for the device */
-	free((void *)(uintptr_t)p);
+	sync_all();
+	free(p);
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t n) { return alloc(p, n); }
+DRVAPI CUresult cuMemFree_v2(CUdeviceptr p) { return release((void *)(uintptr_t)p); }
+DRVAPI CUresult cuMemAllocHost_v2(void **p, size_t n) { return alloc((CUdeviceptr *)p, n); }
+DRVAPI CUresult cuMemHostAlloc(void **p, size_t n, unsigned flags)
+{
+	(void)flags;
+	return alloc((CUdeviceptr *)p, n);
+}
+DRVAPI CUresult cuMemFreeHost(void *p) { return release(p); }
+
+/* Page-locking host memory waits for the device too (an implicit
+ * synchronization); the fake's host memory needs nothing else. */
+DRVAPI CUresult cuMemHostRegister_v2(void *p, size_t n, unsigned flags)
+{
+	(void)n, (void)flags;
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	sync_all();
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuMemHostUnregister(void *p)
+{
+	if (!p)
+		return CUDA_ERROR_INVALID_VALUE;
+	sync_all();
 	return CUDA_SUCCESS;
 }
 
@@ -499,11 +626,21 @@ DRVAPI CUresult cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dst, CUdeviceptr src, size
 	return copy_async(PTR(dst), PTR(src), n, s);
 }
 
+/* synchronous memsets: after all prior work of the device, as on the
+ * legacy default stream */
 DRVAPI CUresult cuMemsetD8_v2(CUdeviceptr p, unsigned char v, size_t n)
 {
 	sync_all();
 	if (p)
 		memset(PTR(p), v, n);
+	return CUDA_SUCCESS;
+}
+
+DRVAPI CUresult cuMemsetD32_v2(CUdeviceptr p, unsigned v, size_t n)
+{
+	sync_all();
+	for (size_t i = 0; p && i < n; i++)
+		((unsigned *)PTR(p))[i] = v;
 	return CUDA_SUCCESS;
 }
 
@@ -516,6 +653,39 @@ DRVAPI CUresult cuModuleLoad(CUmodule *m, const char *path)
 		return CUDA_ERROR_INVALID_VALUE;
 	*m = dlopen(path, RTLD_NOW | RTLD_LOCAL);
 	return *m ? CUDA_SUCCESS : CUDA_ERROR_FILE_NOT_FOUND;
+}
+
+/* The fake's PTX: "//fakeptx jit_ms=MS path=LIB", compiled (the CPU kept
+ * busy, no device work) for MS milliseconds into the module LIB, as the
+ * driver compiles real PTX for the GPU it runs on (Triton's first launch
+ * of a kernel, a library built for an older GPU). */
+static NOINLINE void fg_jit_compile(long ms)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		for (volatile int i = 0; i < 100000; i++)
+			;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+}
+
+DRVAPI CUresult cuModuleLoadData(CUmodule *m, const void *image)
+{
+	char path[4096];
+	long ms;
+	if (!m || !image)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (sscanf(image, "//fakeptx jit_ms=%ld path=%4095s", &ms, path) != 2)
+		return CUDA_ERROR_INVALID_IMAGE;
+	fg_jit_compile(ms);
+	return cuModuleLoad(m, path);
+}
+
+DRVAPI CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, void *opts, void **vals)
+{
+	(void)n, (void)opts, (void)vals;
+	return cuModuleLoadData(m, image);
 }
 
 DRVAPI CUresult cuModuleUnload(CUmodule m)
@@ -656,7 +826,7 @@ static CUresult launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsi
 	o.fn = f;
 	for (int i = 0; params && i < FG_MAX_PARAMS && params[i]; i++)
 		o.p[i] = *(const uint64_t *)params[i];
-	enqueue(resolve(stream), &o);
+	launched(resolve(stream), &o);
 	return CUDA_SUCCESS;
 }
 
@@ -774,6 +944,12 @@ DRVAPI CUresult cuGraphInstantiateWithFlags(CUgraphExec *exec, CUgraph graph, un
 	return CUDA_SUCCESS;
 }
 
+DRVAPI CUresult cuGraphExecDestroy(CUgraphExec exec)
+{
+	(void)exec; /* replays may still be queued: keep it */
+	return CUDA_SUCCESS;
+}
+
 DRVAPI CUresult cuGraphDestroy(CUgraph graph)
 {
 	struct fg_graph *g = graph;
@@ -791,7 +967,7 @@ static CUresult graph_launch(CUgraphExec exec, CUstream s)
 	if (!exec)
 		return CUDA_ERROR_INVALID_VALUE;
 	o.ptr = known_exec(exec);
-	enqueue(resolve(s), &o);
+	launched(resolve(s), &o);
 	return CUDA_SUCCESS;
 }
 

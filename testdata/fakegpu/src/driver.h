@@ -83,6 +83,12 @@ typedef struct {
 	X(cuCtxSynchronize_v2, (CUcontext))                                                                        \
 	X(cuMemAlloc_v2, (CUdeviceptr *, size_t))                                                                  \
 	X(cuMemFree_v2, (CUdeviceptr))                                                                             \
+	X(cuMemAllocHost_v2, (void **, size_t))                                                                    \
+	X(cuMemHostAlloc, (void **, size_t, unsigned))                                                             \
+	X(cuMemFreeHost, (void *))                                                                                 \
+	X(cuMemHostRegister_v2, (void *, size_t, unsigned))                                                        \
+	X(cuMemHostUnregister, (void *))                                                                           \
+	X(cuDevicePrimaryCtxReset_v2, (CUdevice))                                                                  \
 	X(cuMemcpy, (CUdeviceptr, CUdeviceptr, size_t))                                                            \
 	X(cuMemcpy_ptds, (CUdeviceptr, CUdeviceptr, size_t))                                                       \
 	X(cuMemcpyAsync, (CUdeviceptr, CUdeviceptr, size_t, CUstream))                                             \
@@ -104,6 +110,8 @@ typedef struct {
 	X(cuStreamEndCapture, (CUstream, CUgraph *))                                                               \
 	X(cuGraphInstantiateWithFlags, (CUgraphExec *, CUgraph, unsigned long long))                               \
 	X(cuGraphLaunch, (CUgraphExec, CUstream))                                                                  \
+	X(cuGraphDestroy, (CUgraph))                                                                               \
+	X(cuGraphExecDestroy, (CUgraphExec))                                                                       \
 	X(cuGraphLaunch_ptsz, (CUgraphExec, CUstream))                                                             \
 	X(cuStreamCreate, (CUstream *, unsigned))                                                                  \
 	X(cuStreamDestroy_v2, (CUstream))                                                                          \

@@ -53,5 +53,11 @@ KERNEL(triton_fused_adam_kernel)
 KERNEL(triton_poi_fused_add_0)
 KERNEL(triton_red_fused_sum_1)
 
+/* torch.cuda._sleep's kernel (at::cuda::(anonymous namespace)::spin_kernel
+ * in PyTorch): the hung kernel of the faults where a thread then blocks
+ * in a call that is no wait (a launch, a free); launched first at the
+ * fault, so its name is looked up then */
+KERNEL(spin_kernel)
+
 /* the trivial kernel of launchloop: returns at once */
 API NOINLINE void noop_kernel(const uint64_t *p) { (void)p; }

@@ -158,8 +158,25 @@ API rterr_t RT(Malloc)(void **p, size_t n)
 }
 
 API rterr_t RT(Free)(void *p) { return D(cuMemFree_v2, DP(p)); }
-API rterr_t RT(MallocHost)(void **p, size_t n) { return RT(Malloc)(p, n); }
-API rterr_t RT(FreeHost)(void *p) { return RT(Free)(p); }
+
+API rterr_t RT(MallocHost)(void **p, size_t n)
+{
+	if (!p)
+		return fail(ERR_INVALID_VALUE);
+	return D(cuMemAllocHost_v2, p, n);
+}
+
+API rterr_t RT(HostAlloc)(void **p, size_t n, unsigned flags)
+{
+	if (!p)
+		return fail(ERR_INVALID_VALUE);
+	return D(cuMemHostAlloc, p, n, flags);
+}
+
+API rterr_t RT(FreeHost)(void *p) { return D(cuMemFreeHost, p); }
+API rterr_t RT(HostRegister)(void *p, size_t n, unsigned flags) { return D(cuMemHostRegister_v2, p, n, flags); }
+API rterr_t RT(HostUnregister)(void *p) { return D(cuMemHostUnregister, p); }
+API rterr_t RT(DeviceReset)(void) { return D(cuDevicePrimaryCtxReset_v2, t_device); }
 
 API rterr_t RT(Memcpy)(void *dst, const void *src, size_t n, int kind)
 {
@@ -403,6 +420,8 @@ API rterr_t RT(GraphInstantiateWithFlags)(void **exec, void *graph, unsigned lon
 	return D(cuGraphInstantiateWithFlags, exec, graph, flags);
 }
 
+API rterr_t RT(GraphDestroy)(void *graph) { return D(cuGraphDestroy, graph); }
+API rterr_t RT(GraphExecDestroy)(void *exec) { return D(cuGraphExecDestroy, exec); }
 API rterr_t RT(GraphLaunch)(void *exec, rtstream_t s) { return D(cuGraphLaunch, exec, s); }
 API rterr_t RT(GraphLaunch_ptsz)(void *exec, rtstream_t s) { return D(cuGraphLaunch_ptsz, exec, s); }
 

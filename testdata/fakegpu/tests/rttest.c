@@ -1,6 +1,8 @@
 /* rttest: semantics of the fake runtime, one check per argument:
  * order, event, elapsed, wait, concurrent, memcpy, exc, graph, spin, yield,
- * blocking, envsched, hostfn, and driver, driverex (CUDA only).
+ * blocking, envsched, hostfn, queue (XPU_FAKEGPU_QUEUE_DEPTH=8),
+ * launchblocking (CUDA_LAUNCH_BLOCKING=1), freesync, and driver, driverex,
+ * jit (CUDA only).
  * Prints "ok NAME" and exits 0, or prints the failure and exits 1. */
 #define _GNU_SOURCE
 #include "vendor.h"
@@ -35,7 +37,9 @@ rterr_t RT(StreamEndCapture)(rtstream_t, void **);
 rterr_t RT(GraphInstantiate)(void **, void *, unsigned long long);
 rterr_t RT(GraphLaunch)(void *, rtstream_t);
 rterr_t RT(LaunchHostFunc)(rtstream_t, fg_host_fn, void *);
+rterr_t RT(Free)(void *);
 void gemm_bf16_kernel(const uint64_t *);
+void noop_kernel(const uint64_t *);
 
 #define CHECK(c)                                                                   \
 	do {                                                                       \
@@ -264,6 +268,100 @@ static void envsched(void)
 	check_wait_state(0, e && !strcmp(e, "blocking") ? 'S' : 'R');
 }
 
+/* Blocked calls that are no waits: a call made by a thread of its own
+ * stays blocked, spinning (state R, the default schedule), while a kernel
+ * spins on a flag, and returns once the flag is cleared. */
+struct blocked {
+	void (*call)(void);
+	_Atomic int tid, done;
+};
+
+static void *blocked_main(void *arg)
+{
+	struct blocked *b = arg;
+	b->tid = (int)syscall(SYS_gettid);
+	b->call();
+	b->done = 1;
+	return NULL;
+}
+
+static uint64_t g_flag;
+
+/* launch a kernel that spins while g_flag is set */
+static void launch_on_flag(rtstream_t s)
+{
+	uint64_t p[5] = {0, FG_FLAG_SPIN_ON_FLAG, 0, 0, (uint64_t)(uintptr_t)&g_flag};
+	void *args[6] = {&p[0], &p[1], &p[2], &p[3], &p[4], NULL};
+	CHECK(RT(LaunchKernel)((const void *)gemm_bf16_kernel, one, one, args, 0, s) == 0);
+}
+
+static void check_blocked(void (*call)(void))
+{
+	struct blocked b = {.call = call};
+	pthread_t th;
+	struct timespec tick = {0, 20000000};
+	CHECK(pthread_create(&th, NULL, blocked_main, &b) == 0);
+	while (!b.tid)
+		nanosleep(&tick, NULL);
+	/* not a timing assertion: the window in which a return would show */
+	for (int i = 0; i < 15; i++) {
+		nanosleep(&tick, NULL);
+		CHECK(!b.done);
+		CHECK(thread_state(b.tid) == 'R');
+	}
+	__atomic_store_n(&g_flag, 0, __ATOMIC_SEQ_CST);
+	CHECK(pthread_join(th, NULL) == 0);
+	CHECK(b.done);
+}
+
+static void launch_noop(void)
+{
+	uint64_t p[1] = {0};
+	void *args[2] = {&p[0], NULL};
+	CHECK(RT(LaunchKernel)((const void *)noop_kernel, one, one, args, 0, NULL) == 0);
+}
+
+/* XPU_FAKEGPU_QUEUE_DEPTH=8: behind a kernel that does not end, the legacy
+ * stream takes 8 launches, and the 9th waits for a slot */
+static void queue(void)
+{
+	const char *e = getenv("XPU_FAKEGPU_QUEUE_DEPTH");
+	CHECK(e && !strcmp(e, "8"));
+	g_flag = 1;
+	launch_on_flag(NULL);
+	struct timespec tick = {0, 20000000};
+	nanosleep(&tick, NULL); /* the executor takes it: it runs */
+	for (int i = 0; i < 8; i++)
+		launch_noop();
+	check_blocked(launch_noop);
+	CHECK(RT(DeviceSynchronize)() == 0);
+}
+
+/* CUDA_LAUNCH_BLOCKING=1: a launch returns once its kernel ended */
+static void launch_flagged(void) { launch_on_flag(NULL); }
+static void launchblocking(void)
+{
+	const char *e = getenv("CUDA_LAUNCH_BLOCKING");
+	CHECK(e && !strcmp(e, "1"));
+	g_flag = 1;
+	check_blocked(launch_flagged);
+	launch(NULL, 1000, 1); /* returns after the kernel: logged already */
+	CHECK(g_log.n == 1);
+}
+
+/* cudaFree waits for the device */
+static void *g_buf;
+static void free_buf(void) { CHECK(RT(Free)(g_buf) == 0); }
+static void freesync(void)
+{
+	rtstream_t s;
+	CHECK(RT(Malloc)(&g_buf, 64) == 0);
+	CHECK(RT(StreamCreate)(&s) == 0);
+	g_flag = 1;
+	launch_on_flag(s);
+	check_blocked(free_buf);
+}
+
 #ifndef FAKE_MACA
 int cuModuleLoad(void **, const char *);
 int cuModuleGetFunction(void **, void *, const char *);
@@ -329,6 +427,25 @@ static void driverex(void)
 	CHECK(cuCtxSynchronize_v2(NULL) == 0);
 	CHECK(g_log.n == 2 && g_log.v[0] == 1 && g_log.v[1] == 2);
 }
+
+int cuModuleLoadData(void **, const void *);
+/* a module "compiled" from the fake's PTX: the CPU busy that long */
+static void jit(void)
+{
+	char exe[PATH_MAX], ptx[PATH_MAX + 64];
+	void *mod, *f;
+	struct timespec t0, t1;
+	ssize_t l = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	CHECK(l > 0);
+	exe[l] = 0;
+	snprintf(ptx, sizeof(ptx), "//fakeptx jit_ms=300 path=%s/../libfakekernels.so", dirname(exe));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(cuModuleLoadData(&mod, ptx) == 0);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= 300);
+	CHECK(cuModuleGetFunction(&f, mod, "noop_kernel") == 0);
+	CHECK(cuModuleLoadData(&mod, "not ptx") != 0);
+}
 #endif
 
 int main(int argc, char **argv)
@@ -340,8 +457,9 @@ int main(int argc, char **argv)
 		{"order", order}, {"event", event}, {"elapsed", elapsed}, {"wait", wait},
 		{"concurrent", concurrent}, {"memcpy", memcpy_sync}, {"exc", exc}, {"graph", graph},
 		{"hostfn", hostfn}, {"spin", spin}, {"yield", yield}, {"blocking", blocking}, {"envsched", envsched},
+		{"queue", queue}, {"launchblocking", launchblocking}, {"freesync", freesync},
 #ifndef FAKE_MACA
-		{"driver", driver}, {"driverex", driverex},
+		{"driver", driver}, {"driverex", driverex}, {"jit", jit},
 #endif
 	};
 	if (argc != 2) {
