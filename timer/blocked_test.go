@@ -162,7 +162,7 @@ func TestBlockedCalls(t *testing.T) {
 			in: []input{started(99, a), started(99, b), ev(commInit(99.1, a, 0xc, 1, 0, 2)), ev(commInit(99.1, b, 0xc, 1, 1, 2)),
 				ev(hangKernel), ev(allReduce(100.2, b, 0xc, 5, 64)), ev(enter(100.3, b, b, KindStreamSynchronize, 5, 0))},
 			check:   110.7,
-			want:    map[int]want{b: {kind: HangGPU, call: "cudaStreamSynchronize"}},
+			want:    map[int]want{b: {kind: HangGPU, call: "cuStreamSynchronize"}},
 			entered: map[int]float64{a: 100},
 		},
 		{
@@ -171,14 +171,14 @@ func TestBlockedCalls(t *testing.T) {
 			in: []input{started(99, a), started(99, b), ev(commInit(99.1, a, 0xc, 1, 0, 2)), ev(commInit(99.1, b, 0xc, 1, 1, 2)),
 				ev(hangKernel), ev(allReduce(100.2, b, 0xc, 5, 64)), ev(enter(100.3, b, b, KindStreamSynchronize, 5, 0)), seen(110.6, a)},
 			check: 110.7,
-			want:  map[int]want{a: {kind: HangHost}, b: {kind: HangGPU, call: "cudaStreamSynchronize"}},
+			want:  map[int]want{a: {kind: HangHost}, b: {kind: HangGPU, call: "cuStreamSynchronize"}},
 		},
 		{
 			name: "the same without samples: host, as the probes alone tell",
 			in: []input{started(99, a), started(99, b), ev(commInit(99.1, a, 0xc, 1, 0, 2)), ev(commInit(99.1, b, 0xc, 1, 1, 2)),
 				ev(hangKernel), ev(allReduce(100.2, b, 0xc, 5, 64)), ev(enter(100.3, b, b, KindStreamSynchronize, 5, 0))},
 			check: 110.7,
-			want:  map[int]want{a: {kind: HangHost}, b: {kind: HangGPU, call: "cudaStreamSynchronize"}},
+			want:  map[int]want{a: {kind: HangHost}, b: {kind: HangGPU, call: "cuStreamSynchronize"}},
 		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -283,7 +283,7 @@ func TestInCallNames(t *testing.T) {
 		{inCall{kind: KindGroupEnd}, "ncclGroupEnd"},
 		{inCall{kind: KindCommDestroy}, "ncclCommDestroy"},
 		{inCall{kind: KindCall, name: "cuMemFree_v2"}, "cuMemFree_v2"},
-		{inCall{kind: KindDeviceSynchronize}, "cudaDeviceSynchronize"},
+		{inCall{kind: KindDeviceSynchronize}, "cuCtxSynchronize"},
 		{inCall{kind: KindMemcpy, vendor: VendorMACA}, "mcMemcpy"},
 	} {
 		if got := c.in.callName(); got != c.want || strings.Contains(got, "unknown") {

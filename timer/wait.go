@@ -327,41 +327,8 @@ func (c *inCall) callName() string {
 	if c.stackCall != "" {
 		return c.stackCall
 	}
-	var base string
-	switch c.kind {
-	case KindCall:
-		return c.name
-	case KindLaunch:
-		base = "LaunchKernel"
-	case KindGraphLaunch:
-		base = "GraphLaunch"
-	case KindMemcpyAsync:
-		base = "MemcpyAsync"
-	case KindEventRecord:
-		base = "EventRecord"
-	case KindStreamWaitEvent:
-		base = "StreamWaitEvent"
-	case KindCollective:
-		return collPrefix(c.vendor) + c.op.String()
-	case KindGroupEnd:
-		return collPrefix(c.vendor) + "GroupEnd"
-	case KindCommDestroy:
-		return collPrefix(c.vendor) + "CommDestroy"
-	default:
-		return callName(c.kind, c.vendor, false)
-	}
-	if c.vendor == VendorMACA {
-		return "mc" + base
-	}
-	return "cu" + base
-}
-
-// collPrefix is the collective library's prefix: "nccl", or MACA's "mccl".
-func collPrefix(v Vendor) string {
-	if v == VendorMACA {
-		return "mccl"
-	}
-	return "nccl"
+	ev := Event{Kind: c.kind, Vendor: c.vendor, Op: c.op, CallName: c.name}
+	return ev.Call()
 }
 
 // kernelName is the statistics key of a kernel: its name, or its stub

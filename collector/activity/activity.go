@@ -78,6 +78,9 @@ func Classify(pid int, threads []stack.Thread, f Facts) Activity {
 	}
 	w, waits := gpuwait.Classify(th.Native)
 	probed := f.TID != 0 && f.TID == th.TID
+	if waits && w.Momentary() && !probed {
+		waits = false // caught in a launch or a query: one sample cannot tell it waits
+	}
 	if waits || probed {
 		if probed && f.Collective != "" {
 			return Activity{Kind: Collective, Detail: f.Collective}

@@ -44,8 +44,11 @@
 //     batch (its workers', or its own loading with no workers). Detail:
 //     the innermost such frame.
 //   - collective, gpu-wait: the thread waits on the GPU, by its native
-//     stack (collector/gpuwait's table) or by the probes (Facts.TID is
-//     the thread). When the probes know it waits in a collective
+//     stack (collector/gpuwait) or by the probes (Facts.TID is the
+//     thread). A call that returns at once in a job that runs well (a
+//     launch, an asynchronous copy, an event record, a query:
+//     gpuwait.Wait.Momentary) counts only with the probes: one sample
+//     cannot tell such a call waits. When the probes know it waits in a collective
 //     (Facts.Collective) the activity is collective, its detail that
 //     collective ("AllReduce #12 on comm 3f2a..."): the rank waits in
 //     another communicator's collective, or in the one its peers are

@@ -48,6 +48,26 @@ type Wait struct {
 	Vendor string // "cuda" or "maca"
 }
 
+// Momentary says whether the call returns at once in a job that runs
+// well, so that one sample of a thread inside it says nothing of a wait:
+// a launch, an asynchronous copy, an event record, a stream wait, a query,
+// or a call no frame names. Only the same wait seen again later (the
+// engine's rule) or the probes tell such a call blocks.
+func (w Wait) Momentary() bool {
+	if w.Role != Call {
+		return false
+	}
+	if w.Call == "" {
+		return true
+	}
+	for _, s := range []string{"Launch", "Async", "Query", "Record", "WaitEvent"} {
+		if strings.Contains(w.Call, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // String names the wait: "cuStreamSynchronize from
 // c10d::AsyncAllreduceCUDAHostWork::run".
 func (w Wait) String() string {

@@ -193,3 +193,28 @@ func TestTableTwins(t *testing.T) {
 		}
 	}
 }
+
+// A call that returns at once in a running job is momentary: one sample
+// of it says nothing of a wait; a synchronize, a free, a work wait are not.
+func TestMomentary(t *testing.T) {
+	for _, c := range []struct {
+		w    Wait
+		want bool
+	}{
+		{Wait{Call: "cuLaunchKernel", Role: Call}, true},
+		{Wait{Call: "cuLaunchKernelEx_ptsz", Role: Call}, true},
+		{Wait{Call: "cudaMemcpyAsync", Role: Call}, true},
+		{Wait{Call: "cuEventQuery", Role: Call}, true},
+		{Wait{Call: "cuEventRecord", Role: Call}, true},
+		{Wait{Call: "cuStreamWaitEvent", Role: Call}, true},
+		{Wait{Library: "libcuda.so.1", Role: Call}, true},
+		{Wait{Call: "cuStreamSynchronize", Role: Call}, false},
+		{Wait{Call: "cuMemFree_v2", Role: Call}, false},
+		{Wait{Call: "ncclCommInitRank", Role: Call}, false},
+		{Wait{Call: "c10d::ProcessGroupNCCL::WorkNCCL::wait", Role: Work}, false},
+	} {
+		if got := c.w.Momentary(); got != c.want {
+			t.Errorf("%+v: Momentary %v, want %v", c.w, got, c.want)
+		}
+	}
+}
