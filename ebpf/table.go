@@ -51,7 +51,7 @@ type call struct {
 	twins       []string // suffixes of per-thread-default-stream variants
 	optional    bool     // absent from older releases: never reported missing
 	part        part
-	stream      bool     // a call made now and then whose first argument is a stream
+	stream      bool // a call made now and then whose first argument is a stream
 }
 
 // nowAndThen makes a call made now and then (not at every step): one a
