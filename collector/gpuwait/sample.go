@@ -54,7 +54,9 @@ func (s *Sampler) Take(pid int) (Result, error) {
 	if maxStop <= 0 {
 		maxStop = DefaultMaxStop
 	}
-	res, err := s.Unwinder.Dump(pid, native.Options{MaxStop: maxStop, MaxStack: maxStack, ReturnAddress: s.ReturnAddress})
+	// Named as the hang dumps name them (inlined calls too), so that the
+	// routine a wait serves is found where it was inlined.
+	res, err := s.Unwinder.Dump(pid, native.Options{MaxStop: maxStop, MaxStack: maxStack, ReturnAddress: s.ReturnAddress, Lines: true})
 	if err != nil {
 		return Result{}, fmt.Errorf("sample %d: %w", pid, err)
 	}

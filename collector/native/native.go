@@ -39,6 +39,11 @@ type Options struct {
 	// Process is pid's resolver from the unwinder's cache, when the caller
 	// has made it (its mappings read); nil: Dump reads them.
 	Process *symbols.Process
+	// Lines names frames from the debug information too, as gdb does:
+	// source lines, inlined calls, functions left by tail calls. Without
+	// it frames are named from the symbol tables alone, as eu-stack does,
+	// and no debug information (.debug_info, .debug_line) is read.
+	Lines bool
 }
 
 // ReturnAddressFunc looks up the return address that a uretprobe moved out
