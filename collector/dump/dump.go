@@ -150,7 +150,7 @@ func Capture(pid int, o Options) (*Process, error) {
 		if proc, err = u.Cache().OpenProcess(pid, o.Lines); err != nil {
 			return nil, fmt.Errorf("capture %d: read maps: %w", pid, ErrNoProcess)
 		}
-		proc.ReadLibcAhead(o.Lines)
+		proc.ReadLibcAhead()
 	}
 	var py *python.Reader
 	if !o.NoPython {

@@ -327,14 +327,16 @@ func (p *Process) Damage(addrs []uint64) []string {
 	return out
 }
 
-// ReadLibcAhead starts reading, on another goroutine, the symbols and,
-// with lines, the debug information of the C library the process maps
-// (libc.so.6, or musl's loader), and returns at once. Every thread's
-// stack ends in it, most threads wait in it, and its debug information (a
-// separate debug file, compressed) is the longest part of a first dump
-// with lines: this starts it while the dump still reads Python's state
-// and stops the threads. Lookups that need it meanwhile wait for it.
-func (p *Process) ReadLibcAhead(lines bool) {
+// ReadLibcAhead starts reading, on another goroutine, the symbols of the
+// C library the process maps (libc.so.6, or musl's loader), and returns
+// at once: every thread's stack ends in it and most threads wait in it,
+// and its symbols may lie in a separate debug file. Lookups that need
+// them meanwhile wait for them. Its debug information is not read ahead:
+// inflating it (megabytes of zlib) while a dump's threads are stopped
+// took the CPU and the scheduler's slots that the stop needs (stops of
+// 8-9 ms against 0.4-0.5, docs/measurements.md), and is read once they
+// run again (Prefetch).
+func (p *Process) ReadLibcAhead() {
 	p.mu.Lock()
 	var libc *mapping
 	for _, m := range p.maps {
@@ -353,8 +355,5 @@ func (p *Process) ReadLibcAhead(lines bool) {
 			return
 		}
 		mod.Object.loadSymbols()
-		if lines {
-			mod.Object.lineTable()
-		}
 	}()
 }
