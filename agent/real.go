@@ -28,7 +28,8 @@ func OpenTracer(s Settings) (Tracer, error) {
 
 // NewCapturer returns the stack capture of collector/dump: every thread's
 // native stack and, for CPython, its Python stack read while the threads
-// are stopped, merged. One unwinder (one symbol cache) serves every dump,
+// are stopped, merged, native frames with their source lines and inlined
+// calls (dump.Options.Lines), as gdb shows them. One unwinder (one symbol cache) serves every dump,
 // so the ranks of a job, which map the same libraries, share it. With tr
 // from OpenTracer, a thread blocked in a call with a return probe (a
 // synchronize, a copy) unwinds past the probe's trampoline. It is a
@@ -49,7 +50,7 @@ type dumper struct {
 }
 
 func (d *dumper) Capture(pid int) (*dump.Process, error) {
-	return dump.Capture(pid, dump.Options{Unwinder: d.u, ReturnAddress: d.ra})
+	return dump.Capture(pid, dump.Options{Unwinder: d.u, ReturnAddress: d.ra, Lines: true})
 }
 
 // Warm reads ahead into the shared cache what a dump of pid will need

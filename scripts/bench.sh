@@ -58,12 +58,16 @@ Sample	sample-ms	dump-ms	-	one sample of every thread for GPU waits vs a full du
 Sample	max-stop-ms	=10	1	longest stop of a GPU-wait sample vs 10 ms
 TorchJob	cli-ms	eu-stack-ms	1	torch rank, first dump by xpu-timer-dump (new process) vs eu-stack
 TorchJob	cli-ms	gdb-ms	0.05	torch rank, first dump (new process) vs gdb
-TorchJob	cli-ms	eu-stack-lines-ms	-	torch rank, first dump (new process) vs eu-stack -i -s (inlined frames and lines, as ours)
+TorchJob	cli-lines-ms	eu-stack-lines-ms	-	torch rank, first dump by xpu-timer dump --lines (new process) vs eu-stack -i -s (inlined frames and lines, as --lines)
 TorchJob	cli-full-ms	eu-stack-ms	1	torch rank, first dump by xpu-timer dump (the command users type) vs eu-stack
 TorchJob	cli-full-rank0-ratio	=1	1	torch rank 0 (in a gloo allreduce): xpu-timer dump over eu-stack on rank 0, median of the ratios by round
 TorchJob	cli-full-rank1-ratio	=1	1	torch rank 1 (in a gloo allreduce), the same
 TorchJob	cli-full-rank2-ratio	=1	1	torch rank 2 (in a gloo allreduce), the same
 TorchJob	cli-full-rank3-ratio	=1	1	torch rank 3 (asleep in Python), the same
+TorchJob	cli-lines-rank0-ratio	=1	-	torch rank 0: xpu-timer dump --lines over eu-stack -i -s on rank 0, median of the ratios by round
+TorchJob	cli-lines-rank1-ratio	=1	-	torch rank 1, the same
+TorchJob	cli-lines-rank2-ratio	=1	-	torch rank 2, the same
+TorchJob	cli-lines-rank3-ratio	=1	-	torch rank 3, the same
 TorchJob	cli-full-rss-MB	eu-stack-rss-MB	-	torch rank, peak RSS of xpu-timer dump (full binary) vs eu-stack
 TorchJob	agent-ms	eu-stack-ms	0.5	torch rank, first dump in the agent vs eu-stack
 TorchJob	cli-cpu-ms	eu-stack-cpu-ms	-	torch rank, CPU of a new-process dump vs eu-stack
@@ -71,6 +75,7 @@ TorchJob	cli-rss-MB	eu-stack-rss-MB	2	torch rank, peak RSS of a new-process dump
 TorchJob	max-stop-ms	=10	1	torch rank, longest stop vs 10 ms
 TorchJob	cli-native-frames	gdb-frames	-	torch rank, native frames vs gdb
 TorchJob	cli-native-frames	eu-stack-frames	-	torch rank, native frames vs eu-stack
+TorchJob	cli-lines-native-frames	gdb-frames	-	torch rank, native frames with --lines (inlined ones too) vs gdb
 TorchJob	cli-python-frames	=1	-	torch rank, Python frames (eu-stack, gdb: none)
 ProbeOverhead	ours-ns/launch	empty-ns/launch	-	ns per cudaLaunchKernel, ours vs an empty uprobe
 ProbeOverhead	hits/launch	filed-hits/launch	0.5	probe hits per runtime launch (bpf_stats run_cnt), ours vs the design issue 30 was filed against (2701bad: runtime + driver)

@@ -248,7 +248,7 @@ func BenchmarkDump(b *testing.B) {
 	// cached ones with the last.
 	capture := func(u *native.Unwinder) time.Duration {
 		begin := time.Now()
-		p, err := Capture(pid, Options{Unwinder: u, NoPython: true})
+		p, err := Capture(pid, Options{Unwinder: u, NoPython: true, Lines: true}) // as gdb and the agent
 		d := time.Since(begin)
 		if err != nil {
 			b.Fatal(err)

@@ -3,6 +3,7 @@ package dump
 import (
 	"bufio"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,7 +21,9 @@ import (
 // headers cut or gone, the file cut short, a .gnu_debuglink to another
 // library's debug file): the thread's stack names spin and its caller,
 // and the dump says what of the library was left out and where the names
-// came from, in its errors; a sound library's dump says nothing.
+// came from, in its errors; a sound library's dump says nothing. A dump
+// without Lines says the same but what only reading the debug
+// information finds out.
 func TestDamagedLibraries(t *testing.T) {
 	privileged.Root(t)
 	prog, variants := testutil.SpinLibraries(t, t.TempDir())
@@ -37,34 +40,18 @@ func TestDamagedLibraries(t *testing.T) {
 				t.Fatalf("ld.so loaded %s", v.Name)
 			}
 			loaded++
-			// The thread said it was on its way to spin: it is there
-			// within a few dumps.
-			var p *Process
-			var th *stack.Thread
-			for i := 0; th == nil; i++ {
-				var err error
-				if p, err = Capture(pid, Options{NoPython: true, Unwinder: native.NewUnwinder(nil)}); err != nil {
-					t.Fatal(err)
-				}
-				th = thread(p, func(th stack.Thread) bool {
-					return len(th.Native) > 0 && th.Native[0].Module == v.Path
-				})
-				if th == nil && i == 100 {
-					t.Fatalf("no thread in %s: %+v", v.Path, p.Threads)
-				}
-			}
-			if got := funcs(th.Native); !inOrder(got, []string{"spin", "park", "start_thread"}) {
-				t.Errorf("spinning thread: %q", got)
-			}
-			var told []string
-			for _, e := range p.Errors {
-				if strings.HasPrefix(e, v.Path+": ") {
-					told = append(told, e)
-				}
-			}
-			t.Logf("%q", told)
+			told := spinDump(t, pid, v.Path, true)
 			if (v.Damage != testutil.Sound) != (len(told) == 1) || len(told) > 1 {
-				t.Errorf("errors %q", p.Errors)
+				t.Errorf("errors %q", told)
+			}
+			var want []string
+			for _, line := range told {
+				if line = undebugged(line); !strings.HasPrefix(line, v.Path+": names from ") {
+					want = append(want, line)
+				}
+			}
+			if got := spinDump(t, pid, v.Path, false); !slices.Equal(got, want) {
+				t.Errorf("without lines: errors %q, want %q", got, want)
 			}
 		})
 	}
@@ -72,6 +59,58 @@ func TestDamagedLibraries(t *testing.T) {
 	if loaded == 0 {
 		t.Fatal("ld.so loaded no variant")
 	}
+}
+
+// spinDump dumps pid, whose thread is on its way to spin in lib, with a
+// new symbol cache, until the thread is there, checks its stack, and
+// returns the dump's errors about lib.
+func spinDump(t *testing.T, pid int, lib string, lines bool) []string {
+	t.Helper()
+	var p *Process
+	var th *stack.Thread
+	for i := 0; th == nil; i++ {
+		var err error
+		if p, err = Capture(pid, Options{NoPython: true, Unwinder: native.NewUnwinder(nil), Lines: lines}); err != nil {
+			t.Fatal(err)
+		}
+		th = thread(p, func(th stack.Thread) bool {
+			return len(th.Native) > 0 && th.Native[0].Module == lib
+		})
+		if th == nil && i == 100 {
+			t.Fatalf("no thread in %s: %+v", lib, p.Threads)
+		}
+	}
+	if got := funcs(th.Native); !inOrder(got, []string{"spin", "park", "start_thread"}) {
+		t.Errorf("lines %v: spinning thread: %q", lines, got)
+	}
+	var told []string
+	for _, e := range p.Errors {
+		if strings.HasPrefix(e, lib+": ") {
+			told = append(told, e)
+		}
+	}
+	t.Logf("lines %v: %q", lines, told)
+	return told
+}
+
+// undebugged is a damage line of a dump with lines less what reading the
+// debug information told ("debug information: ...; ").
+func undebugged(line string) string {
+	parts := strings.Split(line, "; ")
+	kept := parts[:0]
+	for i, p := range parts {
+		if i == 0 {
+			path, what, _ := strings.Cut(p, ": ")
+			if strings.HasPrefix(what, "debug information: ") {
+				parts[1] = path + ": " + parts[1]
+				continue
+			}
+		}
+		if !strings.HasPrefix(p, "debug information: ") {
+			kept = append(kept, p)
+		}
+	}
+	return strings.Join(kept, "; ")
 }
 
 // startSpin starts prog on lib and waits until its thread spins in lib;

@@ -38,6 +38,13 @@ type Options struct {
 	// (ebpf.Tracer.ReturnAddress), so that a thread blocked in a probed
 	// call unwinds past it.
 	ReturnAddress native.ReturnAddressFunc
+	// Lines names native frames from the debug information too: source
+	// lines, inlined calls, functions left by tail calls (native.Options).
+	// Without it they are named from the symbol tables alone and no debug
+	// information is read: a first dump of a torch rank then does not
+	// inflate megabytes of libc's compressed DWARF. Python frames have
+	// their lines either way.
+	Lines bool
 }
 
 // Process is one captured process.
@@ -106,7 +113,7 @@ func Shared() *native.Unwinder {
 // Warm reads ahead, into u's symbol cache (nil: Shared's) and the Python
 // reader's image cache, what a capture of pid will need: its libraries'
 // call frame information, symbols and line tables, and its interpreter's
-// layout. A capture afterwards pays for none of it.
+// layout. A capture afterwards, with lines or without, pays for none of it.
 func Warm(u *native.Unwinder, pid int) error {
 	if u == nil {
 		u = Shared()
@@ -140,7 +147,7 @@ func Capture(pid int, o Options) (*Process, error) {
 	// capture.
 	var proc *symbols.Process
 	if !o.NoNative && st.State != 'D' {
-		if proc, err = u.Cache().Process(pid); err != nil {
+		if proc, err = u.Cache().OpenProcess(pid, o.Lines); err != nil {
 			return nil, fmt.Errorf("capture %d: read maps: %w", pid, ErrNoProcess)
 		}
 		proc.ReadLibcAhead()
@@ -192,7 +199,7 @@ func Capture(pid int, o Options) (*Process, error) {
 		readPython()
 		namePython()
 	} else {
-		nopts := native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress, Process: proc}
+		nopts := native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress, Process: proc, Lines: o.Lines}
 		res, err := u.Dump(pid, nopts)
 		if err == nil && res.Partial {
 			// On a loaded node a running thread may not stop within

@@ -45,12 +45,20 @@ const torchRanks = 4
 //     longest stop; and the same dump by the command users type,
 //     `xpu-timer dump --pid` (cli-full: the full binary, which runs
 //     xpu-timer-dump built beside it, cmd/internal/leandump), on each rank
-//     too;
-//   - a dump inside a running process, as the agent does it (agent): a
-//     new symbol cache read ahead by Warm (untimed), then Capture;
+//     too: native frames named from the symbol tables, as eu-stack's;
+//   - `xpu-timer dump --lines --pid` (cli-lines): with source lines and
+//     inlined frames from the debug information, as gdb's;
+//   - a dump inside a running process, as the agent does it (agent, with
+//     lines): a new symbol cache read ahead by Warm (untimed), then
+//     Capture;
 //   - elfutils' `eu-stack -p` (no Python frames, inlined frames or lines),
-//     and `eu-stack -i -s -p`, with inlined frames and lines as ours;
+//     and `eu-stack -i -s -p`, with inlined frames and lines as
+//     cli-lines;
 //   - gdb's `thread apply all bt`.
+//
+// Every dump by a new process is a first one: the tools keep nothing
+// between runs (no file is written, no daemon asked); what one run leaves
+// for the next is the kernel's page cache, which serves every tool alike.
 //
 // Each figure is the median over the ranks and rounds, beside its anchor
 // measured on the same processes in the same run. A tool that shows no
@@ -81,7 +89,7 @@ func BenchmarkTorchJob(b *testing.B) {
 	lean, full := []string{filepath.Join(dir, "xpu-timer-dump")}, []string{filepath.Join(dir, "xpu-timer"), "dump"}
 	pids := startTorchJob(b)
 
-	var cli, cliFull, agent, eu, euLines, gd torchRuns
+	var cli, cliFull, cliLines, agent, eu, euLines, gd torchRuns
 	// The new processes, ours and eu-stack's, side by side on the same
 	// rank, in an order that turns from rank to rank.
 	type newProcess struct {
@@ -91,6 +99,7 @@ func BenchmarkTorchJob(b *testing.B) {
 	newProcesses := []newProcess{
 		{func(pid int) torchRun { return cliDump(b, lean, pid) }, &cli},
 		{func(pid int) torchRun { return cliDump(b, full, pid) }, &cliFull},
+		{func(pid int) torchRun { return cliDump(b, append(full, "--lines"), pid) }, &cliLines},
 		{func(pid int) torchRun { return tool(b, "eu-stack", pid, euStack, "-p", strconv.Itoa(pid)) }, &eu},
 		{func(pid int) torchRun {
 			return tool(b, "eu-stack -i -s", pid, euStack, "-i", "-s", "-p", strconv.Itoa(pid))
@@ -127,6 +136,7 @@ func BenchmarkTorchJob(b *testing.B) {
 	mb := func(kb int64) float64 { return float64(kb) / 1024 }
 	b.ReportMetric(ms(cli.time()), "cli-ms")
 	b.ReportMetric(ms(cliFull.time()), "cli-full-ms")
+	b.ReportMetric(ms(cliLines.time()), "cli-lines-ms")
 	b.ReportMetric(mb(cliFull.rss()), "cli-full-rss-MB")
 	b.ReportMetric(ms(agent.time()), "agent-ms")
 	b.ReportMetric(ms(eu.time()), "eu-stack-ms")
@@ -139,6 +149,7 @@ func BenchmarkTorchJob(b *testing.B) {
 	b.ReportMetric(mb(gd.rss()), "gdb-rss-MB")
 	b.ReportMetric(ms(maxStop), "max-stop-ms")
 	b.ReportMetric(cli.frames(), "cli-native-frames")
+	b.ReportMetric(cliLines.frames(), "cli-lines-native-frames")
 	b.ReportMetric(cli.pyFrames(), "cli-python-frames")
 	b.ReportMetric(agent.frames(), "agent-native-frames")
 	b.ReportMetric(eu.frames(), "eu-stack-frames")
@@ -148,11 +159,11 @@ func BenchmarkTorchJob(b *testing.B) {
 	}
 	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(eu.time()), "ms", "eu-stack")
 	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(gd.time()), "ms", "gdb")
-	row("first dump, xpu-timer-dump (new process)", ms(cli.time()), ms(euLines.time()), "ms", "eu-stack -i -s: inlined frames and lines, as ours")
 	row("first dump, xpu-timer dump (new process)", ms(cliFull.time()), ms(eu.time()), "ms", "eu-stack")
-	// The command users type, on each rank beside eu-stack on that rank:
-	// ranks differ (rank 3 sleeps in clock_nanosleep, whose compile unit
-	// lies deep in libc's compressed DWARF).
+	row("first dump, xpu-timer dump --lines (new process)", ms(cliLines.time()), ms(euLines.time()), "ms", "eu-stack -i -s: inlined frames and lines, as --lines")
+	// The command users type, on each rank beside eu-stack on that rank
+	// (ranks differ: rank 3 sleeps in clock_nanosleep, the others wait in
+	// gloo), and with --lines beside eu-stack -i -s on that rank.
 	for i := range pids {
 		full, anchor := cliFull.rank(i), eu.rank(i)
 		ratio := pairedRatio(full, anchor)
@@ -161,13 +172,18 @@ func BenchmarkTorchJob(b *testing.B) {
 		b.ReportMetric(ratio, fmt.Sprintf("cli-full-rank%d-ratio", i))
 		benchtable.Row(b, fmt.Sprintf("torch rank %d, first dump, xpu-timer dump (new process), median of the ratios by round", i),
 			fmt.Sprintf("%.1f ms", ms(full.time())), fmt.Sprintf("%.1f ms (eu-stack on that rank, same rounds)", ms(anchor.time())), ratio)
+		lines, linesAnchor := cliLines.rank(i), euLines.rank(i)
+		ratio = pairedRatio(lines, linesAnchor)
+		b.ReportMetric(ratio, fmt.Sprintf("cli-lines-rank%d-ratio", i))
+		benchtable.Row(b, fmt.Sprintf("torch rank %d, first dump, xpu-timer dump --lines (new process), median of the ratios by round", i),
+			fmt.Sprintf("%.1f ms", ms(lines.time())), fmt.Sprintf("%.1f ms (eu-stack -i -s on that rank, same rounds)", ms(linesAnchor.time())), ratio)
 	}
 	row("first dump in the agent, after its read-ahead", ms(agent.time()), ms(eu.time()), "ms", "eu-stack")
 	row("peak RSS, xpu-timer-dump", mb(cli.rss()), mb(eu.rss()), "MB", "eu-stack")
 	row("peak RSS, xpu-timer dump", mb(cliFull.rss()), mb(eu.rss()), "MB", "eu-stack")
 	row("longest stop", ms(maxStop), 10, "ms", "bound")
-	b.Logf("per rank and round (ms): cli %v, cli-full %v, agent %v, eu-stack %v, eu-stack -i -s %v, gdb %v; stops (ms): cli %v, cli-full %v, agent %v",
-		cli.times(), cliFull.times(), agent.times(), eu.times(), euLines.times(), gd.times(), cli.stops(), cliFull.stops(), agent.stops())
+	b.Logf("per rank and round (ms): cli %v, cli-full %v, cli-lines %v, agent %v, eu-stack %v, eu-stack -i -s %v, gdb %v; stops (ms): cli %v, cli-full %v, cli-lines %v, agent %v",
+		cli.times(), cliFull.times(), cliLines.times(), agent.times(), eu.times(), euLines.times(), gd.times(), cli.stops(), cliFull.stops(), cliLines.stops(), agent.stops())
 }
 
 // torchRun is one dump of one rank.

@@ -15,7 +15,7 @@ import (
 // BenchmarkSample: one sample of a process whose main thread spins in the
 // driver's synchronize (and three other threads), against a full dump of
 // the same process with the same unwinder (native and Python stacks, the
-// whole stacks): the median of 15 of each, after one of each warmed the
+// whole stacks, with lines as the agent dumps them): the median of 15 of each, after one of each warmed the
 // symbol cache, and the longest stop of the samples against 10 ms.
 func BenchmarkSample(b *testing.B) {
 	privileged.Root(b)
@@ -27,7 +27,7 @@ func BenchmarkSample(b *testing.B) {
 		if _, err := s.Take(pid); err != nil {
 			b.Fatal(err)
 		}
-		if _, err := dump.Capture(pid, dump.Options{Unwinder: u}); err != nil {
+		if _, err := dump.Capture(pid, dump.Options{Unwinder: u, Lines: true}); err != nil {
 			b.Fatal(err)
 		}
 		var samples, dumps, stops []time.Duration
@@ -46,7 +46,7 @@ func BenchmarkSample(b *testing.B) {
 			}
 			time.Sleep(100 * time.Millisecond)
 			t0 = time.Now()
-			if _, err := dump.Capture(pid, dump.Options{Unwinder: u}); err != nil {
+			if _, err := dump.Capture(pid, dump.Options{Unwinder: u, Lines: true}); err != nil {
 				b.Fatal(err)
 			}
 			dumps = append(dumps, time.Since(t0))

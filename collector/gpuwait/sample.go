@@ -60,8 +60,10 @@ func (s *Sampler) Take(pid int) (Result, error) {
 	if maxStop <= 0 {
 		maxStop = DefaultMaxStop
 	}
+	// Named as the hang dumps name them (inlined calls too), so that the
+	// routine a wait serves is found where it was inlined.
 	res, err := s.Unwinder.Dump(pid, native.Options{MaxStop: maxStop, MaxStack: maxStack, ReturnAddress: s.ReturnAddress,
-		Stragglers: stragglers})
+		Stragglers: stragglers, Lines: true})
 	if err != nil {
 		return Result{}, fmt.Errorf("sample %d: %w", pid, err)
 	}

@@ -280,7 +280,7 @@ func TestUnreadableMemory(t *testing.T) {
 		s.regs.Rip = 0xdead0000
 		s.regs.Rsp = 0x10
 		s.regs.Rbp = 0x20
-		frames, err := unwind(proc, s, live, nil)
+		frames, err := unwind(proc, s, live, nil, true)
 		if err == nil || len(frames) != 1 || frames[0].Func != "??" {
 			t.Errorf("unwind of garbage: %v, %+v", err, frames)
 		}

@@ -4,6 +4,7 @@ package native
 
 import (
 	"bufio"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
@@ -17,7 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
@@ -295,4 +298,107 @@ func normalize(s string) string {
 		}
 	}
 	return s
+}
+
+var (
+	euThread = regexp.MustCompile(`^TID (\d+):`)
+	euFrame  = regexp.MustCompile(`^#(\d+)\s+0x([0-9a-f]+)\s*(.*)$`)
+)
+
+// euStacks runs elfutils' `eu-stack -r -p` on pid (names from the symbol
+// tables, no debug information) and returns its frames by thread, each
+// stack cut after main as gdb and we cut it.
+func euStacks(t testing.TB, pid int) map[int][]frameLine {
+	t.Helper()
+	path, err := exec.LookPath("eu-stack")
+	if err != nil {
+		t.Fatalf("eu-stack not installed (scripts/deps.sh installs it): %v", err)
+	}
+	// Exit status 1: some frames shown with errors (the end of a stack
+	// it could not unwind past); the frames are still compared.
+	out, err := exec.Command(path, "-r", "-p", strconv.Itoa(pid)).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != 1) {
+		t.Fatalf("eu-stack: %v\n%s", err, out)
+	}
+	res := map[int][]frameLine{}
+	tid := 0
+	ended := false
+	for _, line := range strings.Split(string(out), "\n") {
+		if m := euThread.FindStringSubmatch(line); m != nil {
+			tid, _ = strconv.Atoi(m[1])
+			res[tid], ended = nil, false
+			continue
+		}
+		m := euFrame.FindStringSubmatch(line)
+		if m == nil || tid == 0 || ended {
+			continue
+		}
+		if n, _ := strconv.Atoi(m[1]); n != len(res[tid]) {
+			t.Fatalf("eu-stack output out of order at %q:\n%s", line, out)
+		}
+		// Raw names (-r), demangled as we demangle them: eu-stack's own
+		// demangling keeps the parameters and return type.
+		f := frameLine{name: symbols.Demangle(m[3])}
+		switch f.name {
+		case "":
+			f.name = "??"
+		case "__restore_rt":
+			f.name = SignalFrame
+		}
+		f.pc, _ = strconv.ParseUint(m[2], 16, 64)
+		res[tid] = append(res[tid], f)
+		ended = f.name == "main"
+	}
+	if len(res) == 0 {
+		t.Fatalf("no threads in eu-stack's output:\n%s", out)
+	}
+	return res
+}
+
+// sameSymbol returns what says whether name is another symbol at the
+// address of the function frame f names, in f's module or its separate
+// debug file (found by build-id): the function's alias (fgets for
+// _IO_fgets), which another tool may choose instead.
+func sameSymbol(t testing.TB) func(f stack.Frame, name string) bool {
+	values := map[string]map[string]uint64{} // by module path
+	return func(f stack.Frame, name string) bool {
+		if f.Module == "" {
+			return false
+		}
+		vs, ok := values[f.Module]
+		if !ok {
+			vs = map[string]uint64{}
+			addSymbolValues(t, vs, f.Module)
+			values[f.Module] = vs
+		}
+		a, ok1 := vs[f.Func]
+		b, ok2 := vs[name]
+		return ok1 && ok2 && a == b
+	}
+}
+
+// addSymbolValues adds to vs the value of every function symbol of the
+// ELF file path and of its separate debug file under /usr/lib/debug, by
+// name as symbols.Demangle spells it.
+func addSymbolValues(t testing.TB, vs map[string]uint64, path string) {
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Logf("%s: %v", path, err)
+		return
+	}
+	defer f.Close()
+	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
+		syms, _ := read()
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Value != 0 {
+				vs[symbols.Demangle(s.Name)] = s.Value
+			}
+		}
+	}
+	if s := f.Section(".note.gnu.build-id"); s != nil && !strings.HasPrefix(path, "/usr/lib/debug/") {
+		if b, err := s.Data(); err == nil && len(b) > 16 {
+			id := fmt.Sprintf("%x", b[16:])
+			addSymbolValues(t, vs, filepath.Join("/usr/lib/debug/.build-id", id[:2], id[2:]+".debug"))
+		}
+	}
 }

@@ -45,6 +45,11 @@ type Options struct {
 	// waiting for a CPU to reach its stop): each is copied as it stops and
 	// let go at once, the others running meanwhile.
 	Stragglers time.Duration
+	// Lines names frames from the debug information too, as gdb does:
+	// source lines, inlined calls, functions left by tail calls. Without
+	// it frames are named from the symbol tables alone, as eu-stack does,
+	// and no debug information (.debug_info, .debug_line) is read.
+	Lines bool
 }
 
 // ReturnAddressFunc looks up the return address that a uretprobe moved out

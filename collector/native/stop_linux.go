@@ -74,7 +74,7 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 	}
 	proc := o.Process
 	if proc == nil {
-		if proc, err = u.cache.Process(pid); err != nil {
+		if proc, err = u.cache.OpenProcess(pid, o.Lines); err != nil {
 			return res, fmt.Errorf("dump %d: read maps: %w", pid, ErrNoProcess)
 		}
 	}
@@ -124,7 +124,7 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 			break
 		}
 	}
-	res.Threads = name(proc, s.threads, o.ReturnAddress)
+	res.Threads = name(proc, s.threads, o.ReturnAddress, o.Lines)
 	var pcs []uint64
 	for _, th := range res.Threads {
 		for _, f := range th.Native {
@@ -136,9 +136,9 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 }
 
 // name unwinds and names the stacks of the copied threads: it walks them,
-// reads the debug information of the modules on them meanwhile, and
-// names the frames, each step on every CPU.
-func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stack.Thread {
+// reads the symbol tables (with lines, the debug information) of the
+// modules on them meanwhile, and names the frames, each step on every CPU.
+func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc, lines bool) []stack.Thread {
 	var first []uint64
 	for _, t := range snaps {
 		if t.err == nil {
@@ -147,7 +147,7 @@ func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stac
 	}
 	prefetched := make(chan struct{})
 	go func() {
-		proc.Prefetch(first) // mostly libc: the largest, started at once
+		proc.Prefetch(first, lines) // mostly libc: the largest, started at once
 		close(prefetched)
 	}()
 	steps := make([][]step, len(snaps))
@@ -169,7 +169,7 @@ func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stac
 	}
 	// The rest of the modules while the first prefetch may still be
 	// reading libc: a module's reads wait on one another, not on others'.
-	proc.Prefetch(all)
+	proc.Prefetch(all, lines)
 	<-prefetched
 	out := make([]stack.Thread, len(snaps))
 	parallel(len(snaps), func(i int) {
@@ -183,7 +183,7 @@ func name(proc *symbols.Process, snaps []*snapshot, ra ReturnAddressFunc) []stac
 			out[i].Error = t.err.Error()
 		default:
 			steps[i], errs[i] = atMain(proc, steps[i], errs[i])
-			out[i].Native = frames(proc, steps[i])
+			out[i].Native = frames(proc, steps[i], lines)
 			if errs[i] != nil {
 				out[i].Error = errs[i].Error()
 			}

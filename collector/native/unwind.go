@@ -98,11 +98,11 @@ type step struct {
 }
 
 // unwind walks one thread's stack from its copied registers and names its
-// frames.
-func unwind(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error), ra ReturnAddressFunc) ([]stack.Frame, error) {
+// frames (see frames for lines).
+func unwind(proc *symbols.Process, t *snapshot, live func([]byte, uint64) (int, error), ra ReturnAddressFunc, lines bool) ([]stack.Frame, error) {
 	steps, err := walk(proc, t, live, ra)
 	steps, err = atMain(proc, steps, err)
-	return frames(proc, steps), err
+	return frames(proc, steps, lines), err
 }
 
 // atMain ends a walk's steps at the frame of main, as gdb does; an error
@@ -195,15 +195,21 @@ func uprobeTrampoline(proc *symbols.Process, pc uint64) bool {
 	return ok && mod.Path == "[uprobes]"
 }
 
-// frames names the steps of a walk: inlined calls from the debug
-// information, and the functions that a caller left by tail calls
+// frames names the steps of a walk, a frame each from the symbol tables;
+// with lines, from the debug information too, as gdb does: source lines,
+// inlined calls, and the functions that a caller left by tail calls
 // (jumps, which leave no frame) between a frame and its caller, recovered
-// from call sites as gdb does.
-func frames(proc *symbols.Process, steps []step) []stack.Frame {
+// from call sites.
+func frames(proc *symbols.Process, steps []step, lines bool) []stack.Frame {
 	var out []stack.Frame
 	for i, s := range steps {
 		if s.signal {
 			out = append(out, stack.Frame{Func: SignalFrame, Addr: s.pc})
+			continue
+		}
+		if !lines {
+			sym, _ := proc.LookupName(s.lookup)
+			out = append(out, frameOf(sym, s.pc))
 			continue
 		}
 		out = append(out, symbolize(proc, s.pc, s.lookup)...)
@@ -275,13 +281,18 @@ func symbolize(proc *symbols.Process, pc, lookup uint64) []stack.Frame {
 	}
 	out := make([]stack.Frame, len(syms))
 	for i, s := range syms {
-		f := stack.Frame{Func: s.Name, File: s.File, Line: s.Line, Module: s.Module, Addr: pc}
-		if f.Func == "" {
-			f.Func = "??"
-		}
-		out[i] = f
+		out[i] = frameOf(s, pc)
 	}
 	return out
+}
+
+// frameOf is the frame at pc of symbol s.
+func frameOf(s symbols.Symbol, pc uint64) stack.Frame {
+	f := stack.Frame{Func: s.Name, File: s.File, Line: s.Line, Module: s.Module, Addr: pc}
+	if f.Func == "" {
+		f.Func = "??"
+	}
+	return f
 }
 
 // tailFrame names the frame of a function left by a tail call at pc (the

@@ -88,7 +88,7 @@ func TestSyntheticFrames(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := &snapshot{tid: tg.pid, stackLo: lo, stack: stk}
 			s.regs.Rip, s.regs.Rsp, s.regs.Rbp = tc.pc, sp, tc.bp
-			frames, err := unwind(proc, s, live, nil)
+			frames, err := unwind(proc, s, live, nil, true)
 			if err != nil || len(frames) != 2 {
 				t.Fatalf("unwind: %v, %+v", err, frames)
 			}

@@ -131,8 +131,9 @@ func (c *Cache) drop(e *list.Element) {
 }
 
 // object returns the parsed object mapped at m in the process whose /proc
-// directory is dir.
-func (c *Cache) object(dir string, m procfs.Mapping) (*Object, error) {
+// directory is dir; lines says whether its lookups will want source lines
+// (see openObject).
+func (c *Cache) object(dir string, m procfs.Mapping, lines bool) (*Object, error) {
 	// The path as we see it when it is the very file mapped (same device
 	// and inode), else the path under the process's root (a container's
 	// view), else the mapped file itself (it survives deletion).
@@ -161,7 +162,7 @@ func (c *Cache) object(dir string, m procfs.Mapping) (*Object, error) {
 		if o, err, hit := c.lookup(key); hit {
 			return o, err
 		}
-		o, err := openObject(m.Path, st.Size, fileOpener(p))
+		o, err := openObject(m.Path, st.Size, fileOpener(p), lines)
 		if err != nil {
 			c.mu.Lock()
 			if len(c.failed) >= maxFailed {
@@ -254,7 +255,7 @@ func (c *Cache) vdso(dir string, m procfs.Mapping) (*Object, error) {
 	if _, err := f.ReadAt(img, int64(m.Start)); err != nil {
 		return nil, fmt.Errorf("read vdso: %w", err)
 	}
-	o, err := openObject("[vdso]", int64(len(img)), bytesOpener(img))
+	o, err := openObject("[vdso]", int64(len(img)), bytesOpener(img), false)
 	if err != nil {
 		return nil, err
 	}

@@ -22,7 +22,7 @@ func sizedObject(t *testing.T, i, n int) *Object {
 		testutil.Section{Name: ".symtab", Type: elf.SHT_SYMTAB, Link: 2, Entsize: elf.Sym64Size, Data: symtab},
 		testutil.Section{Name: ".strtab", Type: elf.SHT_STRTAB, Data: strtab},
 	)
-	o, err := openObject(fmt.Sprintf("/lib%d.so", i), int64(len(lib)), bytesOpener(lib))
+	o, err := openObject(fmt.Sprintf("/lib%d.so", i), int64(len(lib)), bytesOpener(lib), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,9 +110,16 @@ func TestCacheBuildIDKeys(t *testing.T) {
 	}
 }
 
-// ReadLibcAhead reads the C library's symbols and debug information on
-// another goroutine: they are there without a lookup asking.
+// ReadLibcAhead reads the C library's symbols on another goroutine: they
+// are there without a lookup asking; its debug information is left
+// unread, with lines or without.
 func TestReadLibcAhead(t *testing.T) {
+	for _, lines := range []bool{true, false} {
+		t.Run(fmt.Sprintf("lines=%v", lines), func(t *testing.T) { testReadLibcAhead(t, lines) })
+	}
+}
+
+func testReadLibcAhead(t *testing.T, lines bool) {
 	cmd := exec.Command("sleep", "100")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -125,7 +132,7 @@ func TestReadLibcAhead(t *testing.T) {
 	// Until ld.so has mapped the C library into sleep.
 	for deadline := time.Now().Add(10 * time.Second); libc.Path == ""; time.Sleep(5 * time.Millisecond) {
 		var err error
-		if p, err = c.Process(cmd.Process.Pid); err == nil {
+		if p, err = c.OpenProcess(cmd.Process.Pid, lines); err == nil {
 			for _, m := range p.Mappings() {
 				if strings.HasPrefix(filepath.Base(m.Path), "libc.so") && m.Exec() {
 					libc = m
@@ -139,21 +146,25 @@ func TestReadLibcAhead(t *testing.T) {
 	p.ReadLibcAhead()
 	// The goroutine holds the mapping's resolution and the object's
 	// reads: once they are done, the object holds its tables.
-	for deadline := time.Now().Add(20 * time.Second); c.Len() == 0 || c.bytesOf(libc.Path) == 0; time.Sleep(5 * time.Millisecond) {
+	o := func() *Object { return c.objectOf(libc.Path) }
+	for deadline := time.Now().Add(20 * time.Second); o() == nil || o().Bytes() == 0; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("libc was not read ahead")
 		}
 	}
+	if o().linesRead.Load() {
+		t.Error("libc's debug information was read")
+	}
 }
 
-// bytesOf returns the memory the cached object of path holds, 0 when none.
-func (c *Cache) bytesOf(path string) int64 {
+// objectOf returns the cached object of path, nil when none.
+func (c *Cache) objectOf(path string) *Object {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for e := c.lru.Front(); e != nil; e = e.Next() {
 		if o := e.Value.(*cached).o; o.Path == path {
-			return o.Bytes()
+			return o
 		}
 	}
-	return 0
+	return nil
 }

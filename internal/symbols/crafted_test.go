@@ -35,7 +35,7 @@ func TestCompressedClaimRefused(t *testing.T) {
 		testutil.Section{Name: ".debug_info", Type: elf.SHT_PROGBITS, Flags: elf.SHF_COMPRESSED, Data: testutil.Compressed(1<<40, []byte("tiny"))},
 		testutil.Section{Name: ".debug_abbrev", Type: elf.SHT_PROGBITS, Data: []byte{0}},
 	)
-	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestCompressedClaimOverLimit(t *testing.T) {
 		testutil.Section{Name: ".debug_abbrev", Type: elf.SHT_PROGBITS, Data: []byte{0}},
 		testutil.Section{Name: ".debug_line", Type: elf.SHT_PROGBITS, Data: []byte{0}},
 	)
-	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestSectionPastFile(t *testing.T) {
 	// Section 1 (.symtab): its sh_size, in the headers at the file's end.
 	shoff := binary.LittleEndian.Uint64(lib[40:])
 	binary.LittleEndian.PutUint64(lib[shoff+64+32:], 1<<31-1)
-	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestDebugSectionsTogetherOverLimit(t *testing.T) {
 		testutil.Section{Name: ".debug_abbrev", Type: elf.SHT_PROGBITS, Flags: elf.SHF_COMPRESSED, Data: testutil.Compressed(claim, noise)},
 		testutil.Section{Name: ".debug_line", Type: elf.SHT_PROGBITS, Data: []byte{0}},
 	)
-	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib))
+	o, err := openObject("/crafted.so", int64(len(lib)), bytesOpener(lib), true)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ func TestDamagedLibraries(t *testing.T) {
 			}
 			var before, after runtime.MemStats
 			runtime.ReadMemStats(&before)
-			o, err := openObject(v.Path, fi.Size(), fileOpener(v.Path))
+			o, err := openObject(v.Path, fi.Size(), fileOpener(v.Path), true)
 			if v.Damage == testutil.Unloadable {
 				if err == nil {
 					t.Fatal("opened a file ld.so refuses")

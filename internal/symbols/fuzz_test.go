@@ -64,7 +64,7 @@ func FuzzObject(f *testing.F) {
 	))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		failOnCrash(t)
-		o, err := openObject("/fuzz/lib.so", int64(len(b)), bytesOpener(b))
+		o, err := openObject("/fuzz/lib.so", int64(len(b)), bytesOpener(b), true)
 		if err != nil {
 			return
 		}
@@ -91,7 +91,7 @@ func FuzzDWARF(f *testing.F) {
 			secs = append(secs, testutil.Section{Name: ".debug_aranges", Type: elf.SHT_PROGBITS, Data: aranges})
 		}
 		lib := testutil.ELF(secs...)
-		o, err := openObject("/fuzz/lib.so", int64(len(lib)), bytesOpener(lib))
+		o, err := openObject("/fuzz/lib.so", int64(len(lib)), bytesOpener(lib), true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -213,7 +213,7 @@ type lineRow struct {
 // line returns the source position of vaddr from the DWARF line tables of
 // the object or its separate debug file.
 func (o *Object) line(vaddr uint64) (string, int) {
-	o.lineOnce.Do(o.loadLines)
+	o.readLines(o.loadLines)
 	if o.lines == nil {
 		return "", 0
 	}
@@ -222,8 +222,16 @@ func (o *Object) line(vaddr uint64) (string, int) {
 
 // lineTable returns the object's DWARF, read on first use; nil without.
 func (o *Object) lineTable() *lineTable {
-	o.lineOnce.Do(o.loadLines)
+	o.readLines(o.loadLines)
 	return o.lines
+}
+
+// readLines reads o's DWARF with load, once, and marks it read.
+func (o *Object) readLines(load func()) {
+	o.lineOnce.Do(func() {
+		defer o.linesRead.Store(true)
+		load()
+	})
 }
 
 func (o *Object) loadLines() {

@@ -60,9 +60,10 @@ type Object struct {
 	eh      *ehIndex                      // .eh_frame through its search table; nil when parsed whole
 	fdes    frame.FrameDescriptionEntries // .eh_frame parsed whole, and .debug_frame
 
-	lineOnce sync.Once
-	lines    *lineTable // nil when there is no DWARF
-	lineErr  error      // why lines is nil, when the DWARF could not be read
+	lineOnce  sync.Once
+	lines     *lineTable  // nil when there is no DWARF
+	lineErr   error       // why lines is nil, when the DWARF could not be read
+	linesRead atomic.Bool // lineOnce has run: lines and lineErr are set
 
 	mem atomic.Int64 // bytes of memory what was read so far holds (see Cache)
 
@@ -94,20 +95,25 @@ func (o *Object) damaged() bool {
 // Damage says what of o's file could not be trusted and was left out, and
 // where its functions' names came from then, or why they could not be
 // read ("" for a sound file): the reason a dump gives for names and lines
-// it lacks. It reads o's symbols if they are not yet.
+// it lacks. It reads o's symbols if they are not yet, not its debug
+// information: what failed there is said once something read it.
 func (o *Object) Damage() string {
 	err := o.loadSymbols()
 	o.damageMu.Lock()
 	lines := slices.Clone(o.damage)
 	o.damageMu.Unlock()
-	if lt := o.lineTable(); lt != nil {
-		lt.mu.Lock()
-		if lt.err != nil {
-			lines = append(lines, lt.err.Error())
+	// The debug information says what went wrong with it only once read:
+	// a dump that named its frames from the symbol tables did not read it.
+	if o.linesRead.Load() {
+		if lt := o.lines; lt != nil {
+			lt.mu.Lock()
+			if lt.err != nil {
+				lines = append(lines, lt.err.Error())
+			}
+			lt.mu.Unlock()
+		} else if o.lineErr != nil {
+			lines = append(lines, o.lineErr.Error())
 		}
-		lt.mu.Unlock()
-	} else if o.lineErr != nil {
-		lines = append(lines, o.lineErr.Error())
 	}
 	if len(lines) == 0 {
 		return ""
@@ -156,9 +162,10 @@ const eagerFile = 4 << 20
 const smallFile = 256 << 10
 
 // openObject reads an ELF file's headers, and the rest of a file of up to
-// eagerFile bytes (size). open must return the same contents each time it
-// is called.
-func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, error)) (*Object, error) {
+// eagerFile bytes (size): its debug information too when lines says that
+// its lookups will want source lines. open must return the same contents
+// each time it is called.
+func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, error), lines bool) (*Object, error) {
 	r, c, err := open()
 	if err != nil {
 		return nil, err
@@ -199,8 +206,8 @@ func openObject(path string, size int64, open func() (io.ReaderAt, io.Closer, er
 	if !separate || ownSyms {
 		o.symOnce.Do(func() { o.symbolsFrom(f) })
 	}
-	if !separate || ownLines {
-		o.lineOnce.Do(func() { o.linesFrom(f, readAt{r, c}) }) // closes c
+	if lines && (!separate || ownLines) {
+		o.readLines(func() { o.linesFrom(f, readAt{r, c}) }) // closes c
 	} else {
 		c.Close()
 	}

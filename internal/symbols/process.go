@@ -37,6 +37,7 @@ func (m *Module) Vaddr(addr uint64) uint64 { return addr - m.Bias }
 type Process struct {
 	PID   int
 	cache *Cache
+	lines bool // the files opened for it read their debug information with their headers
 
 	mu   sync.Mutex
 	dir  string     // the /proc directory the mappings were read through
@@ -54,8 +55,16 @@ type mapping struct {
 
 // Process reads /proc/PID/maps and returns a resolver for the process.
 // Files are parsed only when an address falls in them.
-func (c *Cache) Process(pid int) (*Process, error) {
-	p := &Process{PID: pid, cache: c}
+func (c *Cache) Process(pid int) (*Process, error) { return c.OpenProcess(pid, true) }
+
+// OpenProcess is Process; lines says whether its lookups will want source
+// lines and inlined calls (Lookup, LookupInline, TailCalls, Prefetch with
+// lines) or names alone (LookupName, Prefetch without). Either kind of
+// lookup works either way: lines only decides whether a small file read
+// for it reads its debug information at once, with its headers, or when
+// first asked for.
+func (c *Cache) OpenProcess(pid int, lines bool) (*Process, error) {
+	p := &Process{PID: pid, cache: c, lines: lines}
 	if err := p.Refresh(); err != nil {
 		return nil, err
 	}
@@ -179,7 +188,7 @@ func (m *mapping) resolve(p *Process) {
 		o, m.err = p.cache.vdso(p.procDir(), m.Mapping)
 		m.mod.Base = m.Start
 	case m.Path != "" && m.Path[0] == '/':
-		o, m.err = p.cache.object(p.procDir(), m.Mapping)
+		o, m.err = p.cache.object(p.procDir(), m.Mapping, p.lines)
 	default:
 		return // anonymous or JIT memory
 	}
@@ -210,13 +219,13 @@ func (p *Process) Function(addr uint64) (string, bool) {
 	return name, ok
 }
 
-// Prefetch reads the symbol tables of the modules holding addrs and the
-// debug information about addrs (their compile units, inlined calls, line
-// tables and call sites), several modules at a time and the largest first,
-// so that naming frames afterwards waits on none of it. A module's symbols
-// and its debug information are read apart: both may come from a
-// separate debug file (libc's), each costing milliseconds.
-func (p *Process) Prefetch(addrs []uint64) {
+// Prefetch reads the symbol tables of the modules holding addrs and, with
+// lines, the debug information about addrs (their compile units, inlined
+// calls, line tables and call sites), several modules at a time and the
+// largest first, so that naming frames afterwards waits on none of it. A
+// module's symbols and its debug information are read apart: both may
+// come from a separate debug file (libc's), each costing milliseconds.
+func (p *Process) Prefetch(addrs []uint64, lines bool) {
 	type work struct {
 		o      *Object
 		vaddrs []uint64
@@ -243,7 +252,7 @@ func (p *Process) Prefetch(addrs []uint64) {
 	}
 	queue := make(chan task)
 	var wg sync.WaitGroup
-	for range min(runtime.NumCPU(), 2*len(objs)) {
+	for range min(runtime.NumCPU(), (1+b2i(lines))*len(objs)) {
 		wg.Go(func() {
 			for t := range queue {
 				if !t.lines {
@@ -255,17 +264,30 @@ func (p *Process) Prefetch(addrs []uint64) {
 		})
 	}
 	for _, w := range objs {
-		queue <- task{w, true}
+		if lines {
+			queue <- task{w, true}
+		}
 		queue <- task{w, false}
 	}
 	close(queue)
 	wg.Wait()
 }
 
-// Lookup resolves addr to its function. The second result is false when
-// no function symbol holds addr; Module and Offset (from the module's base)
-// are still filled when addr is in a mapped file.
+// Lookup resolves addr to its function and its source line. The second
+// result is false when no function symbol holds addr; Module and Offset
+// (from the module's base), and the line, are still filled when addr is
+// in a mapped file.
 func (p *Process) Lookup(addr uint64) (Symbol, bool) {
+	return p.lookup(addr, true)
+}
+
+// LookupName is Lookup from the symbol tables alone: File and Line stay
+// empty, and no debug information is read.
+func (p *Process) LookupName(addr uint64) (Symbol, bool) {
+	return p.lookup(addr, false)
+}
+
+func (p *Process) lookup(addr uint64, lines bool) (Symbol, bool) {
 	mod, ok := p.Module(addr)
 	if !ok {
 		return Symbol{}, false
@@ -276,7 +298,9 @@ func (p *Process) Lookup(addr uint64) (Symbol, bool) {
 	}
 	v := mod.Vaddr(addr)
 	name, start, ok := mod.Object.symbolAt(v)
-	s.File, s.Line = mod.Object.line(v)
+	if lines {
+		s.File, s.Line = mod.Object.line(v)
+	}
 	if !ok {
 		return s, false
 	}
@@ -303,13 +327,15 @@ func (p *Process) Damage(addrs []uint64) []string {
 	return out
 }
 
-// ReadLibcAhead starts reading, on another goroutine, the symbols and
-// debug information of the C library the process maps (libc.so.6, or
-// musl's loader), and returns at once. Every thread's stack ends in it,
-// most threads wait in it, and its debug information (a separate debug
-// file, compressed) is the longest part of a first dump: this starts it
-// while the dump still reads Python's state and stops the threads.
-// Lookups that need it meanwhile wait for it.
+// ReadLibcAhead starts reading, on another goroutine, the symbols of the
+// C library the process maps (libc.so.6, or musl's loader), and returns
+// at once: every thread's stack ends in it and most threads wait in it,
+// and its symbols may lie in a separate debug file. Lookups that need
+// them meanwhile wait for them. Its debug information is not read ahead:
+// inflating it (megabytes of zlib) while a dump's threads are stopped
+// took the CPU and the scheduler's slots that the stop needs (stops of
+// 8-9 ms against 0.4-0.5, docs/measurements.md), and is read once they
+// run again (Prefetch).
 func (p *Process) ReadLibcAhead() {
 	p.mu.Lock()
 	var libc *mapping
@@ -329,6 +355,5 @@ func (p *Process) ReadLibcAhead() {
 			return
 		}
 		mod.Object.loadSymbols()
-		mod.Object.lineTable()
 	}()
 }

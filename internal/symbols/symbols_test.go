@@ -342,7 +342,7 @@ func TestSmallFileOpenedOnce(t *testing.T) {
 		o, err := openObject(path, size, func() (io.ReaderAt, io.Closer, error) {
 			opens++
 			return open()
-		})
+		}, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -218,6 +219,7 @@ func checkTarball(t *testing.T, name string, want stamp) {
 		}
 		want.check(t, filepath.Join(dir, top, "bin", b), "", nil)
 	}
+	checkHandsOver(t, filepath.Join(dir, top, "bin", "xpu-timer"))
 	for _, want := range []string{"README.md", "docs/runbook.md", "deploy/prometheus/alerts.yml", "deploy/kubernetes/daemonset.yaml"} {
 		if _, ok := m[top+want]; !ok {
 			t.Errorf("%s missing", want)
@@ -269,6 +271,7 @@ func checkDeb(t *testing.T, name string, want stamp) {
 		}
 		want.check(t, filepath.Join(root, "usr/bin", b), "", nil)
 	}
+	checkHandsOver(t, filepath.Join(root, "usr/bin/xpu-timer"))
 	if !slices.Contains(strings.Split(listed, "\n"), "/usr/share/doc/xpu-timer/runbook.md") {
 		t.Errorf("dpkg -L lacks the runbook:\n%s", listed)
 	}
@@ -412,5 +415,80 @@ func checkOCI(t *testing.T, dir string, want stamp) {
 	privileged.Root(t)
 	for _, b := range binaries {
 		want.check(t, "/usr/bin/"+b, root, cfg.Config.Env)
+	}
+	// Out of the chroot, which has no /proc: the layer's pair, as a
+	// container with /proc mounted runs them.
+	checkHandsOver(t, filepath.Join(root, "usr/bin/xpu-timer"))
+}
+
+// checkHandsOver checks that the shipped xpu-timer at path runs `dump` as
+// the xpu-timer-dump shipped beside it (cmd/internal/leandump), and runs
+// other commands itself: it runs each traced (ptrace), and reads which
+// program the process runs after an exec.
+func checkHandsOver(t *testing.T, path string) {
+	t.Helper()
+	privileged.Root(t)
+	lean := filepath.Join(filepath.Dir(path), "xpu-timer-dump")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"dump", "--help"}, lean},
+		{[]string{"dump", "--pid", "999999999"}, lean},
+		{[]string{"--version"}, path},
+		{[]string{"watch", "--help"}, path},
+	} {
+		if got := ranAs(t, path, tc.args...); got != tc.want {
+			t.Errorf("%s %q ran %s, want %s", path, tc.args, got, tc.want)
+		}
+	}
+}
+
+// ranAs runs path with args, traced, and returns the program it ran last:
+// path, or what it executed (PTRACE_EVENT_EXEC).
+func ranAs(t *testing.T, path string, args ...string) string {
+	t.Helper()
+	// Every ptrace request comes from the thread that started the tracee.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	cmd := exec.Command(path, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Ptrace: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	var ws syscall.WaitStatus
+	wait := func() {
+		t.Helper()
+		if _, err := syscall.Wait4(pid, &ws, syscall.WALL, nil); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("wait %d: %v", pid, err)
+		}
+	}
+	wait() // stopped at the exec of path
+	if err := syscall.PtraceSetOptions(pid, syscall.PTRACE_O_TRACEEXEC); err != nil {
+		cmd.Process.Kill()
+		t.Fatalf("ptrace options: %v", err)
+	}
+	ran, sig := path, 0
+	for {
+		if err := syscall.PtraceCont(pid, sig); err != nil {
+			cmd.Process.Kill()
+			t.Fatalf("ptrace cont: %v", err)
+		}
+		wait()
+		switch {
+		case ws.Exited() || ws.Signaled():
+			return ran
+		case ws.Stopped() && ws.TrapCause() == syscall.PTRACE_EVENT_EXEC:
+			exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+			if err != nil {
+				cmd.Process.Kill()
+				t.Fatal(err)
+			}
+			ran, sig = exe, 0
+		case ws.Stopped():
+			sig = int(ws.StopSignal()) // the program's own, delivered
+		}
 	}
 }

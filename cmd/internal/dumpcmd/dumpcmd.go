@@ -62,18 +62,30 @@ func New() *cobra.Command {
 	var (
 		pid                    int
 		nativeOnly, pythonOnly bool
+		lines                  bool
 		asJSON                 bool
 		outDir                 string
 	)
 	cmd := &cobra.Command{
 		Use:   "dump --pid PID",
 		Short: "Print the native and Python stacks of every thread of a process",
-		Args:  cobra.NoArgs,
+		Long: `Print the native and Python stacks of every thread of a process.
+
+Native frames are named from the libraries' symbol tables (.symtab, in a
+separate debug file too, and .dynsym), as eu-stack names them; Python frames
+have their file and line. --lines adds what only the debug information
+(.debug_info, .debug_line) holds, as gdb shows it: the source line of each
+native frame, the functions inlined into it, and the functions left by tail
+calls; it costs a first dump the reading (often the inflating) of that
+information, libc's separate debug file among it. The --out and --json files
+follow the same choice; the agent's and the launcher's dumps always have
+lines.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pid <= 0 {
 				return exitcode.Usagef("--pid is required")
 			}
-			o := dump.Options{}
+			o := dump.Options{Lines: lines}
 			if nativeOnly && !pythonOnly {
 				o.NoPython = true
 			}
@@ -110,6 +122,7 @@ func New() *cobra.Command {
 	cmd.Flags().IntVar(&pid, "pid", 0, "process to dump")
 	cmd.Flags().BoolVar(&nativeOnly, "native", false, "native stacks (with --python: both, the default)")
 	cmd.Flags().BoolVar(&pythonOnly, "python", false, "Python stacks (with --native: both, the default)")
+	cmd.Flags().BoolVar(&lines, "lines", false, "native frames with source lines, inlined calls and tail calls from the debug information, as gdb (a first dump reads it: slower)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the dump file's JSON (docs/stacktrace-schema.md), reason \"manual\"")
 	cmd.Flags().StringVar(&outDir, "out", "", "also write RRRRR-WWWWW.stacktrace and .txt into this directory, as the agent does, for the viewer")
 	return cmd

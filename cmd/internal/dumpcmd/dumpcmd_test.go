@@ -19,6 +19,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/collector/dump"
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/viewer"
@@ -92,6 +93,43 @@ func TestDumpJSON(t *testing.T) {
 	}
 	if !strings.Contains(out, `"native"`) || !strings.Contains(out, `"func"`) {
 		t.Errorf("JSON lacks the frame fields:\n%s", out)
+	}
+}
+
+// TestDumpLines: native frames are named from the symbol tables, without
+// source lines, unless --lines asks for the debug information (libc6-dbg's
+// for sleep's libc frames, and its inlined calls); the --json and --out
+// files follow the flag.
+func TestDumpLines(t *testing.T) {
+	privileged.Root(t)
+	pid := sleeper(t)
+	for _, lines := range []bool{false, true} {
+		dir := t.TempDir()
+		args := []string{"--pid", strconv.Itoa(pid), "--json", "--native", "--out", dir}
+		if lines {
+			args = append(args, "--lines")
+		}
+		out, err := runCmd(args...)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		p, err := dumpfile.Parse([]byte(out[strings.IndexByte(out, '{'):]))
+		if err != nil || len(p.Threads) != 1 {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		withLine := 0
+		for _, f := range p.Threads[0].Native {
+			if f.File != "" || f.Line != 0 {
+				withLine++
+			}
+		}
+		if lines != (withLine > 0) {
+			t.Errorf("--lines %v: %d of %d native frames with a source line:\n%s", lines, withLine, len(p.Threads[0].Native), out)
+		}
+		written, err := dumpfile.Read(filepath.Join(dir, "00000-00001.stacktrace"))
+		if err != nil || !slices.EqualFunc(written.Threads[0].Native, p.Threads[0].Native, func(a, b stack.Frame) bool { return a.File == b.File && a.Line == b.Line }) {
+			t.Errorf("--lines %v: the --out file's frames differ from the printed ones: %v", lines, err)
+		}
 	}
 }
 

@@ -40,7 +40,7 @@ func main() {
 		f := &dumpfile.File{Rank: rank, WorldSize: *world, LocalRank: rank, LocalWorldSize: *world, Host: host, PID: pid,
 			Job: *job, Incarnation: *inc, Reason: "manual"}
 		f.Cmdline, _ = procfs.Cmdline(pid)
-		c, err := dump.Capture(pid, dump.Options{})
+		c, err := dump.Capture(pid, dump.Options{Lines: true}) // as the agent
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "capture: rank %d pid %d: %v\n", rank, pid, err)
 			failed = true
