@@ -207,10 +207,19 @@ type located struct {
 func locate(pid int, maps []procfs.Mapping) (*located, error) {
 	exe, _ := os.Readlink(filepath.Join(procfs.Root, strconv.Itoa(pid), "exe"))
 	exe = string(bytes.TrimSuffix([]byte(exe), []byte(" (deleted)")))
+	// Only a file with code mapped is loaded: a process that maps an
+	// interpreter's file to read it (a symbol cache, this monitor itself)
+	// is not running it.
+	loaded := map[string]bool{}
+	for _, m := range maps {
+		if m.Exec() {
+			loaded[m.Path] = true
+		}
+	}
 	seen := map[string]bool{}
 	var candidates []procfs.Mapping
 	for _, m := range maps {
-		if m.Path == "" || m.Path[0] != '/' || seen[m.Path] {
+		if m.Path == "" || m.Path[0] != '/' || seen[m.Path] || !loaded[m.Path] {
 			continue
 		}
 		// The executable is the interpreter, except where a loader runs
