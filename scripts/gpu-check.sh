@@ -157,7 +157,7 @@ else
 	W_BLOCKS="$wl launchblocks" BLOCK=${BLOCK:-20000} DWELL=${DWELL:-3} PYP=$PY
 	STEP_ROUNDS=${STEP_ROUNDS:-6}
 	# the 580 driver's exported frame is on the stack above its internals
-	# (cuLaunchKernel in the lead's dumps of 2026-11-28; its twins too)
+	# (cuLaunchKernel in the lead's H200 dumps; its twins too)
 	K_SPIN=spin_kernel C_LAUNCH='cuLaunchKernel(Ex)?(_ptsz)?'
 	libs=$($wl libs) || { echo "gpu-check: $PY cannot use the GPU" >&2; exit 2; }
 	CUDART=$(sed -n 's/^cudart=//p' <<<"$libs" | head -1) CUDA=$(sed -n 's/^cuda=//p' <<<"$libs" | head -1)

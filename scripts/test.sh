@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every test. Everything is a Go test (privileged ones included); see
-# README.md. XPU_TIMER_REQUIRE_PRIVILEGED=1 turns privileged skips into failures.
+# docs/testing.md. XPU_TIMER_REQUIRE_PRIVILEGED=1 turns privileged skips into failures.
 #
 # The packages whose tests measure detection latency against a deadline
 # (ebpf, the end-to-end tests) run alone, after the rest: on a 2-core

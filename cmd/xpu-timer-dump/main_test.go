@@ -29,9 +29,9 @@ func TestLinksNoAgent(t *testing.T) {
 		if d == "github.com/xpu-timer/xpu-timer/agent" {
 			t.Errorf("xpu-timer-dump links %s", d)
 		}
-		// Their package initialisation cost every start 0.8 and 0.5 ms
-		// (GODEBUG=inittrace=1), the stop helper's protocol and the
-		// unwinder do without them.
+		// Their package initialisation costs every start time
+		// (GODEBUG=inittrace=1 shows it; docs/measurements.md), and the
+		// stop helper's protocol and the unwinder do without them.
 		if d == "encoding/gob" || d == "github.com/go-delve/delve/pkg/dwarf/regnum" {
 			t.Errorf("xpu-timer-dump links %s", d)
 		}

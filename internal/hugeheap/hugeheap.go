@@ -2,9 +2,9 @@
 // transparent huge pages.
 //
 // A one-shot dump fills about 10 MB of fresh heap in a tenth of a second.
-// Each 4 KiB page of it is a page fault, and on a VM a fault costs about
-// 13 µs (BenchmarkFault measures it): 2,500 faults were a sixth of a first
-// dump's time. The kernel hands out transparent huge pages only to
+// Each 4 KiB page of it is a page fault, and on a VM a fault costs
+// microseconds (BenchmarkFault measures it): the faults were a large share
+// of a first dump's time (docs/measurements.md). The kernel hands out transparent huge pages only to
 // mappings that ask for them when its mode is "madvise" (the common
 // default), and the Go runtime no longer asks; one 2 MiB page is one
 // fault. A long-lived process, the agent, has no use for this: its heap

@@ -70,8 +70,8 @@ const maxAhead = 8 << 20
 // dump needs 2 MB of libc's, inflated meanwhile instead of after each
 // unit of .debug_info that points into them. .debug_info itself is
 // inflated as far as needed by whoever needs it: reading all of libc's
-// ahead (6 MB, a third more than the benchmark's stacks need) cost 4 ms
-// more CPU and gained nothing on 2 CPUs.
+// ahead (6 MB, a third more than the benchmark's stacks need) cost more
+// CPU and gained nothing on 2 CPUs (docs/measurements.md).
 func (s *section) readAhead() {
 	if s.fill == nil || s.file || s.size > maxAhead {
 		return

@@ -93,7 +93,7 @@ func offHeap(n int) ([]byte, func()) {
 // mapFile maps n bytes of r's file from off, read-only and outside the Go
 // heap, and returns them and what unmaps them; nil when r is no file or
 // mmap fails. The pages are the page cache's own: nothing is copied, and
-// no fresh memory is faulted in (10 µs a page on a VM). Reading them after
+// no fresh memory is faulted in (microseconds a page on a VM). Reading them after
 // the file is truncated faults (SIGBUS): see faultSafe.
 func mapFile(r io.ReaderAt, off int64, n int, populate bool) ([]byte, func()) {
 	f := fileOf(r)

@@ -333,8 +333,8 @@ func (p *Process) Damage(addrs []uint64) []string {
 // and its symbols may lie in a separate debug file. Lookups that need
 // them meanwhile wait for them. Its debug information is not read ahead:
 // inflating it (megabytes of zlib) while a dump's threads are stopped
-// took the CPU and the scheduler's slots that the stop needs (stops of
-// 8-9 ms against 0.4-0.5, docs/measurements.md), and is read once they
+// took the CPU and the scheduler's slots that the stop needs (stops many
+// times longer, docs/measurements.md), and is read once they
 // run again (Prefetch).
 func (p *Process) ReadLibcAhead() {
 	p.mu.Lock()

@@ -16,8 +16,8 @@ import (
 // C library's, so that no binary links cgo for them. xpu-timer-dump and
 // the viewer are then static: they run in any container whatever its C
 // library, and a one-shot dump starts without the dynamic loader, libc
-// and cgo's thread set-up (5 ms of a 55 ms first dump of a torch rank on
-// the test VM). xpu-timer and xpu_timer_launch still link cgo, for NVML.
+// and cgo's thread set-up (a tenth of a first dump of a torch rank,
+// docs/measurements.md). xpu-timer and xpu_timer_launch still link cgo, for NVML.
 // Tests that build a binary to measure or run it build with these.
 const BuildTags = "netgo,osusergo"
 

@@ -8,7 +8,7 @@ import (
 )
 
 // deb writes xpu-timer_VERSION_amd64.deb with dpkg-deb: the binaries in
-// /usr/bin, README and runbook in /usr/share/doc/xpu-timer.
+// /usr/bin, README, usage, limits and runbook in /usr/share/doc/xpu-timer.
 func deb(o Options) (string, error) {
 	stage, err := os.MkdirTemp("", "xpu-timer-deb")
 	if err != nil {
@@ -23,7 +23,7 @@ func deb(o Options) (string, error) {
 			return "", err
 		}
 	}
-	for _, doc := range []string{"README.md", "docs/runbook.md", "docs/release.md"} {
+	for _, doc := range []string{"README.md", "docs/usage.md", "docs/limits.md", "docs/runbook.md", "docs/release.md"} {
 		if err := copyFile(filepath.Join(o.Root, doc), filepath.Join(stage, "usr/share/doc/xpu-timer", filepath.Base(doc)), 0o644); err != nil {
 			return "", err
 		}

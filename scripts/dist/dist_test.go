@@ -220,7 +220,7 @@ func checkTarball(t *testing.T, name string, want stamp) {
 		want.check(t, filepath.Join(dir, top, "bin", b), "", nil)
 	}
 	checkHandsOver(t, filepath.Join(dir, top, "bin", "xpu-timer"))
-	for _, want := range []string{"README.md", "docs/runbook.md", "deploy/prometheus/alerts.yml", "deploy/kubernetes/daemonset.yaml"} {
+	for _, want := range []string{"README.md", "docs/usage.md", "docs/limits.md", "docs/runbook.md", "deploy/prometheus/alerts.yml", "deploy/kubernetes/daemonset.yaml"} {
 		if _, ok := m[top+want]; !ok {
 			t.Errorf("%s missing", want)
 		}
@@ -272,8 +272,10 @@ func checkDeb(t *testing.T, name string, want stamp) {
 		want.check(t, filepath.Join(root, "usr/bin", b), "", nil)
 	}
 	checkHandsOver(t, filepath.Join(root, "usr/bin/xpu-timer"))
-	if !slices.Contains(strings.Split(listed, "\n"), "/usr/share/doc/xpu-timer/runbook.md") {
-		t.Errorf("dpkg -L lacks the runbook:\n%s", listed)
+	for _, doc := range []string{"README.md", "usage.md", "limits.md", "runbook.md"} {
+		if !slices.Contains(strings.Split(listed, "\n"), "/usr/share/doc/xpu-timer/"+doc) {
+			t.Errorf("dpkg -L lacks %s:\n%s", doc, listed)
+		}
 	}
 }
 

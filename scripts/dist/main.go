@@ -1,7 +1,7 @@
 // Command dist writes the release files of xpu-timer into one directory
 // (`make dist`: dist/), from binaries already built and stamped by make:
 //
-//	xpu-timer-VERSION-linux-amd64.tar.gz   the binaries, README, runbook, deploy/
+//	xpu-timer-VERSION-linux-amd64.tar.gz   the binaries, README, docs/, deploy/
 //	xpu-timer_VERSION_amd64.deb            /usr/bin/..., built with dpkg-deb
 //	py_xpu_timer-VERSION-py3-none-manylinux_X_Y_x86_64.whl
 //	                                       the launcher and viewer as scripts on PATH

@@ -14,7 +14,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/cmd/internal/viewercmd"
 )
 
-// The exit statuses of README.md's table, for each binary, driven the way
+// The exit statuses of docs/usage.md's table, for each binary, driven the way
 // main does: Execute on a fresh command tree.
 func TestExitStatuses(t *testing.T) {
 	empty := t.TempDir()

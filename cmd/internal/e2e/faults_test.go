@@ -134,7 +134,7 @@ const (
 	// The sequence numbers show the rank behind its peers.
 	// The ranks known to wait are those whose communicator creation the
 	// probes saw: all the others, or fewer (one) when some created theirs
-	// before the probes landed (README, limits).
+	// before the probes landed (docs/limits.md, "Early warning").
 	behind = `\[behind\] rank %d never issued AllReduce #\d+ on comm .*, (ranks [-/0-9]+ wait|rank \d+ waits) in it`
 	// The engine found the rank silent on the host while its peers wait.
 	silent = `\[host\] rank %d made no GPU call for \d+s while its peers wait`
@@ -144,7 +144,7 @@ const (
 	// kernel on a real GPU: the stacks show none. The kernel is the oldest
 	// not known complete (the step's first, not the one that spins); it
 	// has no name or handle when the runtime looked it up before the
-	// probes landed (README, limits).
+	// probes landed (docs/limits.md, "Where CUDA is probed").
 	inKernel = `\[kernel\] rank %d hangs in kernel( \S+)? \(stream 0x[0-9a-f]+, not a collective\), while ranks [-/0-9]+ wait in (AllReduce #\d+ on comms? .+|collectives \(.+\)) \[a kernel outstanding \d+s, past the \d+s timeout\]`
 )
 
@@ -155,8 +155,9 @@ const noCulprit = "Likely culprit: none named"
 // NCCL stall on CUDA (a dead NIC under one rank's collective) is, to the
 // probes, every rank having issued and started the collective and none
 // completing it, and the thread that polls the dead queue is the driver's
-// or NCCL's, as on every rank of a real GPU (README, limits). The viewer
-// must then name no rank rather than a healthy one.
+// or NCCL's, as on every rank of a real GPU (docs/limits.md, "Telling
+// the rank by its kernel"). The viewer must then name no rank rather than
+// a healthy one.
 func indistinct(vendor, fault string) bool {
 	return fault == testbed.FaultNCCLStall && vendor != "maca"
 }

@@ -74,7 +74,7 @@ func TestAttachLate(t *testing.T) {
 		{testbed.FaultKernelHang, "launcher", true},
 		{testbed.FaultPythonSleep, "rank", false},
 		// One rank followed alone by `watch --pid`: a lone rank in a GPU
-		// wait is decided. (Its misses in CI, 1 of 3 runs, were samples
+		// wait is decided. (Its misses under load were samples
 		// that could not stop the spinning thread in time on the loaded
 		// machine, each postponing the first sight or the confirmation of
 		// the wait by a period; such a sample is now taken again at the

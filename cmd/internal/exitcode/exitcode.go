@@ -1,5 +1,5 @@
 // Package exitcode is the one table of exit statuses every xpu-timer binary
-// uses (README.md, "Exit statuses"): the same number means the same thing in
+// uses (docs/usage.md, "Exit statuses"): the same number means the same thing in
 // xpu_timer_launch, xpu_timer_stacktrace_viewer and every xpu-timer
 // subcommand. Commands return an error carrying the status (Status, or
 // Usage for a bad command line); Execute exits with it.
