@@ -126,6 +126,9 @@ func hangReport(h timer.Hang, id Identity, known bool) Report {
 			r.Kernel = o.Kernel
 		}
 	}
+	if w := h.StackWait; w != nil && r.Kernel == "" {
+		r.Kernel = w.Kernel // no probe saw the op: the launch's stub frame names it
+	}
 	if o := h.Newest; o != nil {
 		r.NewestOp = opName(o)
 	}

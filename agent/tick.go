@@ -62,6 +62,9 @@ func (a *Agent) Tick(ctx context.Context) {
 			}
 			if w := h.StackWait; w != nil {
 				attrs = append(attrs, "tid", w.TID, "wait", h.Waiters[0].Call, "state", w.State, "python", w.Python)
+				if w.Kernel != "" {
+					attrs = append(attrs, "kernel", w.Kernel)
+				}
 			}
 			a.log.Warn("hang", attrs...)
 			a.report(r)

@@ -22,6 +22,7 @@ type ThreadWait struct {
 	Call    string // the call it waits in, e.g. "cuStreamSynchronize"; "" when no frame names it
 	Library string // the GPU library it is in, when no frame names the call, e.g. "libcuda.so.1"
 	From    string // what the wait is for, e.g. "c10d::AsyncAllreduceCUDAHostWork::run"; "" when unknown
+	Kernel  string // the kernel a launch it is in is for, named by the launch's stub frame; "" when unknown
 	Python  string // its Python frames, innermost first (function, file and line); "" when none
 	State   byte   // scheduler state letter: 'R' spinning, 'S' sleeping, ...
 }
@@ -44,12 +45,17 @@ func (w *ThreadWait) call() string {
 	return w.Call
 }
 
-// name is the wait as a waiter's call: "cuStreamSynchronize from X".
+// name is the wait as a waiter's call: "cuStreamSynchronize from X",
+// "cudaLaunchKernel of K from X".
 func (w *ThreadWait) name() string {
-	if w.From == "" {
-		return w.call()
+	n := w.call()
+	if w.Kernel != "" {
+		n += " of " + w.Kernel
 	}
-	return w.call() + " from " + w.From
+	if w.From != "" {
+		n += " from " + w.From
+	}
+	return n
 }
 
 // StackWait describes a "gpu" decision made on native stacks: the thread
@@ -59,6 +65,7 @@ type StackWait struct {
 	Call    string `json:"call"`              // "" when no frame names it
 	Library string `json:"library,omitempty"` // the GPU library it is in, when no frame names the call
 	From    string `json:"from,omitempty"`
+	Kernel  string `json:"kernel,omitempty"` // the kernel the launch it waits in is for (its stub frame), when it is a launch
 	Python  string `json:"python,omitempty"`
 	State   string `json:"state"`    // scheduler state letter at the latest sample: "R" spinning, "S" sleeping
 	Since   int64  `json:"since_ns"` // monotonic ns of the first sample that saw the wait
@@ -311,7 +318,7 @@ func (e *Engine) stackHung(views []view, v *view, now int64) (*stackWait, bool) 
 func (p *proc) stackDecision(h *Hang, w *stackWait, now int64) {
 	h.AgeNs = now - w.since
 	h.StackWait = &StackWait{
-		TID: w.TID, Call: w.Call, Library: w.Library, From: w.From, Python: w.Python, State: string(w.State), Since: w.since, Seen: w.seen,
+		TID: w.TID, Call: w.Call, Library: w.Library, From: w.From, Kernel: w.Kernel, Python: w.Python, State: string(w.State), Since: w.since, Seen: w.seen,
 	}
 	h.Waiters = []Waiter{{TID: w.TID, Call: w.name() + " (seen on its stack)", Since: w.since}}
 	if o := p.oldest(); o != nil {

@@ -369,3 +369,25 @@ func TestStackWaitBeforeLastWork(t *testing.T) {
 	e.ObserveSample(Sample{PID: 2, Time: at(1.5), Waits: []ThreadWait{helper}})
 	silentAfterLaunch(t, e, h0)
 }
+
+// A launch blocked with no probe to see it (attached after the hang,
+// under CUDA_LAUNCH_BLOCKING=1) names its kernel from the launch's stub
+// frame: in the stack wait and the waiter's call.
+func TestStackWaitNamesLaunchedKernel(t *testing.T) {
+	s := newSampled(t)
+	blocked := ThreadWait{TID: 843, Call: "cuLaunchKernel", From: "at::cuda::sleep",
+		Kernel: "at::cuda::(anonymous namespace)::spin_kernel", State: 'S'}
+	s.sample(101, 843, blocked)
+	s.sample(111.1, 843, blocked)
+	hs := s.e.Check(at(111.2))
+	if len(hs) != 1 || hs[0].StackWait == nil {
+		t.Fatalf("decisions %+v", hs)
+	}
+	h := hs[0]
+	if h.StackWait.Kernel != blocked.Kernel {
+		t.Errorf("stack wait's kernel %q, want %q", h.StackWait.Kernel, blocked.Kernel)
+	}
+	if want := "cuLaunchKernel of at::cuda::(anonymous namespace)::spin_kernel from at::cuda::sleep (seen on its stack)"; len(h.Waiters) != 1 || h.Waiters[0].Call != want {
+		t.Errorf("waiters %+v, want one in %q", h.Waiters, want)
+	}
+}

@@ -25,6 +25,7 @@ import (
 	"strings"
 
 	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/internal/symbols"
 )
 
 // Wait is a GPU wait read from one thread's native stack.
@@ -43,7 +44,16 @@ type Wait struct {
 	// of the table (Work or Site) above Call, else the first named frame
 	// above the wait that is neither the GPU libraries' nor the C
 	// runtimes' ("c10::cuda::device_synchronize"); "" when none.
-	From   string
+	From string
+	// Kernel is the kernel a launch is for, where the frame that called
+	// the launch is the host stub nvcc writes for it
+	// ("__device_stub__ZN2at4cuda...11spin_kernelEl", the kernel's
+	// mangled name after "__device_stub_"), demangled; "" otherwise. It is
+	// the one frame of a launch blocked under CUDA_LAUNCH_BLOCKING=1 (its
+	// kernel then holds it) or behind a full queue (its kernel waits
+	// behind the one that holds it) that names the kernel, when no probe
+	// saw the launch.
+	Kernel string
 	Role   Role   // Call (a GPU call) or Work
 	Vendor string // "cuda" or "maca"
 }
@@ -69,16 +79,20 @@ func (w Wait) Momentary() bool {
 }
 
 // String names the wait: "cuStreamSynchronize from
-// c10d::AsyncAllreduceCUDAHostWork::run".
+// c10d::AsyncAllreduceCUDAHostWork::run", "cuLaunchKernel of
+// at::cuda::(anonymous namespace)::spin_kernel(long) from at::cuda::sleep".
 func (w Wait) String() string {
-	call := w.Call
-	if call == "" {
-		call = "a call into " + w.Library
+	s := w.Call
+	if s == "" {
+		s = "a call into " + w.Library
 	}
-	if w.From == "" {
-		return call
+	if w.Kernel != "" {
+		s += " of " + w.Kernel
 	}
-	return call + " from " + w.From
+	if w.From != "" {
+		s += " from " + w.From
+	}
+	return s
 }
 
 // Classify says whether a native stack (innermost frame first) waits on
@@ -127,7 +141,13 @@ func classify(native []stack.Frame, cut bool) (Wait, bool) {
 		if w.Call != "" {
 			w.Library = ""
 		}
-		w.From = from(native[top:])
+		above := native[top:]
+		if len(above) > 0 {
+			if w.Kernel = launchStub(above[0].Func); w.Kernel != "" {
+				above = above[1:] // the stub: the routine is its caller
+			}
+		}
+		w.From = from(above)
 		return w, true
 	}
 	for i, f := range native {
@@ -136,6 +156,21 @@ func classify(native []stack.Frame, cut bool) (Wait, bool) {
 		}
 	}
 	return Wait{}, false
+}
+
+// stubPrefix begins the name of the host function nvcc writes for each
+// kernel, which a <<<>>> launch calls and which calls cudaLaunchKernel:
+// "__device_stub_" and the kernel's mangled name.
+const stubPrefix = "__device_stub_"
+
+// launchStub is the kernel a launch stub named fn launches, demangled;
+// "" when fn is no launch stub.
+func launchStub(fn string) string {
+	fn = name(fn)
+	if !strings.HasPrefix(fn, stubPrefix) || len(fn) == len(stubPrefix) {
+		return ""
+	}
+	return symbols.Demangle(fn[len(stubPrefix):])
 }
 
 // from is the routine a wait is for, from the frames above it: the

@@ -35,7 +35,7 @@ func TestRealStacks(t *testing.T) {
 		// loads its module lazily, waits for the running kernel); and
 		// torch.cuda.empty_cache() freeing cached blocks. The exported
 		// entry point is on the stack above the driver's unnamed frames.
-		{"h200-launch-blocking-rank0.stacktrace", map[int]string{843: "cuLaunchKernel from __device_stub__ZN2at4cuda40_GLOBAL__N__758183f4_8_Sleep_cu_088d913f11spin_kernelEl"}},
+		{"h200-launch-blocking-rank0.stacktrace", map[int]string{843: "cuLaunchKernel of at::cuda::(anonymous namespace)::spin_kernel from at::cuda::sleep"}},
 		{"h200-queue-full-rank0.stacktrace", map[int]string{1070: "cuLaunchKernel from at::native::gpu_kernel_impl_nocast<at::native::CUDAFunctorOnSelf_add<float> >"}},
 		{"h200-free-sync-rank0.stacktrace", map[int]string{1294: "cuMemFree_v2 from c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::release_block"}},
 	} {

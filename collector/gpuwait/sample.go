@@ -81,7 +81,7 @@ func (s *Sampler) Take(pid int) (Result, error) {
 		if !ok {
 			continue
 		}
-		tw := timer.ThreadWait{TID: th.TID, Call: w.Call, Library: w.Library, From: w.From}
+		tw := timer.ThreadWait{TID: th.TID, Call: w.Call, Library: w.Library, From: w.From, Kernel: w.Kernel}
 		if th.State != "" {
 			tw.State = th.State[0]
 		}
