@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/look"
+	"github.com/xpu-timer/xpu-timer/collector/capture/look"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
-	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"

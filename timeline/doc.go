@@ -1,9 +1,9 @@
 // Package timeline owns the timeline directory (XPU_TIMER_TIMELINE_PATH):
 // what goes in it under which name, and what leaves it.
 //
-//	RRRRR-WWWWW.stacktrace      a rank's dump (collector/dumpfile), with its
+//	RRRRR-WWWWW.stacktrace      a rank's dump (collector/format/dumpfile), with its
 //	RRRRR-WWWWW.txt             readable twin and its flight recorder
-//	RRRRR-WWWWW.trace.json      trace (collector/trace)
+//	RRRRR-WWWWW.trace.json      trace (collector/format/trace)
 //	hang-<job>.marker           a node's hang announcement to the other nodes
 //	incarnations/<job>.<n>/     an earlier incarnation's files, moved aside
 //	                            when a newer one dumps the same rank name
@@ -13,7 +13,7 @@
 // earlier incarnations keep; WriteMarker and PollMarker carry markers
 // between the agents sharing the directory; List is what a reader (the
 // viewer) takes for the current dumps. The formats themselves are
-// collector/dumpfile's and collector/trace's; every file is written
+// collector/format/dumpfile's and collector/format/trace's; every file is written
 // atomically (internal/atomicfile). The package returns errors and never
 // logs: the agent tells.
 package timeline

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 )
 
 // runBounded runs the viewer and fails the test if it does not return: a

@@ -28,7 +28,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
