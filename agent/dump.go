@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 	"github.com/xpu-timer/xpu-timer/timeline"
@@ -56,8 +57,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 			continue
 		}
 		if h, ok := hung[p.pid]; ok && d.file.Hang == nil {
-			hc := h
-			d.file.Hang, d.file.Reason = &hc, dumpfile.ReasonHang
+			d.file.Hang, d.file.Reason = dump.Decision(&h), dumpfile.ReasonHang
 			rewrite = append(rewrite, d)
 		}
 	}
@@ -155,7 +155,7 @@ func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool 
 	comms := a.engine.Comms(p.pid)
 	c, err := a.o.Capturer.Capture(p.pid)
 	f := identity.File(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
-	f.Reason, f.Hang, f.Comms = reason, h, comms
+	f.Reason, f.Hang, f.Comms = reason, dump.Decision(h), dump.Comms(comms)
 	f.Job, f.Incarnation = p.id.Job, max(p.id.Incarnation, 0)
 	for _, pid := range a.book.helpers(p.pid) {
 		f.Helpers = append(f.Helpers, a.dumpHelper(pid))

@@ -29,7 +29,6 @@ import (
 	"strings"
 
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
-	"github.com/xpu-timer/xpu-timer/timer"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
 
@@ -39,8 +38,8 @@ type Rank struct {
 	File    string // dump file name
 	State   string // "S (sleeping)", ...
 	Reason  dumpfile.Reason
-	Hang    *timer.Hang
-	Comms   []timer.CommState
+	Hang    *dumpfile.Hang
+	Comms   []dumpfile.CommState
 	Threads []Thread
 }
 
@@ -482,8 +481,8 @@ func majority(c *Comm, seq uint64) string {
 // they know it by: a rank whose communicator creation the probes missed
 // knows it as "local:<handle>", its own.
 func (r *Report) kernels(ranks []Rank) {
-	desc := func(op *timer.Op) string {
-		if op.Kind == timer.OpCollective {
+	desc := func(op *dumpfile.Op) string {
+		if op.Kind == dumpfile.OpCollective {
 			return fmt.Sprintf("%s #%d on comm %s", op.Op, op.Seq, Short(op.Comm))
 		}
 		switch {
@@ -496,25 +495,25 @@ func (r *Report) kernels(ranks []Rank) {
 		return string(op.Kind)
 	}
 	by := map[string][]int{}
-	ops := map[string]*timer.Op{}
-	hangs := map[int]*timer.Hang{}
-	var colls []*timer.Op // the collectives ranks are stuck on
-	var inColl []int      // and those ranks
-	var stackWaits []int  // ranks decided on a GPU wait seen on their stacks alone
+	ops := map[string]*dumpfile.Op{}
+	hangs := map[int]*dumpfile.Hang{}
+	var colls []*dumpfile.Op // the collectives ranks are stuck on
+	var inColl []int         // and those ranks
+	var stackWaits []int     // ranks decided on a GPU wait seen on their stacks alone
 	n := 0
 	for _, x := range ranks {
-		if h := x.Hang; h != nil && h.Kind == timer.HangGPU && h.Oldest == nil && h.StackWait != nil {
+		if h := x.Hang; h != nil && h.Kind == dumpfile.HangGPU && h.Oldest == nil && h.StackWait != nil {
 			stackWaits = append(stackWaits, x.Rank)
 			hangs[x.Rank] = h
 			continue
 		}
-		if x.Hang == nil || x.Hang.Kind != timer.HangGPU || x.Hang.Oldest == nil {
+		if x.Hang == nil || x.Hang.Kind != dumpfile.HangGPU || x.Hang.Oldest == nil {
 			continue // a host decision's oldest op is not what it waits on
 		}
 		op := x.Hang.Oldest
 		hangs[x.Rank] = x.Hang
 		n++
-		if op.Kind == timer.OpCollective {
+		if op.Kind == dumpfile.OpCollective {
 			colls = append(colls, op)
 			inColl = append(inColl, x.Rank)
 			continue
@@ -523,7 +522,7 @@ func (r *Report) kernels(ranks []Rank) {
 		by[d] = append(by[d], x.Rank)
 		ops[d] = op
 	}
-	evidence := func(rank int, op *timer.Op) string {
+	evidence := func(rank int, op *dumpfile.Op) string {
 		h := hangs[rank]
 		return fmt.Sprintf("a %s outstanding %.0fs, past the %.0fs timeout", op.Kind, float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9)
 	}
@@ -584,7 +583,7 @@ func (r *Report) kernels(ranks []Rank) {
 // comm 3f2a0b1c…" when they are one, "AllReduce #10 on comms 3f2a0b1c…,
 // local:0x5647e1007c90" when one op and sequence number on communicators
 // known by different ids, else "collectives (AllReduce, Broadcast)".
-func collWords(colls []*timer.Op, desc func(*timer.Op) string) string {
+func collWords(colls []*dumpfile.Op, desc func(*dumpfile.Op) string) string {
 	var ids, names []string
 	same := true
 	for _, c := range colls {
@@ -667,17 +666,17 @@ func (r *Report) waiter(x Rank) {
 func (r *Report) hosts(ranks []Rank) {
 	inColl := false // a rank is stuck on the GPU in a collective
 	for _, x := range ranks {
-		if h := x.Hang; h != nil && h.Kind == timer.HangGPU && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == timer.OpCollective) {
+		if h := x.Hang; h != nil && h.Kind == dumpfile.HangGPU && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == dumpfile.OpCollective) {
 			inColl = true
 			break
 		}
 	}
 	for _, x := range ranks {
 		h := x.Hang
-		if h != nil && h.Kind == timer.HangStalled && waits(x) != "" {
+		if h != nil && h.Kind == dumpfile.HangStalled && waits(x) != "" {
 			r.waiter(x) // no progress, and its stack shows on what
 		}
-		if h == nil || h.Kind != timer.HangHost {
+		if h == nil || h.Kind != dumpfile.HangHost {
 			continue
 		}
 		silent := float64(h.AgeNs) / 1e9

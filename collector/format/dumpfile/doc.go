@@ -29,8 +29,8 @@
 //	python            the CPython version ("3.12.3") of a CPython process; omitted otherwise
 //	reason            "hang" (this rank hung), "peer" (another rank on the node hung), "marker" (another node hung), "manual" (xpu-timer dump)
 //	dumped_at, dump_duration_ns, stopped_for_ns
-//	hang              timer.Hang: this rank's own decision (kind "gpu" or "host", oldest op, waiters, comms); omitted when it did not hang
-//	comms             []timer.CommState: per communicator id, rank, nranks, issued and completed sequence numbers, last_op
+//	hang              Hang (decision.go, the engine's decision as package timer spells it): this rank's own decision (kind "gpu" or "host", oldest op, waiters, comms); omitted when it did not hang
+//	comms             []CommState: per communicator id, rank, nranks, issued and completed sequence numbers, last_op
 //	threads           []stack.Thread (below)
 //	errors            []string: what could not be captured, and why (a library on the stacks whose headers lie:
 //	                  what was left out and where its names came from, "path: ...; names from .symtab")

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
-	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 func sample() *File {
@@ -19,9 +18,9 @@ func sample() *File {
 		Rank: 3, WorldSize: 8, LocalRank: 3, LocalWorldSize: 8, Host: "node-0", PID: 4242,
 		Cmdline: []string{"python3", "train.py"}, State: "S (sleeping)", Reason: "hang",
 		DumpedAt: time.Date(2026, 11, 22, 14, 0, 0, 0, time.UTC), DumpDuration: 12 * time.Millisecond,
-		Hang: &timer.Hang{Kind: "gpu", PID: 4242, Rank: 3, AgeNs: 301e9, Timeout: 300e9,
-			Oldest: &timer.Op{Kind: "collective", Op: "AllReduce", Seq: 12, Comm: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718", NRanks: 8}},
-		Comms: []timer.CommState{{ID: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718", Rank: 3, NRanks: 8, Issued: 12, Completed: 11, LastOp: "AllReduce"}},
+		Hang: &Hang{Kind: "gpu", PID: 4242, Rank: 3, AgeNs: 301e9, Timeout: 300e9,
+			Oldest: &Op{Kind: "collective", Op: "AllReduce", Seq: 12, Comm: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718", NRanks: 8}},
+		Comms: []CommState{{ID: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718", Rank: 3, NRanks: 8, Issued: 12, Completed: 11, LastOp: "AllReduce"}},
 		Threads: []stack.Thread{{TID: 4242, Name: "python3", State: "S", GIL: true,
 			Native: []stack.Frame{{Func: "pthread_cond_wait@@GLIBC_2.3.2", Module: "/lib/x86_64-linux-gnu/libc.so.6", Addr: 0x7f00}},
 			Python: []stack.Frame{{Func: "step", File: "train.py", Line: 40, Module: "python"}}}},

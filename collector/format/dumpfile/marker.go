@@ -9,8 +9,6 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Reason says why a rank was dumped (File.Reason).
@@ -36,17 +34,17 @@ var ErrBadMarker = errors.New("not an xpu-timer hang marker")
 // dump their ranks once (reason "marker"), so a rank stuck on a quiet node
 // is not missed.
 type Marker struct {
-	Schema   string           `json:"schema"`
-	ID       string           `json:"id"`    // unique per hang episode
-	Agent    string           `json:"agent"` // host/pid/start of the writing agent
-	Job      string           `json:"job"`
-	Host     string           `json:"host"`
-	Time     time.Time        `json:"time"`
-	Ranks    []int            `json:"ranks"` // ranks that hung
-	PIDs     []int            `json:"pids"`
-	Kinds    []timer.HangKind `json:"kinds"` // their decision kinds
-	Op       string           `json:"op,omitempty"`
-	Timeline string           `json:"timeline"`
+	Schema   string     `json:"schema"`
+	ID       string     `json:"id"`    // unique per hang episode
+	Agent    string     `json:"agent"` // host/pid/start of the writing agent
+	Job      string     `json:"job"`
+	Host     string     `json:"host"`
+	Time     time.Time  `json:"time"`
+	Ranks    []int      `json:"ranks"` // ranks that hung
+	PIDs     []int      `json:"pids"`
+	Kinds    []HangKind `json:"kinds"` // their decision kinds
+	Op       string     `json:"op,omitempty"`
+	Timeline string     `json:"timeline"`
 }
 
 // MarkerName is the marker file name of a job ("default" when unnamed).

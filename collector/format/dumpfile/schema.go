@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
-	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Schema names this format and its version. Readers accept any
@@ -47,8 +46,8 @@ type File struct {
 	DumpDuration time.Duration `json:"dump_duration_ns"`
 	StoppedFor   time.Duration `json:"stopped_for_ns"` // longest time any thread was stopped
 
-	Hang  *timer.Hang       `json:"hang,omitempty"`  // this rank's own decision, if it hung
-	Comms []timer.CommState `json:"comms,omitempty"` // per-communicator sequence numbers at dump time
+	Hang  *Hang       `json:"hang,omitempty"`  // this rank's own decision, if it hung
+	Comms []CommState `json:"comms,omitempty"` // per-communicator sequence numbers at dump time
 
 	Threads []stack.Thread `json:"threads"`
 	Errors  []string       `json:"errors,omitempty"` // what could not be captured, and why

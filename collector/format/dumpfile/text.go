@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
-	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Text renders f for a person, in the spirit of gdb's `thread apply all bt`
@@ -70,10 +69,10 @@ func Text(f *File) string {
 }
 
 // writeOp writes one op of a decision on a line of its own, labelled.
-func writeOp(b *strings.Builder, label string, op *timer.Op) {
+func writeOp(b *strings.Builder, label string, op *Op) {
 	switch {
 	case op == nil:
-	case op.Kind == timer.OpCollective:
+	case op.Kind == OpCollective:
 		fmt.Fprintf(b, "  %s: %s #%d on comm %s (%d %s, %d ranks) on stream %#x, thread %d\n",
 			label, op.Op, op.Seq, op.Comm, op.Count, op.Dtype, op.NRanks, op.Stream, op.TID)
 	case op.Kernel != "":
