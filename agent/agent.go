@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/collector/capture/flight"
 	"github.com/xpu-timer/xpu-timer/collector/capture/look"
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
@@ -68,7 +68,7 @@ type Agent struct {
 	o      Options
 	log    *slog.Logger
 	engine *timer.Engine
-	rec    *trace.Recorder
+	rec    *flight.Recorder
 	start  time.Time
 
 	book *rankBook // the traced processes and their identities
@@ -150,7 +150,7 @@ func New(o Options) *Agent {
 		o:        o,
 		log:      o.Logger,
 		engine:   timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
-		rec:      trace.New(0),
+		rec:      flight.New(0),
 		start:    o.Now(),
 		book:     newRankBook(),
 		lag:      newLagWatch(),

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/capture/flight"
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -219,8 +219,8 @@ func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
 		names[t.TID] = t.Name
 	}
 	var buf bytes.Buffer
-	m := trace.Meta{PID: p.pid, Rank: p.id.Rank, World: p.id.World, Now: a.o.Monotonic(), Threads: names}
-	if err := trace.WriteChrome(&buf, recs, over, m); err != nil {
+	m := flight.Meta{PID: p.pid, Rank: p.id.Rank, World: p.id.World, Now: a.o.Monotonic(), Threads: names}
+	if err := flight.WriteChrome(&buf, recs, over, m); err != nil {
 		a.log.Error("encode trace", "rank", p.id.Rank, "err", err)
 		return
 	}

@@ -1,4 +1,4 @@
-package trace
+package flight
 
 import (
 	"encoding/json"
@@ -7,14 +7,9 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
-
-// Ext is the file name extension of a written trace: RRRRR-WWWWW.trace.json.
-const Ext = ".trace.json"
-
-// Name is the trace file name of rank in a job of world ranks.
-func Name(rank, world int) string { return fmt.Sprintf("%05d-%05d%s", rank, world, Ext) }
 
 // Meta describes the process whose events are written.
 type Meta struct {
@@ -23,41 +18,20 @@ type Meta struct {
 	Threads          map[int]string // thread names by tid, when known
 }
 
-// Event is one Chrome trace event (the JSON Object Format of the Trace Event
-// Format): ph "X" complete events, "i" instants, "M" metadata.
-type Event struct {
-	Name string         `json:"name"`
-	Cat  string         `json:"cat,omitempty"`
-	Ph   string         `json:"ph"`
-	TS   float64        `json:"ts"`            // µs (CLOCK_MONOTONIC)
-	Dur  *float64       `json:"dur,omitempty"` // µs, ph "X"
-	S    string         `json:"s,omitempty"`   // instant scope: "t" (thread)
-	PID  int            `json:"pid"`
-	TID  int            `json:"tid"`
-	Args map[string]any `json:"args,omitempty"`
-}
-
-// File is a whole trace as written.
-type File struct {
-	TraceEvents     []Event        `json:"traceEvents"`
-	DisplayTimeUnit string         `json:"displayTimeUnit"`
-	OtherData       map[string]any `json:"otherData,omitempty"`
-}
-
 // Chrome converts recorded events of one process into a trace: launches,
 // copies and collectives (with sequence numbers) as instants on the thread
 // that issued them; blocking waits (enter to exit) and streaks of not-ready
 // queries as complete events; ready queries and stream queries as
 // completions. Waits still open at m.Now end there and carry
 // "unfinished": true.
-func Chrome(recs []Record, overwritten uint64, m Meta) *File {
-	f := &File{DisplayTimeUnit: "ns", OtherData: map[string]any{
+func Chrome(recs []Record, overwritten uint64, m Meta) *trace.File {
+	f := &trace.File{DisplayTimeUnit: "ns", OtherData: map[string]any{
 		"pid": m.PID, "rank": m.Rank, "world_size": m.World,
 		"events": len(recs), "overwritten": overwritten, "clock": "CLOCK_MONOTONIC",
 	}}
-	add := func(e Event) { f.TraceEvents = append(f.TraceEvents, e) }
-	add(Event{Name: "process_name", Ph: "M", PID: m.PID, Args: map[string]any{"name": fmt.Sprintf("rank %d (pid %d)", m.Rank, m.PID)}})
-	add(Event{Name: "process_sort_index", Ph: "M", PID: m.PID, Args: map[string]any{"sort_index": max(m.Rank, 0)}})
+	add := func(e trace.Event) { f.TraceEvents = append(f.TraceEvents, e) }
+	add(trace.Event{Name: "process_name", Ph: "M", PID: m.PID, Args: map[string]any{"name": fmt.Sprintf("rank %d (pid %d)", m.Rank, m.PID)}})
+	add(trace.Event{Name: "process_sort_index", Ph: "M", PID: m.PID, Args: map[string]any{"sort_index": max(m.Rank, 0)}})
 
 	type open struct {
 		rec   Record
@@ -79,7 +53,7 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 		if unfinished {
 			args["unfinished"] = true
 		}
-		add(Event{Name: name, Cat: "wait", Ph: "X", TS: us(o.rec.Time), Dur: &d, PID: m.PID, TID: o.rec.TID, Args: args})
+		add(trace.Event{Name: name, Cat: "wait", Ph: "X", TS: us(o.rec.Time), Dur: &d, PID: m.PID, TID: o.rec.TID, Args: args})
 	}
 	endStreak := func(tid int) {
 		if o := streak[tid]; o != nil {
@@ -112,16 +86,16 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 			case timer.KindGraphLaunch:
 				args["graph"] = hex(ev.Handle)
 			}
-			add(Event{Name: name, Cat: "launch", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
+			add(trace.Event{Name: name, Cat: "launch", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
 		case timer.KindCollective:
 			args := map[string]any{"stream": hex(ev.Stream), "comm": hex(ev.Comm), "seq": r.Seq,
 				"count": ev.Count, "dtype": timer.DtypeName(ev.Dtype), "bytes": ev.Count * timer.DtypeSize(ev.Dtype)}
 			if ev.Op == timer.OpBroadcast || ev.Op == timer.OpReduce || ev.Op == timer.OpSend || ev.Op == timer.OpRecv {
 				args["peer"] = ev.Peer
 			}
-			add(Event{Name: fmt.Sprintf("%s #%d", callName(ev, false), r.Seq), Cat: "collective", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
+			add(trace.Event{Name: fmt.Sprintf("%s #%d", callName(ev, false), r.Seq), Cat: "collective", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
 		case timer.KindCommInit:
-			add(Event{Name: callName(ev, false), Cat: "comm", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID,
+			add(trace.Event{Name: callName(ev, false), Cat: "comm", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID,
 				Args: map[string]any{"comm": hex(ev.Comm), "id": timer.CommIDString(ev.CommID), "rank": ev.Rank, "nranks": ev.NRanks}})
 		case timer.KindEventRecord, timer.KindStreamWaitEvent, timer.KindCommDestroy, timer.KindGroupStart, timer.KindGroupEnd, timer.KindEventElapsed:
 			args := map[string]any{"stream": hex(ev.Stream)}
@@ -131,7 +105,7 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 			if ev.Kind == timer.KindEventElapsed {
 				args["ms"] = ev.ElapsedMs
 			}
-			add(Event{Name: callName(ev, false), Cat: "api", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
+			add(trace.Event{Name: callName(ev, false), Cat: "api", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
 		case timer.KindEventQuery, timer.KindStreamQuery:
 			if ev.Ret == timer.RetNotReady && ev.Kind == timer.KindEventQuery {
 				o := streak[ev.TID]
@@ -156,7 +130,7 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 			if ev.Ret != 0 {
 				cat = "api"
 			}
-			add(Event{Name: callName(ev, false), Cat: cat, Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
+			add(trace.Event{Name: callName(ev, false), Cat: cat, Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID, Args: args})
 		case timer.KindMemcpy, timer.KindEventSynchronize, timer.KindStreamSynchronize, timer.KindDeviceSynchronize, timer.KindCall:
 			if ev.Phase == timer.PhaseEnter {
 				waits[ev.TID] = &open{rec: r}
@@ -166,12 +140,12 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 				closeSpan(o, ev.Time, false, callName(o.rec.Event, false))
 				delete(waits, ev.TID)
 				if ev.Kind != timer.KindCall { // a free, a module load: it completes no GPU work the probes know
-					add(Event{Name: "complete", Cat: "completion", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID,
+					add(trace.Event{Name: "complete", Cat: "completion", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID,
 						Args: map[string]any{"stream": hex(ev.Stream), "ret": ev.Ret, "call": callName(ev, false)}})
 				}
 			}
 		case timer.KindProcessExec:
-			add(Event{Name: "exec", Cat: "process", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID})
+			add(trace.Event{Name: "exec", Cat: "process", Ph: "i", S: "t", TS: us(ev.Time), PID: m.PID, TID: ev.TID})
 		}
 	}
 	end := m.Now
@@ -188,7 +162,7 @@ func Chrome(recs []Record, overwritten uint64, m Meta) *File {
 		if name == "" {
 			name = "tid " + strconv.Itoa(tid)
 		}
-		add(Event{Name: "thread_name", Ph: "M", PID: m.PID, TID: tid, Args: map[string]any{"name": name}})
+		add(trace.Event{Name: "thread_name", Ph: "M", PID: m.PID, TID: tid, Args: map[string]any{"name": name}})
 	}
 	return f
 }

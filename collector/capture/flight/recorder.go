@@ -1,8 +1,9 @@
-// Package trace is the flight recorder: it keeps the last events of every
+// Package flight is the flight recorder: it keeps the last events of every
 // traced process in a bounded ring and writes them, when a hang is dumped,
-// as a Chrome trace (JSON that Perfetto and chrome://tracing open), so the
-// dump shows what each rank did just before it stopped.
-package trace
+// as a Chrome trace (collector/format/trace: JSON that Perfetto and
+// chrome://tracing open), so the dump shows what each rank did just before
+// it stopped.
+package flight
 
 import (
 	"slices"
