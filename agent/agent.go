@@ -16,14 +16,12 @@ import (
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Defaults of Options.
 const (
-	// DefaultTimelinePath is where dumps, traces and markers go (xpu_timer's
-	// XPU_TIMER_TIMELINE_PATH default).
-	DefaultTimelinePath = "/root/timeline"
 	// DefaultInterval is how often the engine is checked.
 	DefaultInterval = time.Second
 	// DefaultLagWarn is the commands' XPU_TIMER_LAG_WARN: how long peers
@@ -105,7 +103,7 @@ func New(o Options) *Agent {
 		o.HangTimeout = timer.DefaultHangTimeout
 	}
 	if o.TimelinePath == "" {
-		o.TimelinePath = DefaultTimelinePath
+		o.TimelinePath = timeline.DefaultPath
 	}
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval

@@ -7,6 +7,10 @@
 //	hang-<job>.marker           a node's hang announcement to the other nodes
 //	incarnations/<job>.<n>/     an earlier incarnation's files, moved aside
 //	                            when a newer one dumps the same rank name
+//	cpp_stack, py_stack, ...    the viewer's merged view, when it writes into
+//	                            the directory (names.go)
+//
+// DefaultPath is the directory when XPU_TIMER_TIMELINE_PATH is not set.
 //
 // WriteDump moves an earlier incarnation's files aside before it writes,
 // so a dump never mixes with another incarnation's; Retain bounds what the

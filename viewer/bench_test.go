@@ -15,6 +15,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // Benchmark size: the 4,096 ranks × 32 threads × 40 frames.
@@ -258,7 +259,7 @@ func BenchmarkViewer(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer out.Close()
-		cmd := exec.Command("perl", pl, filepath.Join(dir, "out", CppFolded))
+		cmd := exec.Command("perl", pl, filepath.Join(dir, "out", timeline.CppFolded))
 		cmd.Stdout = out
 		t0 := time.Now()
 		if err := cmd.Run(); err != nil {

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/timer"
 	"golang.org/x/sys/unix"
+
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 func monotonic() int64 {
