@@ -90,33 +90,10 @@ type Thread struct {
 	Frames func() []string
 }
 
-// Kinds of findings, in the order the culprit is taken from.
-const (
-	KindBehind     = "behind"     // issued fewer collectives than the others on a communicator
-	KindKernel     = "kernel"     // hung in a kernel while others wait in a collective
-	KindHost       = "host"       // no GPU call while peers wait
-	KindDState     = "dstate"     // uninterruptible sleep
-	KindPython     = "python"     // the driving thread's Python stack differs from the majority's
-	KindStack      = "stack"      // an application thread in the collective library differs from the majority's
-	KindOdd        = "odd"        // another application thread with Python frames differs, or only a few ranks have it
-	KindNative     = "native"     // an application thread without Python frames (a stream executor) differs
-	KindMissing    = "missing"    // no dump
-	KindBackground = "background" // a library's helper thread differs: never a culprit by itself
-)
-
-// kindOrder ranks the kinds: a rank behind on a communicator is the surest
-// sign; then what the engine decided (a kernel, a silent host, state D);
-// then the Python stack of the thread that drives training, then native
-// stacks of application threads; a stack that differs from a clear
-// majority comes before ranks with no dump, which may be missing for
-// mundane reasons (node lost, unreadable). Background threads are not in
-// it: caught at different points of their loops, they are noise.
-var kindOrder = []string{KindBehind, KindKernel, KindHost, KindDState, KindPython, KindStack, KindOdd, KindNative, KindMissing}
-
 // Finding is one observation that points at ranks. Observations alike on
 // several ranks (same kind, same words, same evidence) are one finding.
 type Finding struct {
-	Kind  string
+	Kind  Kind
 	Ranks []int
 	// Text is the observation, beginning with the ranks it names: "rank 2
 	// hangs in ...", "ranks 0-1/3's main thread is in ...".
@@ -340,8 +317,8 @@ func threadWord(t Thread) string {
 // what says, on evidence; the same words on the same evidence join one
 // finding. thin marks evidence that alone does not show the others wait
 // on these ranks.
-func (r *Report) add(kind string, ranks []int, what, evidence string, thin bool) {
-	key := kind + "\x00" + what + "\x00" + evidence
+func (r *Report) add(kind Kind, ranks []int, what, evidence string, thin bool) {
+	key := kind.String() + "\x00" + what + "\x00" + evidence
 	if i, ok := r.index[key]; ok {
 		r.Findings[i].Ranks = append(r.Findings[i].Ranks, ranks...)
 		r.Findings[i].merged = true
