@@ -9,21 +9,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/look"
+	"github.com/xpu-timer/xpu-timer/collector/capture/flight"
+	"github.com/xpu-timer/xpu-timer/collector/capture/look"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
-	"github.com/xpu-timer/xpu-timer/collector/trace"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Defaults of Options.
 const (
-	// DefaultTimelinePath is where dumps, traces and markers go (xpu_timer's
-	// XPU_TIMER_TIMELINE_PATH default).
-	DefaultTimelinePath = "/root/timeline"
 	// DefaultInterval is how often the engine is checked.
 	DefaultInterval = time.Second
 	// DefaultLagWarn is the commands' XPU_TIMER_LAG_WARN: how long peers
@@ -68,7 +66,7 @@ type Agent struct {
 	o      Options
 	log    *slog.Logger
 	engine *timer.Engine
-	rec    *trace.Recorder
+	rec    *flight.Recorder
 	start  time.Time
 
 	book *rankBook // the traced processes and their identities
@@ -105,7 +103,7 @@ func New(o Options) *Agent {
 		o.HangTimeout = timer.DefaultHangTimeout
 	}
 	if o.TimelinePath == "" {
-		o.TimelinePath = DefaultTimelinePath
+		o.TimelinePath = timeline.DefaultPath
 	}
 	if o.Interval <= 0 {
 		o.Interval = DefaultInterval
@@ -150,7 +148,7 @@ func New(o Options) *Agent {
 		o:        o,
 		log:      o.Logger,
 		engine:   timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
-		rec:      trace.New(0),
+		rec:      flight.New(0),
 		start:    o.Now(),
 		book:     newRankBook(),
 		lag:      newLagWatch(),

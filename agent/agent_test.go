@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )

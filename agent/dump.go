@@ -2,7 +2,7 @@ package agent
 
 import (
 	"github.com/xpu-timer/xpu-timer/agent/identity"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 
 	"bytes"
 	"context"
@@ -11,8 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/capture/flight"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -56,8 +57,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 			continue
 		}
 		if h, ok := hung[p.pid]; ok && d.file.Hang == nil {
-			hc := h
-			d.file.Hang, d.file.Reason = &hc, dumpfile.ReasonHang
+			d.file.Hang, d.file.Reason = dump.Decision(&h), dumpfile.ReasonHang
 			rewrite = append(rewrite, d)
 		}
 	}
@@ -155,7 +155,7 @@ func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool 
 	comms := a.engine.Comms(p.pid)
 	c, err := a.o.Capturer.Capture(p.pid)
 	f := identity.File(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
-	f.Reason, f.Hang, f.Comms = reason, h, comms
+	f.Reason, f.Hang, f.Comms = reason, dump.Decision(h), dump.Comms(comms)
 	f.Job, f.Incarnation = p.id.Job, max(p.id.Incarnation, 0)
 	for _, pid := range a.book.helpers(p.pid) {
 		f.Helpers = append(f.Helpers, a.dumpHelper(pid))
@@ -219,8 +219,8 @@ func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
 		names[t.TID] = t.Name
 	}
 	var buf bytes.Buffer
-	m := trace.Meta{PID: p.pid, Rank: p.id.Rank, World: p.id.World, Now: a.o.Monotonic(), Threads: names}
-	if err := trace.WriteChrome(&buf, recs, over, m); err != nil {
+	m := flight.Meta{PID: p.pid, Rank: p.id.Rank, World: p.id.World, Now: a.o.Monotonic(), Threads: names}
+	if err := flight.WriteChrome(&buf, recs, over, m); err != nil {
 		a.log.Error("encode trace", "rank", p.id.Rank, "err", err)
 		return
 	}

@@ -3,8 +3,8 @@ package agent
 import (
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/gpu"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/metrics/gpu"
 )
 
 // GPUSource supplies NVML facts of a rank's device, for its dump and its

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -26,7 +26,7 @@ func TestKindsJSON(t *testing.T) {
 			`{"event":"attach","time":"2026-11-26T13:00:00Z","pid":7,"library":"libnccl.so.2"}`},
 		{timer.Op{Kind: timer.OpMemcpy, Vendor: "cuda", Stream: 5, TID: 7, Issued: 1},
 			`{"kind":"memcpy","vendor":"cuda","stream":5,"tid":7,"issued_ns":1,"grid":[0,0,0],"block":[0,0,0]}`},
-		{dumpfile.Marker{Schema: dumpfile.MarkerSchema, Kinds: []timer.HangKind{timer.HangGPU, timer.HangStalled}},
+		{dumpfile.Marker{Schema: dumpfile.MarkerSchema, Kinds: []dumpfile.HangKind{dumpfile.HangGPU, dumpfile.HangStalled}},
 			`{"schema":"xpu-timer.marker/1","id":"","agent":"","job":"","host":"","time":"0001-01-01T00:00:00Z","ranks":null,"pids":null,"kinds":["gpu","stalled"],"timeline":""}`},
 	} {
 		got, err := json.Marshal(tc.v)

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/activity"
+	"github.com/xpu-timer/xpu-timer/collector/capture/activity"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/timer"
 )

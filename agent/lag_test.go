@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 

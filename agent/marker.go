@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -49,7 +49,7 @@ func (a *Agent) writeMarker(hangs []timer.Hang) {
 		}
 		m.Ranks = append(m.Ranks, rank)
 		m.PIDs = append(m.PIDs, h.PID)
-		m.Kinds = append(m.Kinds, h.Kind)
+		m.Kinds = append(m.Kinds, dumpfile.HangKind(h.Kind))
 		if o := awaited(h); o != nil && m.Op == "" && h.Kind == timer.HangGPU {
 			m.Op = opName(o)
 		}

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/timer"
 )

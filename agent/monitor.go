@@ -8,9 +8,9 @@ import (
 	"net"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/gpu"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
+	"github.com/xpu-timer/xpu-timer/collector/metrics/gpu"
 	"github.com/xpu-timer/xpu-timer/internal/caps"
 )
 

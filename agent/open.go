@@ -3,7 +3,7 @@ package agent
 import (
 	"errors"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 

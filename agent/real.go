@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/native"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/capture/native"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 )
 
@@ -26,7 +26,7 @@ func OpenTracer(s Settings) (Tracer, error) {
 	return t, nil
 }
 
-// NewCapturer returns the stack capture of collector/dump: every thread's
+// NewCapturer returns the stack capture of collector/capture/dump: every thread's
 // native stack and, for CPython, its Python stack read while the threads
 // are stopped, merged, native frames with their source lines and inlined
 // calls (dump.Options.Lines), as gdb shows them. One unwinder (one symbol cache) serves every dump,
@@ -42,7 +42,7 @@ func NewCapturer(tr Tracer) Capturer {
 	return d
 }
 
-// dumper captures with collector/dump.
+// dumper captures with collector/capture/dump.
 type dumper struct {
 	u    *native.Unwinder
 	ra   native.ReturnAddressFunc

@@ -3,7 +3,7 @@ package agent
 import (
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )

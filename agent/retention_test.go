@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 	"github.com/xpu-timer/xpu-timer/timeline"
 )

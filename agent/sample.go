@@ -4,8 +4,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/gpuwait"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/capture/gpuwait"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -20,7 +20,7 @@ type Sampler interface {
 	Forget(pid int)
 }
 
-// NewSampler returns the Sampler of a live system (collector/gpuwait):
+// NewSampler returns the Sampler of a live system (collector/capture/gpuwait):
 // it shares the dumps' symbol cache and, with tr from OpenTracer, unwinds
 // past the return probes' trampolines.
 func NewSampler(tr Tracer) Sampler {

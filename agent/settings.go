@@ -19,7 +19,7 @@ import (
 // pushes), which New ignores.
 type Settings struct {
 	HangTimeout  time.Duration      // XPU_TIMER_HANG_TIMEOUT; default timer.DefaultHangTimeout
-	TimelinePath string             // XPU_TIMER_TIMELINE_PATH: where dumps and markers go; default DefaultTimelinePath
+	TimelinePath string             // XPU_TIMER_TIMELINE_PATH: where dumps and markers go; default timeline.DefaultPath
 	HangKill     bool               // XPU_TIMER_HANG_KILL: end the hung process group after the dump
 	LagWarn      time.Duration      // XPU_TIMER_LAG_WARN: warn of a rank its peers waited this long for (lag.go); 0: no warning (the commands' default is DefaultLagWarn)
 	StallWatch   bool               // XPU_TIMER_STALL_WATCH: look at ranks each check (a look.Proc when Options.Looker is nil); false: only GPU calls decide

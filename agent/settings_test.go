@@ -3,7 +3,7 @@ package agent
 import (
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/look"
+	"github.com/xpu-timer/xpu-timer/collector/capture/look"
 )
 
 // The settings' stall watch gives the loop a look.Proc unless the command

@@ -18,14 +18,14 @@
 // (timeline.IncarnationsDir).
 //
 // The tracer and the stack capture are interfaces so the loop is tested
-// without root; *ebpf.Tracer is the real tracer, and collector/dump is
+// without root; *ebpf.Tracer is the real tracer, and collector/capture/dump is
 // adapted to Capturer in real.go.
 package agent
 
 import (
 	"context"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/collector/capture/flight"
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -58,7 +58,7 @@ func readerRun(b *testing.B, ranks int) (perRec, floor float64) {
 	for i := range ranks {
 		eng.SetIdentity(1000+i, i, ranks)
 	}
-	rec := trace.New(0)
+	rec := flight.New(0)
 	handled := 0
 	onEvents := func(evs []timer.Event) {
 		rec.AddAll(evs)

@@ -87,7 +87,7 @@ if [ "${1:-}" = --print-nonfree ]; then
 fi
 
 # Debian sid's CPython 3.14 and 3.15 in a private prefix, for the tests of
-# collector/python (nothing of the system's packages changes).
+# collector/capture/python (nothing of the system's packages changes).
 scripts/sid-python.sh
 
 mapfile -t pkgs < <(grep -v '^\s*#' scripts/apt-packages.txt | awk 'NF {print $1}')

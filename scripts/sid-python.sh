@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Fetches Debian sid's CPython 3.14 and 3.15 (interpreter, libpython
 # minimal and stdlib, and the libc and libraries they load) into a private
-# prefix, for the tests of collector/python: apt-get download through a
+# prefix, for the tests of collector/capture/python: apt-get download through a
 # private apt directory (its own sid source list, state and cache), then
 # dpkg -x. Nothing of the system's packages changes. The interpreters run
 # with the prefix's own loader:
 #   $prefix/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --library-path $prefix/usr/lib/x86_64-linux-gnu $prefix/usr/bin/python3.14
-# (collector/python's tests do that). Idempotent: a prefix complete for the
+# (collector/capture/python's tests do that). Idempotent: a prefix complete for the
 # same package list is left as it is.
 #
 # XPU_TIMER_SID_PYTHON  the prefix (default: $XDG_CACHE_HOME or ~/.cache, /xpu-timer/sid-python)

@@ -16,9 +16,9 @@ scripts/lint.sh
 modules=(deploy scripts/dist)
 # The capture is built for x86-64 Linux; everything else builds elsewhere too
 # (the capture packages then report "not supported"), and the engine, the
-# viewer and the dump-file format build on any OS.
+# viewer, the file formats and the timeline build on any OS.
 GOARCH=arm64 go build ./...
-GOOS=darwin go build ./timer/... ./viewer/... ./collector/dumpfile/...
+GOOS=darwin go build ./timer/... ./viewer/... ./collector/format/... ./timeline/...
 alone=(github.com/xpu-timer/xpu-timer/ebpf github.com/xpu-timer/xpu-timer/cmd/internal/e2e)
 mapfile -t rest < <(go list ./... | grep -vxF -e "${alone[0]}" -e "${alone[1]}")
 go test -count=1 -timeout 10m "${rest[@]}"

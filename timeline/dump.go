@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 	"github.com/xpu-timer/xpu-timer/internal/atomicfile"
 )
 
@@ -75,7 +75,7 @@ func moveAside(dir string, f *dumpfile.File) *Aside {
 }
 
 // WriteTrace writes the flight recorder trace of rank of world (encoded by
-// trace.WriteChrome) into dir, atomically, and returns its path.
+// flight.WriteChrome) into dir, atomically, and returns its path.
 func WriteTrace(dir string, rank, world int, data []byte) (string, error) {
 	path := filepath.Join(dir, trace.Name(rank, world))
 	if err := atomicfile.Write(path, data); err != nil {

@@ -8,12 +8,13 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 )
 
 // Retention bounds what earlier incarnations leave in the timeline path
@@ -100,28 +101,39 @@ func IncarnationName(job string, inc int) string {
 	return fmt.Sprintf("%s.%d", sub, inc)
 }
 
-// parseIncarnation reads the job part back from a directory name
-// IncarnationName makes; ok is false for any other name.
-func parseIncarnation(name string) (job string, ok bool) {
+// parseIncarnation reads the job part and the incarnation back from a
+// directory name IncarnationName makes; ok is false for any other name, so
+// that no other name is ever taken for an incarnation's:
+// IncarnationName(job, inc) == name whenever ok (FuzzIncarnationName).
+func parseIncarnation(name string) (job string, inc int, ok bool) {
 	i := strings.LastIndexByte(name, '.')
 	if i <= 0 || i == len(name)-1 {
-		return "", false
+		return "", 0, false
 	}
-	for _, c := range name[i+1:] {
+	digits := name[i+1:]
+	if digits[0] == '0' && len(digits) > 1 {
+		return "", 0, false // IncarnationName writes no leading zero
+	}
+	for _, c := range digits {
 		if c < '0' || c > '9' {
-			return "", false
+			return "", 0, false
 		}
+	}
+	inc, err := strconv.Atoi(digits)
+	if err != nil {
+		return "", 0, false
 	}
 	for _, c := range name[:i] {
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return "", false
+			return "", 0, false
 		}
 	}
-	return name[:i], true
+	return name[:i], inc, true
 }
 
 // ours says whether name is a file name we write into an incarnation
-// directory: a dump, its text twin or its trace.
+// directory: a dump, its text twin or its trace, spelled exactly as
+// dumpfile.Name spells the rank and world size (FuzzOurs).
 func ours(name string) bool {
 	stem, ok := strings.CutSuffix(name, trace.Ext)
 	if !ok {
@@ -130,8 +142,8 @@ func ours(name string) bool {
 	if ok {
 		name = stem + dumpfile.Ext
 	}
-	_, _, ok = dumpfile.ParseName(name)
-	return ok
+	rank, world, ok := dumpfile.ParseName(name)
+	return ok && dumpfile.Name(rank, world) == name
 }
 
 // Retained is what one retention run did.
@@ -227,7 +239,7 @@ func listIncarnations(ctx context.Context, inc *os.Root, keep map[string]bool) (
 		if ctx.Err() != nil {
 			return out, append(errs, ctx.Err())
 		}
-		job, ok := parseIncarnation(e.Name())
+		job, _, ok := parseIncarnation(e.Name())
 		if !ok || e.Type() != fs.ModeDir {
 			continue
 		}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
@@ -16,7 +16,7 @@ import (
 func TestExpired(t *testing.T) {
 	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	d := func(name string, hoursAgo int, bytes int64) incDir {
-		job, _ := parseIncarnation(name)
+		job, _, _ := parseIncarnation(name)
 		return incDir{name: name, job: job, newest: now.Add(-time.Duration(hoursAgo) * time.Hour), bytes: bytes}
 	}
 	kept := func(x incDir) incDir { x.keep = true; return x }
@@ -59,8 +59,9 @@ func TestParseIncarnationAndOurs(t *testing.T) {
 		{"default.0", "default", true}, {"llama_run.3", "llama_run", true}, {"10.0.0.1_29500.12", "10.0.0.1_29500", true},
 		{IncarnationName("run/x:y", 4), "run_x_y", true},
 		{".3", "", false}, {"job.", "", false}, {"job", "", false}, {"job.-1", "", false}, {"job.1a", "", false}, {"jo b.1", "", false},
+		{"job.007", "", false}, {"job.99999999999999999999", "", false},
 	} {
-		job, ok := parseIncarnation(tc.name)
+		job, _, ok := parseIncarnation(tc.name)
 		if ok != tc.ok || job != tc.job {
 			t.Errorf("parseIncarnation(%q) = %q, %v", tc.name, job, ok)
 		}
@@ -69,6 +70,7 @@ func TestParseIncarnationAndOurs(t *testing.T) {
 		"00001-00004.stacktrace": true, "00001-00004.txt": true, "00001-00004.trace.json": true,
 		"00004-00004.stacktrace": false, "notes.txt": false, "00001-00004.stacktrace.tmp": false, ".00001-00004.stacktrace": false,
 		"00001-00004.json": false, "hang-job.marker": false,
+		"000001-00004.stacktrace": false, "00001-000004.txt": false, "a/00001-00004.stacktrace": false,
 	} {
 		if ours(name) != want {
 			t.Errorf("ours(%q) = %v", name, !want)

@@ -9,8 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/timer"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 )
 
 func rankFile(job string, inc int) *dumpfile.File {
@@ -77,7 +76,7 @@ func TestMarkerRoundTrip(t *testing.T) {
 		t.Fatalf("no marker: %+v", p)
 	}
 	m := &dumpfile.Marker{Schema: dumpfile.MarkerSchema, ID: "h/1/2/3", Agent: "h/1/2", Job: "llama", Host: "h",
-		Time: time.Date(2026, 11, 26, 13, 0, 0, 0, time.UTC), Ranks: []int{3}, PIDs: []int{77}, Kinds: []timer.HangKind{timer.HangGPU}, Timeline: dir}
+		Time: time.Date(2026, 11, 26, 13, 0, 0, 0, time.UTC), Ranks: []int{3}, PIDs: []int{77}, Kinds: []dumpfile.HangKind{dumpfile.HangGPU}, Timeline: dir}
 	path, err := WriteMarker(dir, m)
 	if err != nil || path != MarkerPath(dir, "llama") {
 		t.Fatalf("write: %s, %v", path, err)

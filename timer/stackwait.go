@@ -3,7 +3,7 @@ package timer
 import "slices"
 
 // Sample is one native sample of every thread of a process: the threads
-// its stacks show waiting on the GPU (collector/gpuwait reads them). The
+// its stacks show waiting on the GPU (collector/capture/gpuwait reads them). The
 // caller takes samples at processes it knows are ranks, at most one per
 // sample period, and passes them in time order per process.
 type Sample struct {

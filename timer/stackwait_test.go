@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// The waits of the H100 dumps (collector/gpuwait/testdata).
+// The waits of the H100 dumps (collector/capture/gpuwait/testdata).
 var (
 	deviceSync = ThreadWait{TID: 886, Call: "cuCtxSynchronize_v2", From: "c10::cuda::device_synchronize",
 		Python: "synchronize@torch/cuda/__init__.py:1162;<module>@gpujob.py:47", State: 'R'}

@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
-	"github.com/xpu-timer/xpu-timer/timer"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // Benchmark size: the 4,096 ranks × 32 threads × 40 frames.
@@ -34,7 +34,7 @@ func benchFile(rank int) *dumpfile.File {
 	f := &dumpfile.File{
 		Rank: rank, WorldSize: benchRanks, LocalRank: rank % 8, LocalWorldSize: 8, Host: fmt.Sprintf("node-%04d", rank/8),
 		PID: 1000 + rank, State: "S (sleeping)", Reason: "hang", DumpedAt: time.Unix(1.8e9, 0).UTC(),
-		Comms: []timer.CommState{{ID: worldComm, Rank: int32(rank), NRanks: benchRanks, Issued: lastSeq, Completed: lastSeq - 1, LastOp: "AllReduce"}},
+		Comms: []dumpfile.CommState{{ID: worldComm, Rank: int32(rank), NRanks: benchRanks, Issued: lastSeq, Completed: lastSeq - 1, LastOp: "AllReduce"}},
 	}
 	if rank == 1234 {
 		f.Comms[0].Issued = lastSeq - 1
@@ -259,7 +259,7 @@ func BenchmarkViewer(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer out.Close()
-		cmd := exec.Command("perl", pl, filepath.Join(dir, "out", CppFolded))
+		cmd := exec.Command("perl", pl, filepath.Join(dir, "out", timeline.CppFolded))
 		cmd.Stdout = out
 		t0 := time.Now()
 		if err := cmd.Run(); err != nil {

@@ -11,9 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/svg"
 )
@@ -87,9 +88,9 @@ func TestBrowser(t *testing.T) {
 		search      string // regex for search
 		zoom        string // regex picking the frame to click
 	}{
-		{CppSVG, CppFolded, "nccl_wait_peers", "^ncclDevKernel_Generic@"},
-		{PySVG, PyFolded, `run\.py:2\d\d`, "^train@"},
-		{MixedSVG, MixedFolded, "nccl", "^ncclDevKernel_Generic@"},
+		{timeline.CppSVG, timeline.CppFolded, "nccl_wait_peers", "^ncclDevKernel_Generic@"},
+		{timeline.PySVG, timeline.PyFolded, `run\.py:2\d\d`, "^train@"},
+		{timeline.MixedSVG, timeline.MixedFolded, "nccl", "^ncclDevKernel_Generic@"},
 	} {
 		t.Run(tc.svg, func(t *testing.T) {
 			path := filepath.Join(out, tc.svg)
@@ -226,7 +227,7 @@ func TestBrowserRankSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startBrowser(t, bin)
-	for _, name := range []string{PySVG, MixedSVG} {
+	for _, name := range []string{timeline.PySVG, timeline.MixedSVG} {
 		t.Run(name, func(t *testing.T) {
 			s, err := b.open("file://"+filepath.Join(out, name), 1700, 1000) // the picture may be wider: a person scrolls
 			if err != nil {
@@ -302,7 +303,7 @@ func TestBrowserShortSets(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := startBrowser(t, bin)
-	s, err := b.open("file://"+filepath.Join(out, MixedSVG), 1700, 1000)
+	s, err := b.open("file://"+filepath.Join(out, timeline.MixedSVG), 1700, 1000)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xpu-timer/xpu-timer/viewer/culprit"
 )
 
 // The corpus holds real dumps: testdata/torchjob/job.py on Debian's
@@ -44,7 +46,7 @@ func TestCorpus(t *testing.T) {
 			}
 			// Helpers (gloo, the c10d store, queue feeders) never name a rank.
 			for _, f := range res.Report.Findings {
-				if f.Kind == "background" && strings.Contains(res.Report.Why, f.Text) {
+				if f.Kind == culprit.KindBackground && strings.Contains(res.Report.Why, f.Text) {
 					t.Errorf("a background finding became the reason: %s", f.Text)
 				}
 			}

@@ -9,9 +9,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
-	"github.com/xpu-timer/xpu-timer/timer"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 )
 
 // The fixtures model what the agent dumps from testdata/fakegpu/run.py
@@ -131,10 +130,10 @@ func rankFile(kind, fault string, rank, world int, rng *rand.Rand) *dumpfile.Fil
 		DumpDuration: 18 * time.Millisecond, StoppedFor: 3 * time.Millisecond,
 	}
 	issued, completed := uint64(lastSeq), uint64(lastSeq-3)
-	coll := &timer.Op{Kind: "collective", Vendor: "cuda", Stream: 0x5502, TID: pid, Issued: 1e12, Op: "AllReduce",
+	coll := &dumpfile.Op{Kind: "collective", Vendor: "cuda", Stream: 0x5502, TID: pid, Issued: 1e12, Op: "AllReduce",
 		Dtype: "bfloat16", Count: 25 << 20, Comm: worldComm, Seq: lastSeq - 2, NRanks: int32(world), Bytes: 50 << 20}
-	f.Hang = &timer.Hang{Kind: "gpu", PID: pid, Rank: rank, DetectedAt: 1.3e12, Timeout: 300e9, AgeNs: 301e9, Oldest: coll,
-		Waiters: []timer.Waiter{{TID: pid, Call: "cudaMemcpy", Stream: 0x5501, Since: 1e12}}, Pending: 6}
+	f.Hang = &dumpfile.Hang{Kind: "gpu", PID: pid, Rank: rank, DetectedAt: 1.3e12, Timeout: 300e9, AgeNs: 301e9, Oldest: coll,
+		Waiters: []dumpfile.Waiter{{TID: pid, Call: "cudaMemcpy", Stream: 0x5501, Since: 1e12}}, Pending: 6}
 
 	// The healthy main thread reads the loss: cudaMemcpy waits for the
 	// compute stream, which waits for the all-reduces on the comm stream.
@@ -161,7 +160,7 @@ func rankFile(kind, fault string, rank, world int, rng *rand.Rand) *dumpfile.Fil
 	case "kernel-hang":
 		// flash_attn_bwd_kernel never ends; the comm stream waits for it.
 		f.State = "R (running)"
-		f.Hang.Oldest = &timer.Op{Kind: "kernel", Vendor: "cuda", Stream: 0x5501, TID: pid, Issued: 0.99e12,
+		f.Hang.Oldest = &dumpfile.Op{Kind: "kernel", Vendor: "cuda", Stream: 0x5501, TID: pid, Issued: 0.99e12,
 			Kernel: "flash_attn_bwd_kernel", Grid: [3]uint32{108, 1, 1}, Block: [3]uint32{256, 1, 1}}
 		f.Hang.Pending = 9
 		compute = native("fg_run_kernel", cudart, "flash_attn_bwd_kernel", kernels, "fake_kernel_body", kernels,
@@ -169,7 +168,7 @@ func rankFile(kind, fault string, rank, world int, rng *rand.Rand) *dumpfile.Fil
 		comm = concat(native("fg_stream_wait_event", cudart, "fg_wait_counter", cudart), condWait)
 	case "python-sleep":
 		issued, completed = lastSeq-3, lastSeq-3
-		f.Hang = &timer.Hang{Kind: "host", PID: pid, Rank: rank, DetectedAt: 1.3e12, Timeout: 300e9, AgeNs: 305e9}
+		f.Hang = &dumpfile.Hang{Kind: "host", PID: pid, Rank: rank, DetectedAt: 1.3e12, Timeout: 300e9, AgeNs: 305e9}
 		mainPy = trainPy("train_step", runPy, 521, "straggle_forever", runPy, 481)
 		mainInner = sleepC
 		compute, comm = idle, idle
@@ -198,7 +197,7 @@ func rankFile(kind, fault string, rank, world int, rng *rand.Rand) *dumpfile.Fil
 		f.State, f.Hang, f.Reason = "D (disk sleep)", nil, "peer"
 		f.Errors = []string{"process in state D: not attached, only its state recorded"}
 	}
-	f.Comms = []timer.CommState{{ID: worldComm, Rank: int32(rank), NRanks: int32(world), Issued: issued, Completed: completed, LastOp: "AllReduce"}}
+	f.Comms = []dumpfile.CommState{{ID: worldComm, Rank: int32(rank), NRanks: int32(world), Issued: issued, Completed: completed, LastOp: "AllReduce"}}
 	if f.Hang != nil {
 		f.Hang.Comms = f.Comms
 	}

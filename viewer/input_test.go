@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // runBounded runs the viewer and fails the test if it does not return: a
@@ -114,7 +115,7 @@ func TestReadRefusesLateSwaps(t *testing.T) {
 func TestOutputsReplaceSymlinks(t *testing.T) {
 	dir := copyDir(t, "nccl-stall")
 	victims := t.TempDir()
-	names := []string{Summary, CppSVG, CppFolded, Profile}
+	names := []string{timeline.Summary, timeline.CppSVG, timeline.CppFolded, timeline.Profile}
 	for _, name := range names {
 		v := filepath.Join(victims, name)
 		os.WriteFile(v, []byte("precious"), 0o644)
@@ -256,7 +257,7 @@ func TestXpuTimerFiles(t *testing.T) {
 	if !slices.Equal(res.Report.Culprits, []int{2}) || !strings.Contains(res.Summary, "main thread is in stall (train.py:40)") {
 		t.Errorf("culprits %v\n%s", res.Report.Culprits, res.Summary)
 	}
-	py, _ := os.ReadFile(filepath.Join(out, PyFolded))
+	py, _ := os.ReadFile(filepath.Join(out, timeline.PyFolded))
 	if !bytes.Contains(py, []byte("stall@/job/train.py:40@2|0-1/3")) {
 		t.Errorf("py_stack lacks xpu_timer's frame:\n%s", py)
 	}

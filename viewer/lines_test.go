@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 )
 
 // Real captures symbolize native frames with source lines, so a frame's key
@@ -58,7 +58,7 @@ func TestFramesWithSourceLines(t *testing.T) {
 	}
 	var kinds []string
 	for _, f := range rep.Findings {
-		kinds = append(kinds, f.Kind)
+		kinds = append(kinds, f.Kind.String())
 	}
 	if len(kinds) != 1 || kinds[0] != "stack" || !strings.Contains(rep.Why, "fake_net_ib_poll_cq@nccl.c:141") ||
 		strings.Contains(rep.Why, "futex") {

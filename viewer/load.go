@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer/protodump"
 )

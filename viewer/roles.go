@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/viewer/culprit"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 )

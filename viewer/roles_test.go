@@ -3,7 +3,7 @@ package viewer
 import (
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/viewer/culprit"
 )
 

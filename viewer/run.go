@@ -12,22 +12,10 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/internal/atomicfile"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/pprof"
 	"github.com/xpu-timer/xpu-timer/viewer/svg"
-)
-
-// Output file names, as xpu_timer names them (mixed_stack, stacks.pb.gz and
-// summary.txt are ours).
-const (
-	CppFolded   = "cpp_stack"
-	PyFolded    = "py_stack"
-	MixedFolded = "mixed_stack"
-	CppSVG      = "cpp_stack.svg"
-	PySVG       = "py_stack.svg"
-	MixedSVG    = "mixed_stack.svg"
-	Profile     = "stacks.pb.gz"
-	Summary     = "summary.txt"
 )
 
 // Run merges the dumps in o.Dir and writes every output into o.Out.
@@ -54,14 +42,14 @@ func Run(o Options) (*Result, error) {
 		}
 	}
 	jobs := []job{
-		{CppFolded, views.Cpp.WriteFolded},
-		{PyFolded, views.Py.WriteFolded},
-		{MixedFolded, views.Mixed.WriteFolded},
-		{CppSVG, picture(views.Cpp, "Merged native (C/C++) stacks")},
-		{PySVG, picture(views.Py, "Merged Python stacks")},
-		{MixedSVG, picture(views.Mixed, "Merged native and Python stacks")},
-		{Profile, func(w io.Writer) error { return pprof.Write(w, views.Mixed, "mixed") }},
-		{Summary, func(w io.Writer) error { _, err := io.WriteString(w, res.Summary); return err }},
+		{timeline.CppFolded, views.Cpp.WriteFolded},
+		{timeline.PyFolded, views.Py.WriteFolded},
+		{timeline.MixedFolded, views.Mixed.WriteFolded},
+		{timeline.CppSVG, picture(views.Cpp, "Merged native (C/C++) stacks")},
+		{timeline.PySVG, picture(views.Py, "Merged Python stacks")},
+		{timeline.MixedSVG, picture(views.Mixed, "Merged native and Python stacks")},
+		{timeline.Profile, func(w io.Writer) error { return pprof.Write(w, views.Mixed, "mixed") }},
+		{timeline.Summary, func(w io.Writer) error { _, err := io.WriteString(w, res.Summary); return err }},
 	}
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
 
@@ -97,7 +98,7 @@ func TestScale(t *testing.T) {
 		}
 	}
 	// The SVG: every label and its details are short.
-	svg, err := os.ReadFile(filepath.Join(out, MixedFolded+".svg"))
+	svg, err := os.ReadFile(filepath.Join(out, timeline.MixedSVG))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestScale(t *testing.T) {
 		t.Error("no SVG label shows the culprits' rank set shortened")
 	}
 	// The folded file keeps the whole set.
-	f, err := os.Open(filepath.Join(out, MixedFolded))
+	f, err := os.Open(filepath.Join(out, timeline.MixedFolded))
 	if err != nil {
 		t.Fatal(err)
 	}

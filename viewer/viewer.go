@@ -15,8 +15,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/viewer/culprit"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"

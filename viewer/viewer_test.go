@@ -16,8 +16,9 @@ import (
 
 	"github.com/google/pprof/profile"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer/flame"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
@@ -92,14 +93,14 @@ func TestCulprit(t *testing.T) {
 			if res.Files != world || len(res.Skipped) != 0 || len(res.Missing) != 0 {
 				t.Errorf("files %d, skipped %v, missing %v", res.Files, res.Skipped, res.Missing)
 			}
-			for _, name := range []string{CppFolded, PyFolded, MixedFolded, Summary} {
+			for _, name := range []string{timeline.CppFolded, timeline.PyFolded, timeline.MixedFolded, timeline.Summary} {
 				data, err := os.ReadFile(filepath.Join(out, name))
 				if err != nil {
 					t.Fatal(err)
 				}
 				golden(t, filepath.Join("testdata", "golden", f.Kind, name), data)
 			}
-			for _, name := range []string{CppSVG, PySVG, MixedSVG, Profile} {
+			for _, name := range []string{timeline.CppSVG, timeline.PySVG, timeline.MixedSVG, timeline.Profile} {
 				if st, err := os.Stat(filepath.Join(out, name)); err != nil || st.Size() == 0 {
 					t.Errorf("%s: %v", name, err)
 				}
@@ -137,7 +138,7 @@ func TestMissingRank(t *testing.T) {
 	if !slices.Equal(res.Missing, []int{2}) || !slices.Equal(res.Report.Culprits, []int{2}) {
 		t.Errorf("missing %v, culprits %v\n%s", res.Missing, res.Report.Culprits, res.Summary)
 	}
-	folded, _ := os.ReadFile(filepath.Join(dir, CppFolded))
+	folded, _ := os.ReadFile(filepath.Join(dir, timeline.CppFolded))
 	// Every frame's LEAK set holds rank 2.
 	for _, line := range strings.Split(strings.TrimSpace(string(folded)), "\n") {
 		for _, fr := range strings.Split(line[:strings.LastIndexByte(line, ' ')], ";") {
@@ -230,7 +231,7 @@ func TestWeightRanks(t *testing.T) {
 	if _, err := Run(Options{Dir: faultDir("nccl-stall"), Out: out, Weight: flame.Ranks}); err != nil {
 		t.Fatal(err)
 	}
-	data, _ := os.ReadFile(filepath.Join(out, CppFolded))
+	data, _ := os.ReadFile(filepath.Join(out, timeline.CppFolded))
 	// The State frames of all 8 ranks add up to 8 under --weight ranks.
 	total := 0
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
@@ -250,7 +251,7 @@ func TestProfile(t *testing.T) {
 	if _, err := Run(Options{Dir: faultDir("kernel-hang"), Out: out}); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(out, Profile)
+	path := filepath.Join(out, timeline.Profile)
 	fh, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)

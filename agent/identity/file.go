@@ -5,9 +5,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 

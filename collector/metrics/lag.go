@@ -37,12 +37,12 @@ type Comm struct {
 // collective it has not issued, or did until it caught up.
 type Lag struct {
 	Comm     string // the communicator's id
-	Activity string // what the rank was doing when the warning came (collector/activity)
+	Activity string // what the rank was doing when the warning came (collector/capture/activity)
 	Lagging  bool   // false once it caught up: the series stays, at 0
 }
 
 // Activity is what a rank that has issued no collective for a while is
-// doing, from one stack sample (collector/activity).
+// doing, from one stack sample (collector/capture/activity).
 type Activity struct {
 	Kind   string
 	Detail string

@@ -3,7 +3,7 @@ package metrics
 import (
 	"sort"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 )
 
 // Our own families aggregate coarser than the compatibility families (by

@@ -10,7 +10,7 @@
 package metrics
 
 import (
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 

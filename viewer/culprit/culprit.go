@@ -28,8 +28,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/timer"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
 
@@ -39,8 +38,8 @@ type Rank struct {
 	File    string // dump file name
 	State   string // "S (sleeping)", ...
 	Reason  dumpfile.Reason
-	Hang    *timer.Hang
-	Comms   []timer.CommState
+	Hang    *dumpfile.Hang
+	Comms   []dumpfile.CommState
 	Threads []Thread
 }
 
@@ -91,33 +90,10 @@ type Thread struct {
 	Frames func() []string
 }
 
-// Kinds of findings, in the order the culprit is taken from.
-const (
-	KindBehind     = "behind"     // issued fewer collectives than the others on a communicator
-	KindKernel     = "kernel"     // hung in a kernel while others wait in a collective
-	KindHost       = "host"       // no GPU call while peers wait
-	KindDState     = "dstate"     // uninterruptible sleep
-	KindPython     = "python"     // the driving thread's Python stack differs from the majority's
-	KindStack      = "stack"      // an application thread in the collective library differs from the majority's
-	KindOdd        = "odd"        // another application thread with Python frames differs, or only a few ranks have it
-	KindNative     = "native"     // an application thread without Python frames (a stream executor) differs
-	KindMissing    = "missing"    // no dump
-	KindBackground = "background" // a library's helper thread differs: never a culprit by itself
-)
-
-// kindOrder ranks the kinds: a rank behind on a communicator is the surest
-// sign; then what the engine decided (a kernel, a silent host, state D);
-// then the Python stack of the thread that drives training, then native
-// stacks of application threads; a stack that differs from a clear
-// majority comes before ranks with no dump, which may be missing for
-// mundane reasons (node lost, unreadable). Background threads are not in
-// it: caught at different points of their loops, they are noise.
-var kindOrder = []string{KindBehind, KindKernel, KindHost, KindDState, KindPython, KindStack, KindOdd, KindNative, KindMissing}
-
 // Finding is one observation that points at ranks. Observations alike on
 // several ranks (same kind, same words, same evidence) are one finding.
 type Finding struct {
-	Kind  string
+	Kind  Kind
 	Ranks []int
 	// Text is the observation, beginning with the ranks it names: "rank 2
 	// hangs in ...", "ranks 0-1/3's main thread is in ...".
@@ -341,8 +317,8 @@ func threadWord(t Thread) string {
 // what says, on evidence; the same words on the same evidence join one
 // finding. thin marks evidence that alone does not show the others wait
 // on these ranks.
-func (r *Report) add(kind string, ranks []int, what, evidence string, thin bool) {
-	key := kind + "\x00" + what + "\x00" + evidence
+func (r *Report) add(kind Kind, ranks []int, what, evidence string, thin bool) {
+	key := kind.String() + "\x00" + what + "\x00" + evidence
 	if i, ok := r.index[key]; ok {
 		r.Findings[i].Ranks = append(r.Findings[i].Ranks, ranks...)
 		r.Findings[i].merged = true
@@ -482,8 +458,8 @@ func majority(c *Comm, seq uint64) string {
 // they know it by: a rank whose communicator creation the probes missed
 // knows it as "local:<handle>", its own.
 func (r *Report) kernels(ranks []Rank) {
-	desc := func(op *timer.Op) string {
-		if op.Kind == timer.OpCollective {
+	desc := func(op *dumpfile.Op) string {
+		if op.Kind == dumpfile.OpCollective {
 			return fmt.Sprintf("%s #%d on comm %s", op.Op, op.Seq, Short(op.Comm))
 		}
 		switch {
@@ -496,25 +472,25 @@ func (r *Report) kernels(ranks []Rank) {
 		return string(op.Kind)
 	}
 	by := map[string][]int{}
-	ops := map[string]*timer.Op{}
-	hangs := map[int]*timer.Hang{}
-	var colls []*timer.Op // the collectives ranks are stuck on
-	var inColl []int      // and those ranks
-	var stackWaits []int  // ranks decided on a GPU wait seen on their stacks alone
+	ops := map[string]*dumpfile.Op{}
+	hangs := map[int]*dumpfile.Hang{}
+	var colls []*dumpfile.Op // the collectives ranks are stuck on
+	var inColl []int         // and those ranks
+	var stackWaits []int     // ranks decided on a GPU wait seen on their stacks alone
 	n := 0
 	for _, x := range ranks {
-		if h := x.Hang; h != nil && h.Kind == timer.HangGPU && h.Oldest == nil && h.StackWait != nil {
+		if h := x.Hang; h != nil && h.Kind == dumpfile.HangGPU && h.Oldest == nil && h.StackWait != nil {
 			stackWaits = append(stackWaits, x.Rank)
 			hangs[x.Rank] = h
 			continue
 		}
-		if x.Hang == nil || x.Hang.Kind != timer.HangGPU || x.Hang.Oldest == nil {
+		if x.Hang == nil || x.Hang.Kind != dumpfile.HangGPU || x.Hang.Oldest == nil {
 			continue // a host decision's oldest op is not what it waits on
 		}
 		op := x.Hang.Oldest
 		hangs[x.Rank] = x.Hang
 		n++
-		if op.Kind == timer.OpCollective {
+		if op.Kind == dumpfile.OpCollective {
 			colls = append(colls, op)
 			inColl = append(inColl, x.Rank)
 			continue
@@ -523,7 +499,7 @@ func (r *Report) kernels(ranks []Rank) {
 		by[d] = append(by[d], x.Rank)
 		ops[d] = op
 	}
-	evidence := func(rank int, op *timer.Op) string {
+	evidence := func(rank int, op *dumpfile.Op) string {
 		h := hangs[rank]
 		return fmt.Sprintf("a %s outstanding %.0fs, past the %.0fs timeout", op.Kind, float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9)
 	}
@@ -535,7 +511,11 @@ func (r *Report) kernels(ranks []Rank) {
 		for _, rank := range stackWaits {
 			h := hangs[rank]
 			w := h.StackWait
-			what := fmt.Sprintf(" waits on the GPU in %s (thread %d, seen on its stack)", w.Call, w.TID) + othersWait(ranks, stackWaits)
+			call := w.Call
+			if w.Kernel != "" {
+				call += " of " + w.Kernel // a launch: its stub frame names the kernel
+			}
+			what := fmt.Sprintf(" waits on the GPU in %s (thread %d, seen on its stack)", call, w.TID) + othersWait(ranks, stackWaits)
 			r.add(KindKernel, []int{rank}, what, fmt.Sprintf("a GPU wait of %.0fs on its native stacks, past the %.0fs timeout",
 				float64(h.AgeNs)/1e9, float64(h.Timeout)/1e9), false)
 		}
@@ -584,7 +564,7 @@ func (r *Report) kernels(ranks []Rank) {
 // comm 3f2a0b1c…" when they are one, "AllReduce #10 on comms 3f2a0b1c…,
 // local:0x5647e1007c90" when one op and sequence number on communicators
 // known by different ids, else "collectives (AllReduce, Broadcast)".
-func collWords(colls []*timer.Op, desc func(*timer.Op) string) string {
+func collWords(colls []*dumpfile.Op, desc func(*dumpfile.Op) string) string {
 	var ids, names []string
 	same := true
 	for _, c := range colls {
@@ -667,17 +647,17 @@ func (r *Report) waiter(x Rank) {
 func (r *Report) hosts(ranks []Rank) {
 	inColl := false // a rank is stuck on the GPU in a collective
 	for _, x := range ranks {
-		if h := x.Hang; h != nil && h.Kind == timer.HangGPU && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == timer.OpCollective) {
+		if h := x.Hang; h != nil && h.Kind == dumpfile.HangGPU && (h.Collective != nil || h.Oldest != nil && h.Oldest.Kind == dumpfile.OpCollective) {
 			inColl = true
 			break
 		}
 	}
 	for _, x := range ranks {
 		h := x.Hang
-		if h != nil && h.Kind == timer.HangStalled && waits(x) != "" {
+		if h != nil && h.Kind == dumpfile.HangStalled && waits(x) != "" {
 			r.waiter(x) // no progress, and its stack shows on what
 		}
-		if h == nil || h.Kind != timer.HangHost {
+		if h == nil || h.Kind != dumpfile.HangHost {
 			continue
 		}
 		silent := float64(h.AgeNs) / 1e9

@@ -6,16 +6,16 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/timer"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 )
 
-func comm(issued, completed uint64) []timer.CommState {
-	return []timer.CommState{{ID: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718", NRanks: 32, Issued: issued, Completed: completed, LastOp: "AllReduce"}}
+func comm(issued, completed uint64) []dumpfile.CommState {
+	return []dumpfile.CommState{{ID: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718", NRanks: 32, Issued: issued, Completed: completed, LastOp: "AllReduce"}}
 }
 
-func gpuHang(op *timer.Op) *timer.Hang { return &timer.Hang{Kind: "gpu", Oldest: op} }
+func gpuHang(op *dumpfile.Op) *dumpfile.Hang { return &dumpfile.Hang{Kind: "gpu", Oldest: op} }
 
-var coll = &timer.Op{Kind: "collective", Op: "AllReduce", Seq: 6650, Comm: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718"}
+var coll = &dumpfile.Op{Kind: "collective", Op: "AllReduce", Seq: 6650, Comm: "3f2a0b1c9d8e7f60a1b2c3d4e5f60718"}
 
 // job makes world ranks with identical threads; edit tweaks rank i.
 func job(world int, edit func(i int, r *Rank)) []Rank {
@@ -35,13 +35,13 @@ func job(world int, edit func(i int, r *Rank)) []Rank {
 // glooKernel is the H100 hang: world ranks over gloo, no communicator;
 // rank hung in a kernel, its gloo thread in a CUDA synchronize; the
 // others decided kind, their gloo threads waiting in the collective.
-func glooKernel(world, rank int, kind timer.HangKind) []Rank {
+func glooKernel(world, rank int, kind dumpfile.HangKind) []Rank {
 	return job(world, func(i int, r *Rank) {
 		r.Comms = nil
-		r.Hang = &timer.Hang{Kind: kind, AgeNs: 11e9, Timeout: 10e9}
+		r.Hang = &dumpfile.Hang{Kind: kind, AgeNs: 11e9, Timeout: 10e9}
 		r.Threads[2].Waits = "gloo collective"
 		if i == rank {
-			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+			r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &dumpfile.Op{Kind: "kernel", Kernel: "spin"}}
 			r.Threads[2].Waits = "CUDA synchronize"
 		}
 	})
@@ -84,14 +84,14 @@ func TestAnalyse(t *testing.T) {
 			}
 		}), []int{1, 2}, []string{"rank 1 never issued AllReduce #6649", "rank 2 never issued AllReduce #6650"}},
 		{"kernel while others wait behind a kernel", 8, job(8, func(i int, r *Rank) {
-			r.Hang = gpuHang(&timer.Op{Kind: "kernel", Kernel: "sgd_update_kernel", Stream: 1})
+			r.Hang = gpuHang(&dumpfile.Op{Kind: "kernel", Kernel: "sgd_update_kernel", Stream: 1})
 			if i == 3 {
-				r.Hang = gpuHang(&timer.Op{Kind: "kernel", Kernel: "flash_attn_bwd_kernel", Stream: 1})
+				r.Hang = gpuHang(&dumpfile.Op{Kind: "kernel", Kernel: "flash_attn_bwd_kernel", Stream: 1})
 			}
 		}), []int{3}, []string{"rank 3 hangs in kernel flash_attn_bwd_kernel (stream 0x1, not a collective), while ranks 0-2/4-7 wait in kernel sgd_update_kernel"}},
 		{"host hang", 4, job(4, func(i int, r *Rank) {
 			if i == 0 {
-				r.Hang = &timer.Hang{Kind: "host", AgeNs: 305e9}
+				r.Hang = &dumpfile.Hang{Kind: "host", AgeNs: 305e9}
 			}
 		}), []int{0}, []string{"rank 0 made no GPU call for 305s"}},
 		{"state D", 4, job(4, func(i int, r *Rank) {
@@ -150,7 +150,7 @@ func TestAnalyse(t *testing.T) {
 			}
 		}), nil, []string{"Likely culprit: none found", "Groups of identical stacks"}},
 		{"world comm ids disagree", 4, job(4, func(i int, r *Rank) {
-			r.Comms = []timer.CommState{{ID: []string{"aaaa1111bbbb", "cccc2222dddd", "aaaa1111bbbb", "eeee3333ffff"}[i], NRanks: 4, Issued: 12, Completed: 9, LastOp: "AllReduce"}}
+			r.Comms = []dumpfile.CommState{{ID: []string{"aaaa1111bbbb", "cccc2222dddd", "aaaa1111bbbb", "eeee3333ffff"}[i], NRanks: 4, Issued: 12, Completed: 9, LastOp: "AllReduce"}}
 			if i == 2 {
 				r.Comms[0].Issued = 10
 			}
@@ -158,7 +158,7 @@ func TestAnalyse(t *testing.T) {
 		{"communicators whose init was not seen stay apart", 4, job(4, func(i int, r *Rank) {
 			// Their sequence numbers count from whenever the probes began
 			// seeing the rank: rank 1's lower count says nothing.
-			r.Comms = []timer.CommState{{ID: fmt.Sprintf("local:55%d0", i), Issued: 12, Completed: 9, LastOp: "AllReduce"}}
+			r.Comms = []dumpfile.CommState{{ID: fmt.Sprintf("local:55%d0", i), Issued: 12, Completed: 9, LastOp: "AllReduce"}}
 			if i == 1 {
 				r.Comms[0].Issued, r.Comms[0].Completed = 9, 6
 			}
@@ -192,29 +192,45 @@ func TestAnalyse(t *testing.T) {
 			r.Threads[2].Waits = "gloo collective"
 			switch i {
 			case 2:
-				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 10e9, Timeout: 10e9,
-					StackWait: &timer.StackWait{TID: 4157, Call: "cuStreamSynchronize", State: "R"}}
+				r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 10e9, Timeout: 10e9,
+					StackWait: &dumpfile.StackWait{TID: 4157, Call: "cuStreamSynchronize", State: "R"}}
 				r.Threads[2].Waits = "CUDA synchronize"
 			case 3:
-				r.Hang = &timer.Hang{Kind: "stalled", AgeNs: 10e9, Timeout: 10e9}
+				r.Hang = &dumpfile.Hang{Kind: "stalled", AgeNs: 10e9, Timeout: 10e9}
 			default:
 				r.Hang = nil
 			}
 		}), []int{2}, []string{
 			"rank 2 waits on the GPU in cuStreamSynchronize (thread 4157, seen on its stack), while ranks 0-1/3 are not hung on GPU work and wait in gloo collective [a GPU wait of 10s on its native stacks, past the 10s timeout]"}},
+		// Attached after the hang under CUDA_LAUNCH_BLOCKING=1: rank 1's
+		// main thread is blocked in the launch of the kernel that never
+		// ends, named by the launch's stub frame.
+		{"a blocked launch seen on the stack names its kernel", 4, job(4, func(i int, r *Rank) {
+			r.Comms = nil
+			r.Threads[2].Waits = "gloo collective"
+			switch i {
+			case 1:
+				r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 10e9, Timeout: 10e9,
+					StackWait: &dumpfile.StackWait{TID: 843, Call: "cuLaunchKernel", Kernel: "at::cuda::(anonymous namespace)::spin_kernel", State: "S"}}
+				r.Threads[2].Waits = "CUDA launch"
+			default:
+				r.Hang = nil
+			}
+		}), []int{1}, []string{
+			"rank 1 waits on the GPU in cuLaunchKernel of at::cuda::(anonymous namespace)::spin_kernel (thread 843, seen on its stack)"}},
 		{"GPU waits seen on every rank's stack name nobody", 4, job(4, func(i int, r *Rank) {
 			r.Comms = nil
-			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 10e9, Timeout: 10e9,
-				StackWait: &timer.StackWait{TID: 9, Call: "cuStreamSynchronize", State: "R"}}
+			r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 10e9, Timeout: 10e9,
+				StackWait: &dumpfile.StackWait{TID: 9, Call: "cuStreamSynchronize", State: "R"}}
 		}), nil, []string{"Likely culprit: none"}},
 		// A host decision carries the rank's oldest op; it is not what the
 		// rank is stuck on.
 		{"a host decision's oldest op is no kernel hang", 4, job(4, func(i int, r *Rank) {
 			r.Comms = nil
-			r.Hang = &timer.Hang{Kind: "host", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "leftover"}}
+			r.Hang = &dumpfile.Hang{Kind: "host", AgeNs: 11e9, Timeout: 10e9, Oldest: &dumpfile.Op{Kind: "kernel", Kernel: "leftover"}}
 			r.Threads[2].Waits = "gloo collective"
 			if i == 3 {
-				r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "spin"}}
+				r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 11e9, Timeout: 10e9, Oldest: &dumpfile.Op{Kind: "kernel", Kernel: "spin"}}
 			}
 		}), []int{3}, []string{"rank 3 hangs in kernel spin (stream 0x0, not a collective), while ranks 0-2 are not hung on GPU work and wait in gloo collective"}},
 		// The kernel-hang fault on the realistic testbed: no host thread
@@ -228,56 +244,56 @@ func TestAnalyse(t *testing.T) {
 			if i >= 2 {
 				c.Comm = fmt.Sprintf("local:0x5647e1007c%d0", i)
 			}
-			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 3.7e9, Timeout: 3e9, Oldest: &c}
+			r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 3.7e9, Timeout: 3e9, Oldest: &c}
 			if i == 1 {
-				r.Hang.AgeNs, r.Hang.Oldest = 3.8e9, &timer.Op{Kind: "kernel", Kernel: "triton_poi_fused_add_0"}
+				r.Hang.AgeNs, r.Hang.Oldest = 3.8e9, &dumpfile.Op{Kind: "kernel", Kernel: "triton_poi_fused_add_0"}
 			}
 		}), []int{1}, []string{"[kernel] rank 1 hangs in kernel triton_poi_fused_add_0 (stream 0x0, not a collective), while ranks 0/2-3 wait in AllReduce #10 on comms 3f2a0b1c…, local:0x5647e1007c20, local:0x5647e1007c30 [a kernel outstanding 4s, past the 3s timeout]"}},
 		{"a kernel whose name lookup the probes missed is named by its handle", 4, job(4, func(i int, r *Rank) {
-			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 3.7e9, Timeout: 3e9, Oldest: coll}
+			r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 3.7e9, Timeout: 3e9, Oldest: coll}
 			if i == 3 {
-				r.Hang.Oldest = &timer.Op{Kind: "kernel", Func: 0x167e5680}
+				r.Hang.Oldest = &dumpfile.Op{Kind: "kernel", Func: 0x167e5680}
 			}
 		}), []int{3}, []string{"[kernel] rank 3 hangs in kernel 0x167e5680 (stream 0x0, not a collective), while ranks 0-2 wait in AllReduce #6650 on comm 3f2a0b1c…"}},
 		{"kernel outstanding while the peers wait in different collectives", 4, job(4, func(i int, r *Rank) {
-			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 12e9, Timeout: 10e9, Oldest: coll}
+			r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 12e9, Timeout: 10e9, Oldest: coll}
 			switch i {
 			case 0:
-				r.Hang.Oldest = &timer.Op{Kind: "collective", Op: "Broadcast", Seq: 2, Comm: "local:0x1"}
+				r.Hang.Oldest = &dumpfile.Op{Kind: "collective", Op: "Broadcast", Seq: 2, Comm: "local:0x1"}
 			case 2:
-				r.Hang.Oldest = &timer.Op{Kind: "memcpy", Stream: 7}
+				r.Hang.Oldest = &dumpfile.Op{Kind: "memcpy", Stream: 7}
 			}
 		}), []int{2}, []string{"[kernel] rank 2 hangs in memcpy (stream 0x7, not a collective), while ranks 0-1/3 wait in collectives (AllReduce, Broadcast) [a memcpy outstanding 12s, past the 10s timeout]"}},
 		// Where no watchdog saw a collective start, every rank's compute
 		// is outstanding alike: the probes cannot tell the hung kernel
 		// from the complete ones, and name nobody.
 		{"every rank behind its own outstanding kernels", 4, job(4, func(i int, r *Rank) {
-			r.Hang = &timer.Hang{Kind: "gpu", AgeNs: 3.1e9, Timeout: 3e9, Oldest: &timer.Op{Kind: "kernel", Kernel: "triton_poi_fused_add_0"}, Collective: coll}
+			r.Hang = &dumpfile.Hang{Kind: "gpu", AgeNs: 3.1e9, Timeout: 3e9, Oldest: &dumpfile.Op{Kind: "kernel", Kernel: "triton_poi_fused_add_0"}, Collective: coll}
 		}), nil, []string{"Likely culprit: none found"}},
 		// Communicators whose creation the probes missed: no sequence
 		// numbers, but the peers are stuck in a collective and the rank
 		// has nothing in flight.
 		{"out of every collective while the peers are stuck in one", 4, job(4, func(i int, r *Rank) {
 			if i == 1 {
-				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Pending: 0}
+				r.Hang = &dumpfile.Hang{Kind: "host", AgeNs: 12e9, Pending: 0}
 			}
 		}), []int{1}, []string{"[host] rank 1 made no GPU call for 12s while its peers wait (stuck on the host) [no GPU work in flight while peers are stuck in a collective]"}},
 		{"silence alone is thin evidence", 4, job(4, func(i int, r *Rank) {
-			r.Hang = gpuHang(&timer.Op{Kind: "kernel", Kernel: "k"}) // the peers are stuck, not in a collective
+			r.Hang = gpuHang(&dumpfile.Op{Kind: "kernel", Kernel: "k"}) // the peers are stuck, not in a collective
 			if i == 3 {
-				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9}
+				r.Hang = &dumpfile.Hang{Kind: "host", AgeNs: 12e9}
 			}
 		}), []int{3}, []string{"[host] rank 3 made no GPU call for 12s while its peers wait (stuck on the host) [no GPU call, thin]",
 			"The evidence is thin"}},
 		{"a rank behind by the engine's sequence numbers", 4, job(4, func(i int, r *Rank) {
 			if i == 3 {
-				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Lagging: &timer.Lag{Comm: coll.Comm, Issued: 6649, Awaited: 6650, PeerRank: 0}}
+				r.Hang = &dumpfile.Hang{Kind: "host", AgeNs: 12e9, Lagging: &dumpfile.Lag{Comm: coll.Comm, Issued: 6649, Awaited: 6650, PeerRank: 0}}
 				r.Threads[2].Waits = "c10d wait" // sequence numbers outweigh the stack
 			}
 		}), []int{3}, []string{"rank 3 made no GPU call for 12s while its peers wait, behind on comm 3f2a0b1c…: rank 0 waits in collective #6650 there [sequence numbers: issued #6649, awaited #6650]"}},
 		{"a spinning rank", 4, job(4, func(i int, r *Rank) {
 			if i == 0 {
-				r.Hang = &timer.Hang{Kind: "host", AgeNs: 12e9, Stall: &timer.Stall{Spinning: true}}
+				r.Hang = &dumpfile.Hang{Kind: "host", AgeNs: 12e9, Stall: &dumpfile.Stall{Spinning: true}}
 			}
 		}), []int{0}, []string{"[host] rank 0 made no GPU call for 12s while its peers wait, and spins on the host [its main thread spinning in the same Python frames]"}},
 	} {

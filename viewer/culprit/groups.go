@@ -196,7 +196,7 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 	n := len(ranks)
 	for _, slot := range names {
 		members := slots[slot]
-		kind := func(t Thread) string {
+		kind := func(t Thread) Kind {
 			switch {
 			case role == Background:
 				return KindBackground
@@ -264,7 +264,7 @@ func (r *Report) outliers(ranks []Rank, role Role) {
 }
 
 // evidenceOf is what a finding of a stack kind stands on.
-func evidenceOf(kind string) string {
+func evidenceOf(kind Kind) string {
 	if kind == KindBackground {
 		return EvidenceHelper
 	}
@@ -275,7 +275,7 @@ func evidenceOf(kind string) string {
 // application thread or a helper unlike the majority's says little of
 // what the others wait on; the driving thread (KindPython, not here) and
 // a thread in the collective library (KindStack) say more.
-func thinKind(kind string) bool { return kind != KindStack }
+func thinKind(kind Kind) bool { return kind != KindStack }
 
 // contrast describes two stacks by where they differ: the innermost frames
 // of each, and the first frame that differs when it lies further out.

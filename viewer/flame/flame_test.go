@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
 

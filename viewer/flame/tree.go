@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"
 )
 

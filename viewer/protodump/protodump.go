@@ -27,8 +27,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 )
 
 // Schema is the Schema of the files Parse returns.

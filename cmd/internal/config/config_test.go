@@ -38,7 +38,7 @@ func load(t *testing.T, args []string, env map[string]string) (Config, *Binding,
 // defaults is the configuration with nothing set.
 func defaults() Config {
 	return Config{
-		Settings: agent.Settings{HangTimeout: timer.DefaultHangTimeout, LagWarn: agent.DefaultLagWarn, TimelinePath: agent.DefaultTimelinePath, Port: DefaultBasePort + 1,
+		Settings: agent.Settings{HangTimeout: timer.DefaultHangTimeout, LagWarn: agent.DefaultLagWarn, TimelinePath: timeline.DefaultPath, Port: DefaultBasePort + 1,
 			PushInterval: metrics.DefaultPushInterval, SymbolCacheBytes: symbols.DefaultCacheBytes, ProbeRingBytes: ebpf.DefaultRingBytes,
 			StallWatch: true, KernelNames: true, CopyEventProbes: true, Retain: timeline.Retention{Count: timeline.DefaultRetainCount}},
 		BasePort: DefaultBasePort, LogFormat: LogFormatText,

@@ -20,6 +20,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -39,7 +40,7 @@ type Config struct {
 
 // DefaultBasePort is the base port of DLRover's xpu_timer; the metrics
 // port is the one after it. The other defaults belong to the packages that
-// use them: timer.DefaultHangTimeout, agent.DefaultTimelinePath,
+// use them: timer.DefaultHangTimeout, timeline.DefaultPath,
 // metrics.DefaultPushInterval, symbols.DefaultCacheBytes.
 const DefaultBasePort = 18888
 
@@ -78,7 +79,7 @@ var variables = []variable{
 			c.LagWarn, err = parseAtLeast(v, MinHangTimeout, " (0 turns it off)")
 			return err
 		}},
-	{env: "XPU_TIMER_TIMELINE_PATH", flag: "timeline-path", def: agent.DefaultTimelinePath, kind: "string",
+	{env: "XPU_TIMER_TIMELINE_PATH", flag: "timeline-path", def: timeline.DefaultPath, kind: "string",
 		usage: "directory for hang stack dumps",
 		set: func(c *Config, v string) error {
 			if v == "" {

@@ -17,11 +17,12 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/agent/identity"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
-	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/hugeheap"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
 // dumpHeap is about twice the Go heap of a first dump of a torch rank
@@ -103,7 +104,14 @@ lines.`,
 			}
 			f := File(p)
 			if outDir != "" {
-				path, err := dumpfile.Write(outDir, f)
+				path, aside, err := timeline.WriteDump(outDir, f)
+				switch {
+				case aside == nil:
+				case aside.Err != nil:
+					fmt.Fprintf(cmd.ErrOrStderr(), "cannot move an earlier incarnation's dump of rank %d aside to %s; it is overwritten: %v\n", f.Rank, aside.To, aside.Err)
+				default:
+					fmt.Fprintf(cmd.ErrOrStderr(), "moved the dump of rank %d of job %q incarnation %d aside to %s\n", f.Rank, aside.Job, aside.Incarnation, aside.To)
+				}
 				if err != nil {
 					return err
 				}
@@ -124,7 +132,7 @@ lines.`,
 	cmd.Flags().BoolVar(&pythonOnly, "python", false, "Python stacks (with --native: both, the default)")
 	cmd.Flags().BoolVar(&lines, "lines", false, "native frames with source lines, inlined calls and tail calls from the debug information, as gdb (a first dump reads it: slower)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the dump file's JSON (docs/stacktrace-schema.md), reason \"manual\"")
-	cmd.Flags().StringVar(&outDir, "out", "", "also write RRRRR-WWWWW.stacktrace and .txt into this directory, as the agent does, for the viewer")
+	cmd.Flags().StringVar(&outDir, "out", "", "also write RRRRR-WWWWW.stacktrace and .txt into this directory, as the agent does (an earlier incarnation's files of the rank moved aside), for the viewer")
 	return cmd
 }
 

@@ -17,11 +17,12 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
-	"github.com/xpu-timer/xpu-timer/collector/dump"
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/stack"
+	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer"
 )
 
@@ -263,5 +264,35 @@ func TestOneShot(t *testing.T) {
 	restore()
 	if gotGC != 100 || gotLimit != math.MaxInt64 {
 		t.Errorf("with GOGC and GOMEMLIMIT set, a dump ran with GOGC %d and limit %d, want both as they were", gotGC, gotLimit)
+	}
+}
+
+// TestDumpOutThroughTimeline: --out writes as the agent does (timeline):
+// a dump of another incarnation under the same rank name is moved aside
+// into incarnations/, not overwritten.
+func TestDumpOutThroughTimeline(t *testing.T) {
+	privileged.Root(t)
+	pid := sleeper(t)
+	dir := t.TempDir()
+	old := &dumpfile.File{Schema: dumpfile.Schema, Rank: 0, WorldSize: 1, PID: 1, Job: "old", Incarnation: 3, Reason: dumpfile.ReasonHang}
+	if _, err := dumpfile.Write(dir, old); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCmd("--pid", strconv.Itoa(pid), "--native", "--out", dir)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "moved the dump of rank 0 of job \"old\" incarnation 3 aside") {
+		t.Errorf("output does not tell of the move:\n%s", out)
+	}
+	moved, err := filepath.Glob(filepath.Join(dir, timeline.IncarnationsDir, "*", "00000-00001.stacktrace"))
+	if err != nil || len(moved) != 1 {
+		t.Fatalf("moved aside: %v %v", moved, err)
+	}
+	if f, err := dumpfile.Read(moved[0]); err != nil || f.Job != "old" || f.Incarnation != 3 {
+		t.Errorf("moved file %s: %+v %v", moved[0], f, err)
+	}
+	if f, err := dumpfile.Read(filepath.Join(dir, "00000-00001.stacktrace")); err != nil || f.PID != pid || f.Reason != dumpfile.ReasonManual {
+		t.Errorf("written file: %+v %v", f, err)
 	}
 }

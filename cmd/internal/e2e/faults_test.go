@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
-	"github.com/xpu-timer/xpu-timer/collector/trace"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/trace"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 	"github.com/xpu-timer/xpu-timer/viewer/rankset"

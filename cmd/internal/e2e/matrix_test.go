@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"

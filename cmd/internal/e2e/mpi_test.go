@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 )

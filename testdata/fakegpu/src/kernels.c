@@ -59,5 +59,23 @@ KERNEL(triton_red_fused_sum_1)
  * fault, so its name is looked up then */
 KERNEL(spin_kernel)
 
+/* The host stub nvcc writes for a kernel, here torch.cuda._sleep's: the
+ * <<<1, 1, 0, stream>>> launch in at::cuda::sleep calls it, and it calls
+ * the runtime's cudaLaunchKernel. Its name, "__device_stub_" and the
+ * kernel's mangled name, is the one frame of a blocked launch's stack
+ * that names the kernel (a real one on an H200 under
+ * CUDA_LAUNCH_BLOCKING=1: this name, above cudaLaunchKernel). launch is
+ * the runtime's cudaLaunchKernel (the testbed's Python loads the runtime
+ * with ctypes and hands it over). */
+typedef int (*fg_launch_fn)(const void *, dim3, dim3, void **, size_t, void *);
+API NOINLINE int __device_stub__ZN2at4cuda40_GLOBAL__N__758183f4_8_Sleep_cu_088d913f11spin_kernelEl(
+	fg_launch_fn launch, void **args, void *stream)
+{
+	dim3 grid = {1, 1, 1}, block = {1, 1, 1};
+	int rc = launch((const void *)spin_kernel, grid, block, args, 0, stream);
+	__asm__ volatile("" ::: "memory"); /* no tail call: the stub keeps its frame */
+	return rc;
+}
+
 /* the trivial kernel of launchloop: returns at once */
 API NOINLINE void noop_kernel(const uint64_t *p) { (void)p; }
