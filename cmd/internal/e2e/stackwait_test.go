@@ -126,7 +126,8 @@ func TestStackWaitHealthySteps(t *testing.T) {
 		"sh", "-c", "sleep 1; exec " + p.Bin + " steps 7000"}, p.Env(), "RANK=0", "WORLD_SIZE=1")
 	readyPIDs(t, w, 1)
 	w.waitRe(regexp.MustCompile(`"event":"rank"`), 20*time.Second) // a rank, so sampled: else this proves nothing
-	w.waitRe(regexp.MustCompile(`"event":"attach".*"library":"[^"]*libcuda\.so`), 20*time.Second) // CUDA is probed in the driver
+	// CUDA is probed in the driver
+	w.waitRe(regexp.MustCompile(`"event":"attach".*"library":"[^"]*libcuda\.so`), 20*time.Second)
 	time.Sleep(3 * stackTimeout)
 	for _, l := range w.stdout() {
 		if hangLineRe.MatchString(l) {
