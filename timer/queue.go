@@ -6,8 +6,8 @@ const queueBlock = 64
 // opQueue is a stream's outstanding ops, oldest first, in blocks of
 // queueBlock taken as it grows and let go as it drains: a queue that grows
 // to MaxOpsPerStream (a launch-bound loop that nothing retires) never
-// stops to copy itself, where one array doubled in place copied 4 MiB at
-// 32,768 ops and held the reader 15-90 ms on the test VM, and a queue that
+// stops to copy itself (one array doubled in place copied megabytes and
+// held the reader for tens of milliseconds), and a queue that
 // drains does not keep its largest size. One drained block is kept for the
 // next, so that a queue that goes up and down around a block's end does
 // not make garbage.

@@ -63,11 +63,10 @@ type Process struct {
 // of milliseconds, much of it kept: at the default of 100 the collector
 // runs several times over, on CPUs the capture was using. Not collecting
 // at all is worse: on a VM, the fresh pages a heap grows into cost more
-// than collecting and reusing them. At 200, the second to fifth first
-// dumps of a fresh process took 37-53 ms, mostly 38-42, against 43-53,
-// mostly 44-47, at 100 (medians over ten processes, on 2 CPUs); at 400 the
-// second one was slower (66 ms: it paid the first's collection).
-// GOMEMLIMIT still bounds the heap.
+// than collecting and reusing them. 200 made first dumps faster than 100,
+// and 400 made the second slower (it paid the first's collection):
+// docs/measurements.md, "Figures from code comments". GOMEMLIMIT still
+// bounds the heap.
 const captureGC = 200
 
 // gcRelaxed counts the captures running; the first one to start sets

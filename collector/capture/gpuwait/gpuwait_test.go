@@ -29,8 +29,7 @@ func TestRealStacks(t *testing.T) {
 		// waits for the network (gloo's allreduce), not the GPU.
 		{"h100-ddp-gloo-rank0.stacktrace", nil},
 		// Calls that are no waits, blocked behind torch.cuda._sleep's
-		// kernel on an H200 (driver 580, torch 2.11 cu13; the lead's
-		// dumps of 2026-11-28): under CUDA_LAUNCH_BLOCKING=1 its own
+		// kernel on an H200 (driver 580, torch 2.11 cu13): under CUDA_LAUNCH_BLOCKING=1 its own
 		// launch; a loop of x.add_(1) (the first add's launch, which
 		// loads its module lazily, waits for the running kernel); and
 		// torch.cuda.empty_cache() freeing cached blocks. The exported

@@ -405,10 +405,10 @@ func stragglers(ts []*tracee, deadline time.Time, maxStack int, maps []procfs.Ma
 // system calls that keep each its P, not through a channel. Over a
 // channel, a goroutine that blocks gives its P back, and the one it wakes
 // gets running through the scheduler: another thread of the runtime, of
-// ordinary priority, woken first to hand it a P. With two busy loops on
-// the test VM's 2 CPUs, a dump's trace showed the tracer runnable 7.2 ms
-// before it ran again after the callback's answer, every thread still
-// stopped. With a single P (GOMAXPROCS=1, a one-CPU container) the two
+// ordinary priority, woken first to hand it a P: on busy CPUs, the
+// tracer waited milliseconds to run again after the callback's answer,
+// every thread still stopped (docs/measurements.md, "Figures from code
+// comments"). With a single P (GOMAXPROCS=1, a one-CPU container) the two
 // cannot both hold one, and each wait gives it up instead.
 type stopCallback struct {
 	state  uint32 // cbStarting, cbWaiting, cbRun, cbCancel, cbDone

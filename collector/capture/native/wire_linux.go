@@ -18,8 +18,8 @@ import (
 
 // The stop helper's protocol (helper_linux.go), written by hand: the
 // messages are few and flat, and encoding/gob, which did this before,
-// took 0.8 ms of every start of a one-shot dump binary in its package
-// initialisation alone. Integers are varints, strings and byte slices
+// cost every start of a one-shot dump binary its package initialisation
+// (docs/measurements.md, "Figures from code comments"). Integers are varints, strings and byte slices
 // length-prefixed; each message is flushed whole.
 
 // maxWire bounds a length read from the wire (a stack, a string, a count):
