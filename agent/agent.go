@@ -16,6 +16,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -58,7 +59,7 @@ type Options struct {
 	Parent      func(pid int) (ppid int, python bool) // its parent process (0 unknown), whether it runs Python
 	Descendants func(pid int) []int                   // the processes under pid, parents first (Follow)
 	Alive       func(pid int) bool                    // the process still exists
-	Inspect     func(pid int) Process                 // cgroup, command line, executable for Scope (Env is filled in)
+	Inspect     func(pid int) ranks.Process           // cgroup, command line, executable for Scope (Env is filled in)
 	Kill        func(pid int) error                   // end the process group of pid (HangKill)
 	Hostname    string
 }
@@ -71,8 +72,10 @@ type Agent struct {
 	rec    *trace.Recorder
 	start  time.Time
 
-	book *rankBook // the traced processes and their identities
-	lag  *lagWatch // the early warning (lag.go)
+	book      *ranks.Book   // the traced processes and their identities
+	resolveCh chan struct{} // a process to look at (see)
+	resolving sync.Mutex    // one pass of looks at a time (resolveAll)
+	lag       *lagWatch     // the early warning (lag.go)
 
 	mu        sync.Mutex
 	episode   map[int]*dumped // pids dumped since the last time nothing was hung
@@ -147,19 +150,20 @@ func New(o Options) *Agent {
 		o.Hostname, _ = os.Hostname()
 	}
 	return &Agent{
-		o:        o,
-		log:      o.Logger,
-		engine:   timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
-		rec:      trace.New(0),
-		start:    o.Now(),
-		book:     newRankBook(),
-		lag:      newLagWatch(),
-		episode:  make(map[int]*dumped),
-		killed:   make(map[int]bool),
-		watched:  make(map[int]*watchState),
-		pushCh:   make(chan struct{}, 1),
-		checkNow: make(chan struct{}, 1),
-		retainCh: make(chan struct{}, 1),
+		o:         o,
+		log:       o.Logger,
+		engine:    timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
+		rec:       trace.New(0),
+		start:     o.Now(),
+		book:      ranks.NewBook(),
+		resolveCh: make(chan struct{}, 1),
+		lag:       newLagWatch(),
+		episode:   make(map[int]*dumped),
+		killed:    make(map[int]bool),
+		watched:   make(map[int]*watchState),
+		pushCh:    make(chan struct{}, 1),
+		checkNow:  make(chan struct{}, 1),
+		retainCh:  make(chan struct{}, 1),
 	}
 }
 
@@ -235,7 +239,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	tracerErr := make(chan error, 1)
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		a.resolveLoop(ctx)
+	}()
 	go func() {
 		defer wg.Done()
 		err := a.o.Tracer.Run(ctx, a.HandleEvents, a.HandleNotice)
@@ -358,7 +366,7 @@ func (a *Agent) inScope(pid int, known []pidScope) (bool, []pidScope) {
 		}
 	}
 	a.see(pid, true, false)
-	in := a.o.Scope == nil || !a.book.outside(pid)
+	in := a.o.Scope == nil || !a.book.Outside(pid)
 	return in, append(known, pidScope{pid, in})
 }
 
@@ -383,7 +391,7 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 		a.exited(ev.PID)
 	case timer.KindProcessExec:
 		a.forgetLooks(ev.PID)
-		a.book.forked(ev.PID, ev.Parent)
+		a.book.Forked(ev.PID, ev.Parent)
 		a.see(ev.PID, false, true)
 	case timer.KindCommInit:
 		a.see(ev.PID, true, false)

@@ -133,7 +133,7 @@ func (a *Agent) watchLags(now int64) {
 	if warn <= 0 {
 		return
 	}
-	live := a.book.live()
+	live := a.book.Live()
 	laggards := a.engine.Laggards(now, warn)
 	w := a.lag
 	w.mu.Lock()

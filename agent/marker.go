@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -107,11 +108,11 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 	}
 	a.log.Warn("another node reported a hang; dumping local ranks", "from", m.Host, "ranks", m.Ranks, "marker", path)
 	a.report(Report{Event: EventMarker, From: m.Host, Path: path, Op: m.Op})
-	var todo []procInfo
-	ranks := a.ranks()
+	var todo []ranks.Member
+	members := a.book.Ranks()
 	a.mu.Lock()
-	for _, p := range ranks {
-		if a.episode[p.pid] == nil {
+	for _, p := range members {
+		if a.episode[p.PID] == nil {
 			todo = append(todo, p)
 		}
 	}

@@ -15,21 +15,21 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 	now := a.o.Monotonic()
 	st := a.o.Tracer.Stats()
 	var s metrics.Snapshot
-	for _, p := range a.ranks() {
-		r := metrics.Rank{Rank: p.id.Rank, LocalRank: p.id.LocalRank, PID: p.pid,
-			DumpStarted: p.dumpStarted, DumpSeconds: p.dumpSeconds, Detectors: a.detectors(p.pid)}
+	for _, p := range a.book.Ranks() {
+		r := metrics.Rank{Rank: p.ID.Rank, LocalRank: p.ID.LocalRank, PID: p.PID,
+			DumpStarted: p.DumpStarted, DumpSeconds: p.DumpSeconds, Detectors: a.detectors(p.PID)}
 		if r.LocalRank < 0 {
-			r.LocalRank = p.id.Rank
+			r.LocalRank = p.ID.Rank
 		}
-		if ps, ok := a.engine.State(p.pid, now); ok {
+		if ps, ok := a.engine.State(p.PID, now); ok {
 			r.Hung, r.HangKind = ps.Hung, ps.HangKind
 			r.OldestAgeSeconds = float64(ps.OldestAgeNs) / 1e9
 			r.PendingOps = ps.Pending
 		}
-		stats := a.engine.ProcStats(p.pid)
+		stats := a.engine.ProcStats(p.PID)
 		r.Kernels = kernels(stats.Kernels)
 		r.Collectives = collectives(stats.Collectives)
-		a.lagSeries(&r, p.pid, now)
+		a.lagSeries(&r, p.PID, now)
 		if a.o.GPU != nil {
 			r.GPU = a.o.GPU.GPU(r.LocalRank)
 		}

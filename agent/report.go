@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"github.com/xpu-timer/xpu-timer/ranks/identity"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/dumpfile"
@@ -90,7 +91,7 @@ type Report struct {
 	ExitCode *int `json:"exit_code,omitempty"` // watch: the started command's status
 }
 
-func (r *Report) setRank(id Identity) {
+func (r *Report) setRank(id identity.Identity) {
 	if id.Rank >= 0 {
 		rank := id.Rank
 		r.Rank = &rank
@@ -109,7 +110,7 @@ func (r *Report) setRank(id Identity) {
 // one (kernels queued before it usually finished unobserved), else the
 // oldest op not known complete, which OldestOp always names. For a host
 // stall they name the collective the rank owes its waiting peers.
-func hangReport(h timer.Hang, id Identity, known bool) Report {
+func hangReport(h timer.Hang, id identity.Identity, known bool) Report {
 	r := Report{Event: EventHang, PID: h.PID, Kind: h.Kind, AgeSeconds: float64(h.AgeNs) / 1e9,
 		Timeout: float64(h.Timeout) / 1e9, Waiters: h.Waiters, Comms: h.Comms, Lagging: h.Lagging,
 		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall, StackWait: h.StackWait,

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
@@ -27,7 +28,7 @@ type Settings struct {
 	PodName      string             // XPU_TIMER_POD_NAME: metric and dump labels
 	IP           string             // XPU_TIMER_IP: metric and dump labels
 	Retain       timeline.Retention // XPU_TIMER_RETAIN_*: what earlier incarnations may leave in the timeline path; zero keeps everything
-	Scope        *Scope             // the node agent's filters (XPU_TIMER_NAMESPACES, ...); nil: every process may be a rank, one out of scope is never a rank and its events are dropped
+	Scope        *ranks.Scope       // the node agent's filters (XPU_TIMER_NAMESPACES, ...); nil: every process may be a rank, one out of scope is never a rank and its events are dropped
 
 	// Read by OpenMonitor (and watch's tracer).
 	Libraries          []string      // XPU_TIMER_LIBRARIES: extra vendor library paths to probe

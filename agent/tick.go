@@ -83,8 +83,8 @@ func (a *Agent) recovered(pid int) {
 	a.mu.Lock()
 	delete(a.episode, pid)
 	a.mu.Unlock()
-	a.book.setDumpStarted(false, pid)
-	exited := a.book.gone(pid)
+	a.book.SetDumpStarted(false, pid)
+	exited := a.book.Gone(pid)
 	a.kick()
 	if exited {
 		return

@@ -54,6 +54,6 @@
 // # Adding a role or a rule
 //
 // A new kind of process is a Role constant here, a rule in Elect and a
-// row in elect_test.go; the agent's book (agent/ranks.go) only stores
+// row in elect_test.go; the agent's book (ranks.Book) only stores
 // the votes.
 package election
