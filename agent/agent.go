@@ -36,10 +36,13 @@ const (
 type Options struct {
 	Settings // what the user chose (settings.go)
 
-	Tracer   Tracer        // required
-	Capturer Capturer      // nil: detect and report only, never dump (watch)
-	Interval time.Duration // check period, default DefaultInterval
-	Parallel int           // ranks captured at once, default 4
+	Tracer   Tracer   // required
+	Capturer Capturer // nil: detect and report only, never dump (watch)
+	// DetectOnly makes OpenMonitor open a loop that decides and reports
+	// only (watch): no dumps, metrics server, pushes or NVML.
+	DetectOnly bool
+	Interval   time.Duration // check period, default DefaultInterval
+	Parallel   int           // ranks captured at once, default 4
 
 	Logger   *slog.Logger    // default: discard
 	OnReport func(Report)    // every notable event, called from the loop's goroutines (serialise yourself)
