@@ -81,7 +81,8 @@ type Agent struct {
 	lag       *lagWatch     // the early warning (lag.go)
 
 	mu        sync.Mutex
-	episode   map[int]*dumped // pids dumped since the last time nothing was hung
+	episode   map[int]*dumped    // pids dumped since the last time nothing was hung
+	decided   map[int]timer.Hang // the engine's decisions in force (Check's, until Recovered)
 	killed    map[int]bool
 	lost      uint64
 	dumps     uint64
@@ -162,6 +163,7 @@ func New(o Options) *Agent {
 		resolveCh: make(chan struct{}, 1),
 		lag:       newLagWatch(),
 		episode:   make(map[int]*dumped),
+		decided:   make(map[int]timer.Hang),
 		killed:    make(map[int]bool),
 		watched:   make(map[int]*watchState),
 		pushCh:    make(chan struct{}, 1),

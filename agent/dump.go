@@ -70,15 +70,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 		}
 	}
 	start := time.Now()
-	n := a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
-		if h, ok := hung[pid]; ok {
-			return dumpfile.ReasonHang, &h
-		}
-		if h, ok := a.engine.Hung(pid); ok {
-			return dumpfile.ReasonHang, &h
-		}
-		return dumpfile.ReasonPeer, nil
-	})
+	n := a.dumpRanks(ctx, todo, a.why(dumpfile.ReasonPeer, hangs[0].Peers))
 	if len(todo) > 0 {
 		a.log.Info("dumped ranks", "ranks", n, "of", len(todo), "seconds", time.Since(start).Seconds(), "path", a.o.TimelinePath)
 		a.writeMarker(hangs)
@@ -90,13 +82,40 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 	}
 }
 
+// cause is why a rank is dumped: the reason, its decision when it is
+// hung, and its communicators' states.
+type cause struct {
+	reason dumpfile.Reason
+	hang   *timer.Hang
+	comms  []timer.CommState
+}
+
+// why gives the cause to dump a rank: its decision, when it is hung,
+// else other with its communicators from peers (Hang.Peers of the check
+// that decided the dumps) or, when no decision holds them (another node's
+// marker), from the engine.
+func (a *Agent) why(other dumpfile.Reason, peers map[int][]timer.CommState) func(pid int) cause {
+	return func(pid int) cause {
+		a.mu.Lock()
+		h, ok := a.decided[pid]
+		a.mu.Unlock()
+		if ok {
+			return cause{dumpfile.ReasonHang, &h, h.Comms}
+		}
+		if c, ok := peers[pid]; ok {
+			return cause{other, nil, c}
+		}
+		return cause{other, nil, a.engine.Comms(pid)}
+	}
+}
+
 // slowDump is how long the dumps of a decision may run before they are
 // reported stuck, with where the monitor's goroutines are.
 const slowDump = 10 * time.Second
 
 // dumpRanks captures and writes ranks in parallel (at most Parallel at
 // once) and returns how many were written.
-func (a *Agent) dumpRanks(ctx context.Context, members []ranks.Member, why func(pid int) (dumpfile.Reason, *timer.Hang)) int {
+func (a *Agent) dumpRanks(ctx context.Context, members []ranks.Member, why func(pid int) cause) int {
 	if len(members) == 0 {
 		return 0
 	}
@@ -127,8 +146,7 @@ func (a *Agent) dumpRanks(ctx context.Context, members []ranks.Member, why func(
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			reason, h := why(p.PID)
-			if a.dumpOne(p, reason, h) {
+			if a.dumpOne(p, why(p.PID)) {
 				mu.Lock()
 				written++
 				mu.Unlock()
@@ -150,14 +168,14 @@ func (a *Agent) dumpHelper(pid int) dumpfile.Helper {
 
 // dumpOne captures one rank and writes its .stacktrace (with .txt) and its
 // flight recorder trace.
-func (a *Agent) dumpOne(p ranks.Member, reason dumpfile.Reason, h *timer.Hang) bool {
+func (a *Agent) dumpOne(p ranks.Member, why cause) bool {
 	start := time.Now()
-	comms := a.engine.Comms(p.PID)
+	reason := why.reason
 	c, err := a.o.Capturer.Capture(p.PID)
 	id := p.ID
 	f := dump.File(p.PID, dump.Header{Rank: id.Rank, WorldSize: id.World, LocalRank: id.Local(), LocalWorldSize: id.LocalWorld,
 		Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName, Job: id.Job, Incarnation: max(id.Incarnation, 0)}, c, err)
-	f.Reason, f.Hang, f.Comms = reason, h, comms
+	f.Reason, f.Hang, f.Comms = reason, why.hang, why.comms
 	for _, pid := range a.book.Helpers(p.PID) {
 		f.Helpers = append(f.Helpers, a.dumpHelper(pid))
 	}

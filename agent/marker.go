@@ -117,10 +117,5 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 		}
 	}
 	a.mu.Unlock()
-	a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
-		if h, ok := a.engine.Hung(pid); ok {
-			return dumpfile.ReasonHang, &h
-		}
-		return dumpfile.ReasonMarker, nil
-	})
+	a.dumpRanks(ctx, todo, a.why(dumpfile.ReasonMarker, nil))
 }
