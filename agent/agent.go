@@ -16,6 +16,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/lagwarn"
 	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -28,7 +29,7 @@ const (
 	// DefaultInterval is how often the engine is checked.
 	DefaultInterval = time.Second
 	// DefaultLagWarn is the commands' XPU_TIMER_LAG_WARN: how long peers
-	// wait for a rank before the early warning names it (lag.go).
+	// wait for a rank before the early warning names it (package lagwarn).
 	DefaultLagWarn = 30 * time.Second
 )
 
@@ -51,7 +52,7 @@ type Options struct {
 	Looker   Looker          // nil: a look.Proc with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 	Sampler  Sampler         // nil: no native samples, so no waits known by their stack (see timer's "Waits known by their stack")
 	// LagSampler takes the one stack sample of a lagging or idle rank
-	// that the early warning classifies (lag.go); nil: Capturer; both
+	// that the early warning classifies (package lagwarn); nil: Capturer; both
 	// nil: activities are unknown.
 	LagSampler Capturer
 
@@ -75,10 +76,10 @@ type Agent struct {
 	rec    *trace.Recorder
 	start  time.Time
 
-	book      *ranks.Book   // the traced processes and their identities
-	resolveCh chan struct{} // a process to look at (see)
-	resolving sync.Mutex    // one pass of looks at a time (resolveAll)
-	lag       *lagWatch     // the early warning (lag.go)
+	book      *ranks.Book    // the traced processes and their identities
+	resolveCh chan struct{}  // a process to look at (see)
+	resolving sync.Mutex     // one pass of looks at a time (resolveAll)
+	lag       *lagwarn.Watch // the early warning (package lagwarn)
 
 	mu        sync.Mutex
 	episode   map[int]*dumped    // pids dumped since the last time nothing was hung
@@ -153,7 +154,7 @@ func New(o Options) *Agent {
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()
 	}
-	return &Agent{
+	a := &Agent{
 		o:         o,
 		log:       o.Logger,
 		engine:    timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
@@ -161,7 +162,6 @@ func New(o Options) *Agent {
 		start:     o.Now(),
 		book:      ranks.NewBook(),
 		resolveCh: make(chan struct{}, 1),
-		lag:       newLagWatch(),
 		episode:   make(map[int]*dumped),
 		decided:   make(map[int]timer.Hang),
 		killed:    make(map[int]bool),
@@ -170,6 +170,8 @@ func New(o Options) *Agent {
 		checkNow:  make(chan struct{}, 1),
 		retainCh:  make(chan struct{}, 1),
 	}
+	a.lag = a.newLagWatch()
+	return a
 }
 
 // Engine returns the agent's engine.

@@ -29,7 +29,7 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 		stats := a.engine.ProcStats(p.PID)
 		r.Kernels = kernels(stats.Kernels)
 		r.Collectives = collectives(stats.Collectives)
-		a.lagSeries(&r, p.PID, now)
+		a.lag.Series(&r, a.engine, p.PID, now)
 		if a.o.GPU != nil {
 			r.GPU = a.o.GPU.GPU(r.LocalRank)
 		}

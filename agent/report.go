@@ -27,7 +27,7 @@ const (
 	EventDumpFailed Event = "dump_failed"
 	EventMarker     Event = "marker" // another node's hang marker was seen
 	EventKill       Event = "kill"
-	EventLagging    Event = "lagging"   // peers wait for the rank in a collective it has not issued (lag.go)
+	EventLagging    Event = "lagging"   // peers wait for the rank in a collective it has not issued (package lagwarn)
 	EventCaughtUp   Event = "caught_up" // a lagging rank issued the collective
 )
 

@@ -239,13 +239,13 @@ func (a *Agent) sampledOnce(pid int) {
 }
 
 // wakeIn is how long until the sample that confirms a wait is due, or
-// a check the early warning needs (lag.go) (0: none is): Run checks then
+// a check the early warning needs (package lagwarn) (0: none is): Run checks then
 // rather than at the next interval.
 func (a *Agent) wakeIn() time.Duration {
 	a.mu.Lock()
 	at := a.wakeAt
 	a.mu.Unlock()
-	if lw := a.lag.due(); lw != 0 && (at == 0 || lw < at) {
+	if lw := a.lag.Due(); lw != 0 && (at == 0 || lw < at) {
 		at = lw
 	}
 	if at == 0 {

@@ -22,7 +22,7 @@ type Settings struct {
 	HangTimeout  time.Duration      // XPU_TIMER_HANG_TIMEOUT; default timer.DefaultHangTimeout
 	TimelinePath string             // XPU_TIMER_TIMELINE_PATH: where dumps and markers go; default DefaultTimelinePath
 	HangKill     bool               // XPU_TIMER_HANG_KILL: end the hung process group after the dump
-	LagWarn      time.Duration      // XPU_TIMER_LAG_WARN: warn of a rank its peers waited this long for (lag.go); 0: no warning (the commands' default is DefaultLagWarn)
+	LagWarn      time.Duration      // XPU_TIMER_LAG_WARN: warn of a rank its peers waited this long for (package lagwarn); 0: no warning (the commands' default is DefaultLagWarn)
 	StallWatch   bool               // XPU_TIMER_STALL_WATCH: look at ranks each check (a look.Proc when Options.Looker is nil); false: only GPU calls decide
 	JobName      string             // XPU_TIMER_JOB_NAME: metric labels, marker name and dump labels
 	PodName      string             // XPU_TIMER_POD_NAME: metric and dump labels
