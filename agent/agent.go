@@ -137,7 +137,7 @@ func New(o Options) *Agent {
 		o.Environ = procfs.Environ
 	}
 	if o.Parent == nil {
-		o.Parent = parentOf
+		o.Parent = procfs.ParentPython
 	}
 	if o.Descendants == nil {
 		o.Descendants = procfs.Descendants
@@ -146,10 +146,10 @@ func New(o Options) *Agent {
 		o.Inspect = Inspect
 	}
 	if o.Alive == nil {
-		o.Alive = alive
+		o.Alive = procfs.Alive
 	}
 	if o.Kill == nil {
-		o.Kill = KillGroup
+		o.Kill = procfs.KillGroup
 	}
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()
@@ -179,11 +179,6 @@ func (a *Agent) Engine() *timer.Engine { return a.engine }
 
 // Monotonic reads CLOCK_MONOTONIC in nanoseconds, the clock of bpf_ktime_get_ns.
 func Monotonic() int64 { return monoclock.Now() }
-
-func alive(pid int) bool {
-	st, err := procfs.ReadStat(pid)
-	return err == nil && st.State != 'Z' && st.State != 'X'
-}
 
 // Follow traces pid and its descendants, present and future. The
 // processes already running under pid (children, grandchildren) are taken
@@ -406,17 +401,6 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 	default:
 		a.see(ev.PID, true, false)
 	}
-}
-
-// parentOf reads pid's parent and whether its executable is a Python
-// interpreter.
-func parentOf(pid int) (int, bool) {
-	st, err := procfs.ReadStat(pid)
-	if err != nil {
-		return 0, false
-	}
-	exe, _ := procfs.Exe(pid)
-	return st.PPID, procfs.RunsPython(exe)
 }
 
 // HandleNotice consumes one tracer notice (the tracer's callback).

@@ -247,6 +247,6 @@ func endCommand(child *process.Child, done <-chan int, errw io.Writer) {
 	case <-time.After(endGrace):
 	}
 	fmt.Fprintf(errw, "xpu-timer watch: command %d still running %v after SIGTERM; killing it\n", child.PID(), endGrace)
-	_ = agent.KillTree(child.PID())
+	_ = procfs.KillTree(child.PID())
 	<-done
 }
