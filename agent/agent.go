@@ -16,6 +16,8 @@ import (
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/lagwarn"
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -25,7 +27,7 @@ const (
 	// DefaultInterval is how often the engine is checked.
 	DefaultInterval = time.Second
 	// DefaultLagWarn is the commands' XPU_TIMER_LAG_WARN: how long peers
-	// wait for a rank before the early warning names it (lag.go).
+	// wait for a rank before the early warning names it (package lagwarn).
 	DefaultLagWarn = 30 * time.Second
 )
 
@@ -33,10 +35,13 @@ const (
 type Options struct {
 	Settings // what the user chose (settings.go)
 
-	Tracer   Tracer        // required
-	Capturer Capturer      // nil: detect and report only, never dump (watch)
-	Interval time.Duration // check period, default DefaultInterval
-	Parallel int           // ranks captured at once, default 4
+	Tracer   Tracer   // required
+	Capturer Capturer // nil: detect and report only, never dump (watch)
+	// DetectOnly makes OpenMonitor open a loop that decides and reports
+	// only (watch): no dumps, metrics server, pushes or NVML.
+	DetectOnly bool
+	Interval   time.Duration // check period, default DefaultInterval
+	Parallel   int           // ranks captured at once, default 4
 
 	Logger   *slog.Logger    // default: discard
 	OnReport func(Report)    // every notable event, called from the loop's goroutines (serialise yourself)
@@ -45,7 +50,7 @@ type Options struct {
 	Looker   Looker          // nil: a look.Proc with StallWatch, else no looks, so no decisions on silent ranks (see timer's "Silent ranks")
 	Sampler  Sampler         // nil: no native samples, so no waits known by their stack (see timer's "Waits known by their stack")
 	// LagSampler takes the one stack sample of a lagging or idle rank
-	// that the early warning classifies (lag.go); nil: Capturer; both
+	// that the early warning classifies (package lagwarn); nil: Capturer; both
 	// nil: activities are unknown.
 	LagSampler Capturer
 
@@ -56,7 +61,7 @@ type Options struct {
 	Parent      func(pid int) (ppid int, python bool) // its parent process (0 unknown), whether it runs Python
 	Descendants func(pid int) []int                   // the processes under pid, parents first (Follow)
 	Alive       func(pid int) bool                    // the process still exists
-	Inspect     func(pid int) Process                 // cgroup, command line, executable for Scope (Env is filled in)
+	Inspect     func(pid int) ranks.Process           // cgroup, command line, executable for Scope (Env is filled in)
 	Kill        func(pid int) error                   // end the process group of pid (HangKill)
 	Hostname    string
 }
@@ -69,11 +74,14 @@ type Agent struct {
 	rec    *flight.Recorder
 	start  time.Time
 
-	book *rankBook // the traced processes and their identities
-	lag  *lagWatch // the early warning (lag.go)
+	book      *ranks.Book    // the traced processes and their identities
+	resolveCh chan struct{}  // a process to look at (see)
+	resolving sync.Mutex     // one pass of looks at a time (resolveAll)
+	lag       *lagwarn.Watch // the early warning (package lagwarn)
 
 	mu        sync.Mutex
-	episode   map[int]*dumped // pids dumped since the last time nothing was hung
+	episode   map[int]*dumped    // pids dumped since the last time nothing was hung
+	decided   map[int]timer.Hang // the engine's decisions in force (Check's, until Recovered)
 	killed    map[int]bool
 	lost      uint64
 	dumps     uint64
@@ -127,7 +135,7 @@ func New(o Options) *Agent {
 		o.Environ = procfs.Environ
 	}
 	if o.Parent == nil {
-		o.Parent = parentOf
+		o.Parent = procfs.ParentPython
 	}
 	if o.Descendants == nil {
 		o.Descendants = procfs.Descendants
@@ -136,29 +144,32 @@ func New(o Options) *Agent {
 		o.Inspect = Inspect
 	}
 	if o.Alive == nil {
-		o.Alive = alive
+		o.Alive = procfs.Alive
 	}
 	if o.Kill == nil {
-		o.Kill = KillGroup
+		o.Kill = procfs.KillGroup
 	}
 	if o.Hostname == "" {
 		o.Hostname, _ = os.Hostname()
 	}
-	return &Agent{
-		o:        o,
-		log:      o.Logger,
-		engine:   timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
-		rec:      flight.New(0),
-		start:    o.Now(),
-		book:     newRankBook(),
-		lag:      newLagWatch(),
-		episode:  make(map[int]*dumped),
-		killed:   make(map[int]bool),
-		watched:  make(map[int]*watchState),
-		pushCh:   make(chan struct{}, 1),
-		checkNow: make(chan struct{}, 1),
-		retainCh: make(chan struct{}, 1),
+	a := &Agent{
+		o:         o,
+		log:       o.Logger,
+		engine:    timer.NewEngine(timer.Config{HangTimeout: o.HangTimeout, Samples: o.Sampler != nil}),
+		rec:       flight.New(0),
+		start:     o.Now(),
+		book:      ranks.NewBook(),
+		resolveCh: make(chan struct{}, 1),
+		episode:   make(map[int]*dumped),
+		decided:   make(map[int]timer.Hang),
+		killed:    make(map[int]bool),
+		watched:   make(map[int]*watchState),
+		pushCh:    make(chan struct{}, 1),
+		checkNow:  make(chan struct{}, 1),
+		retainCh:  make(chan struct{}, 1),
 	}
+	a.lag = a.newLagWatch()
+	return a
 }
 
 // Engine returns the agent's engine.
@@ -166,11 +177,6 @@ func (a *Agent) Engine() *timer.Engine { return a.engine }
 
 // Monotonic reads CLOCK_MONOTONIC in nanoseconds, the clock of bpf_ktime_get_ns.
 func Monotonic() int64 { return monoclock.Now() }
-
-func alive(pid int) bool {
-	st, err := procfs.ReadStat(pid)
-	return err == nil && st.State != 'Z' && st.State != 'X'
-}
 
 // Follow traces pid and its descendants, present and future. The
 // processes already running under pid (children, grandchildren) are taken
@@ -233,7 +239,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	defer cancel()
 	var wg sync.WaitGroup
 	tracerErr := make(chan error, 1)
-	wg.Add(3)
+	wg.Add(4)
+	go func() {
+		defer wg.Done()
+		a.resolveLoop(ctx)
+	}()
 	go func() {
 		defer wg.Done()
 		err := a.o.Tracer.Run(ctx, a.HandleEvents, a.HandleNotice)
@@ -356,7 +366,7 @@ func (a *Agent) inScope(pid int, known []pidScope) (bool, []pidScope) {
 		}
 	}
 	a.see(pid, true, false)
-	in := a.o.Scope == nil || !a.book.outside(pid)
+	in := a.o.Scope == nil || !a.book.Outside(pid)
 	return in, append(known, pidScope{pid, in})
 }
 
@@ -381,7 +391,7 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 		a.exited(ev.PID)
 	case timer.KindProcessExec:
 		a.forgetLooks(ev.PID)
-		a.book.forked(ev.PID, ev.Parent)
+		a.book.Forked(ev.PID, ev.Parent)
 		a.see(ev.PID, false, true)
 	case timer.KindCommInit:
 		a.see(ev.PID, true, false)
@@ -389,17 +399,6 @@ func (a *Agent) HandleEvent(ev timer.Event) {
 	default:
 		a.see(ev.PID, true, false)
 	}
-}
-
-// parentOf reads pid's parent and whether its executable is a Python
-// interpreter.
-func parentOf(pid int) (int, bool) {
-	st, err := procfs.ReadStat(pid)
-	if err != nil {
-		return 0, false
-	}
-	exe, _ := procfs.Exe(pid)
-	return st.PPID, procfs.RunsPython(exe)
 }
 
 // HandleNotice consumes one tracer notice (the tracer's callback).

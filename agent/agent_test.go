@@ -3,17 +3,15 @@ package agent
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"maps"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,6 +20,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/ebpf"
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -148,6 +147,10 @@ func newBed(t *testing.T, host, dir string, envs map[int]map[string]string, mod 
 	return b
 }
 
+// looked makes the looks at new processes that the resolver makes on its
+// goroutine while Run runs (the next Tick makes them too).
+func (b *bed) looked() { b.resolveAll(b.book.Unread) }
+
 func (b *bed) at(t int64) { b.mu.Lock(); b.clock = t; b.mu.Unlock() }
 
 func (b *bed) events(kind Event) []Report {
@@ -174,6 +177,35 @@ func work(a *Agent, pid int, t int64, done bool) {
 	a.HandleEvent(timer.Event{Time: t + 1, PID: pid, TID: pid, Kind: timer.KindStreamSynchronize, Phase: timer.PhaseEnter, Stream: 5})
 	if done {
 		a.HandleEvent(timer.Event{Time: t + 2, PID: pid, TID: pid, Kind: timer.KindStreamSynchronize, Phase: timer.PhaseExit, Stream: 5})
+	}
+}
+
+// The tracer's goroutine reads no /proc: events, however new their
+// processes, read no environment, parent or scope; the resolver does,
+// once per process, and the ranks are known from then.
+func TestEventsReadNoProc(t *testing.T) {
+	var mu sync.Mutex
+	reads := 0
+	read := func() { mu.Lock(); reads++; mu.Unlock() }
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: env(0, 2), 101: env(1, 2)}, func(o *Options) {
+		environ := o.Environ
+		o.Environ = func(pid int) (map[string]string, error) { read(); return environ(pid) }
+		o.Parent = func(int) (int, bool) { read(); return 1, true }
+		o.Inspect = func(pid int) ranks.Process { read(); return ranks.Process{Cmdline: []string{"python3"}} }
+		o.Scope = &ranks.Scope{Command: regexp.MustCompile("python")}
+	})
+	work(b.Agent, 100, sec, false)
+	b.HandleEvents([]timer.Event{{Time: sec, PID: 101, TID: 101, Kind: timer.KindLaunch, Stream: 5}, {Time: sec + 1, PID: 101, TID: 101, Kind: timer.KindCommInit, Rank: 1, NRanks: 2}})
+	b.HandleEvent(timer.Event{Time: sec + 2, PID: 100, TID: 100, Kind: timer.KindProcessExec})
+	if reads != 0 {
+		t.Fatalf("%d reads of /proc on the tracer's goroutine", reads)
+	}
+	b.Tick(context.Background())
+	if reads != 2*3 {
+		t.Errorf("%d reads of /proc, want 3 for each of 2 processes", reads)
+	}
+	if rs := b.events(EventRank); len(rs) != 2 || *rs[0].Rank+*rs[1].Rank != 1 {
+		t.Errorf("rank reports %+v", rs)
 	}
 }
 
@@ -493,33 +525,6 @@ func TestRunStopsOnCancel(t *testing.T) {
 	}
 }
 
-func TestKillGroup(t *testing.T) {
-	cmd := exec.Command("sh", "-c", "sleep 60 & sleep 60; wait")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if err := KillGroup(cmd.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
-	err := cmd.Wait()
-	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("wait: %v", err)
-	}
-	// The group is gone: signalling it fails, once init has reaped the
-	// background sleep (a zombie can still be signalled).
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		err := syscall.Kill(-cmd.Process.Pid, 0)
-		if errors.Is(err, syscall.ESRCH) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("group still there 10 s after SIGKILL: %v", err)
-		}
-	}
-}
-
 // dlroverHung is DLRover's rule: keep the lines starting with
 // XPU_TIMER_COMMON_HANG; the worker is hung when there are some and every
 // one ends in 1.
@@ -604,7 +609,7 @@ func TestFollowTakesRunningRanks(t *testing.T) {
 	if want := []string{"11:0", "12:1"}; !slices.Equal(got, want) {
 		t.Fatalf("ranks announced %v, want %v", got, want)
 	}
-	if h := b.book.helpers(12); !slices.Equal(h, []int{13}) {
+	if h := b.book.Helpers(12); !slices.Equal(h, []int{13}) {
 		t.Fatalf("helpers of rank 1: %v, want [13]", h)
 	}
 }

@@ -1,9 +1,6 @@
 package agent
 
 import (
-	"github.com/xpu-timer/xpu-timer/agent/identity"
-	"github.com/xpu-timer/xpu-timer/collector/format/stack"
-
 	"bytes"
 	"context"
 	"os"
@@ -14,6 +11,8 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
 	"github.com/xpu-timer/xpu-timer/collector/capture/flight"
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -37,26 +36,26 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 	for _, h := range hangs {
 		hung[h.PID] = h
 	}
-	ranks := a.ranks()
+	members := a.book.Ranks()
 	jobs := map[string]bool{}
-	for _, p := range ranks {
-		if _, ok := hung[p.pid]; ok {
-			jobs[p.id.Job] = true
+	for _, p := range members {
+		if _, ok := hung[p.PID]; ok {
+			jobs[p.ID.Job] = true
 		}
 	}
-	var todo []procInfo
+	var todo []ranks.Member
 	var rewrite []*dumped
 	a.mu.Lock()
-	for _, p := range ranks {
-		if !jobs[p.id.Job] {
+	for _, p := range members {
+		if !jobs[p.ID.Job] {
 			continue
 		}
-		d := a.episode[p.pid]
+		d := a.episode[p.PID]
 		if d == nil {
 			todo = append(todo, p)
 			continue
 		}
-		if h, ok := hung[p.pid]; ok && d.file.Hang == nil {
+		if h, ok := hung[p.PID]; ok && d.file.Hang == nil {
 			d.file.Hang, d.file.Reason = dump.Decision(&h), dumpfile.ReasonHang
 			rewrite = append(rewrite, d)
 		}
@@ -70,15 +69,7 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 		}
 	}
 	start := time.Now()
-	n := a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
-		if h, ok := hung[pid]; ok {
-			return dumpfile.ReasonHang, &h
-		}
-		if h, ok := a.engine.Hung(pid); ok {
-			return dumpfile.ReasonHang, &h
-		}
-		return dumpfile.ReasonPeer, nil
-	})
+	n := a.dumpRanks(ctx, todo, a.why(dumpfile.ReasonPeer, hangs[0].Peers))
 	if len(todo) > 0 {
 		a.log.Info("dumped ranks", "ranks", n, "of", len(todo), "seconds", time.Since(start).Seconds(), "path", a.o.TimelinePath)
 		a.writeMarker(hangs)
@@ -90,35 +81,62 @@ func (a *Agent) dumpHangs(ctx context.Context, hangs []timer.Hang) {
 	}
 }
 
+// cause is why a rank is dumped: the reason, its decision when it is
+// hung, and its communicators' states.
+type cause struct {
+	reason dumpfile.Reason
+	hang   *timer.Hang
+	comms  []timer.CommState
+}
+
+// why gives the cause to dump a rank: its decision, when it is hung,
+// else other with its communicators from peers (Hang.Peers of the check
+// that decided the dumps) or, when no decision holds them (another node's
+// marker), from the engine.
+func (a *Agent) why(other dumpfile.Reason, peers map[int][]timer.CommState) func(pid int) cause {
+	return func(pid int) cause {
+		a.mu.Lock()
+		h, ok := a.decided[pid]
+		a.mu.Unlock()
+		if ok {
+			return cause{dumpfile.ReasonHang, &h, h.Comms}
+		}
+		if c, ok := peers[pid]; ok {
+			return cause{other, nil, c}
+		}
+		return cause{other, nil, a.engine.Comms(pid)}
+	}
+}
+
 // slowDump is how long the dumps of a decision may run before they are
 // reported stuck, with where the monitor's goroutines are.
 const slowDump = 10 * time.Second
 
 // dumpRanks captures and writes ranks in parallel (at most Parallel at
 // once) and returns how many were written.
-func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid int) (dumpfile.Reason, *timer.Hang)) int {
-	if len(ranks) == 0 {
+func (a *Agent) dumpRanks(ctx context.Context, members []ranks.Member, why func(pid int) cause) int {
+	if len(members) == 0 {
 		return 0
 	}
 	if err := os.MkdirAll(a.o.TimelinePath, 0o755); err != nil {
 		a.mu.Lock()
-		a.failures += uint64(len(ranks))
+		a.failures += uint64(len(members))
 		a.mu.Unlock()
 		a.log.Error("cannot create timeline path; dumps skipped", "path", a.o.TimelinePath, "err", err)
 		a.report(Report{Event: EventDumpFailed, Path: a.o.TimelinePath, Error: err.Error()})
 		return 0
 	}
-	pids := make([]int, len(ranks))
-	for i, p := range ranks {
-		pids[i] = p.pid
+	pids := make([]int, len(members))
+	for i, p := range members {
+		pids[i] = p.PID
 	}
-	a.book.setDumpStarted(true, pids...)
+	a.book.SetDumpStarted(true, pids...)
 	a.kick()
 	sem := make(chan struct{}, a.o.Parallel)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	written := 0
-	for _, p := range ranks {
+	for _, p := range members {
 		if ctx.Err() != nil {
 			break
 		}
@@ -127,8 +145,7 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			reason, h := why(p.pid)
-			if a.dumpOne(p, reason, h) {
+			if a.dumpOne(p, why(p.PID)) {
 				mu.Lock()
 				written++
 				mu.Unlock()
@@ -144,20 +161,21 @@ func (a *Agent) dumpRanks(ctx context.Context, ranks []procInfo, why func(pid in
 // dumpHelper captures a helper process of a rank, for the rank's dump.
 func (a *Agent) dumpHelper(pid int) dumpfile.Helper {
 	c, err := a.o.Capturer.Capture(pid)
-	g := identity.File(pid, Identity{}, Labels{}, c, err)
+	g := dump.File(pid, dump.Header{}, c, err)
 	return dumpfile.Helper{PID: pid, Cmdline: g.Cmdline, State: g.State, Threads: g.Threads, Errors: g.Errors}
 }
 
 // dumpOne captures one rank and writes its .stacktrace (with .txt) and its
 // flight recorder trace.
-func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool {
+func (a *Agent) dumpOne(p ranks.Member, why cause) bool {
 	start := time.Now()
-	comms := a.engine.Comms(p.pid)
-	c, err := a.o.Capturer.Capture(p.pid)
-	f := identity.File(p.pid, p.id, Labels{Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName}, c, err)
-	f.Reason, f.Hang, f.Comms = reason, dump.Decision(h), dump.Comms(comms)
-	f.Job, f.Incarnation = p.id.Job, max(p.id.Incarnation, 0)
-	for _, pid := range a.book.helpers(p.pid) {
+	reason := why.reason
+	c, err := a.o.Capturer.Capture(p.PID)
+	id := p.ID
+	f := dump.File(p.PID, dump.Header{Rank: id.Rank, WorldSize: id.World, LocalRank: id.Local(), LocalWorldSize: id.LocalWorld,
+		Host: a.o.Hostname, IP: a.o.IP, JobName: a.o.JobName, PodName: a.o.PodName, Job: id.Job, Incarnation: max(id.Incarnation, 0)}, c, err)
+	f.Reason, f.Hang, f.Comms = reason, dump.Decision(why.hang), dump.Comms(why.comms)
+	for _, pid := range a.book.Helpers(p.PID) {
 		f.Helpers = append(f.Helpers, a.dumpHelper(pid))
 	}
 	if a.o.GPU != nil {
@@ -168,29 +186,29 @@ func (a *Agent) dumpOne(p procInfo, reason dumpfile.Reason, h *timer.Hang) bool 
 	path, werr := a.writeDump(f)
 	a.writeTrace(p, f)
 	secs := time.Since(start).Seconds()
-	a.book.setDumpSeconds(p.pid, secs)
+	a.book.SetDumpSeconds(p.PID, secs)
 	a.mu.Lock()
 	if werr != nil {
 		a.failures++
 	} else {
 		a.dumps++
-		a.episode[p.pid] = &dumped{file: f, path: path}
+		a.episode[p.PID] = &dumped{file: f, path: path}
 	}
 	a.mu.Unlock()
-	site := stack.WaitSite(p.pid, f.Threads)
-	r := Report{Event: EventDump, PID: p.pid, Path: path, Reason: reason, Seconds: secs, Site: site}
-	r.setRank(p.id)
-	r.WorldSize = p.id.World
+	site := stack.WaitSite(p.PID, f.Threads)
+	r := Report{Event: EventDump, PID: p.PID, Path: path, Reason: reason, Seconds: secs, Site: site}
+	r.setRank(p.ID)
+	r.WorldSize = p.ID.World
 	if werr != nil {
-		r.Event, r.Error = "dump_failed", werr.Error()
-		a.log.Error("write dump", "rank", p.id.Rank, "pid", p.pid, "err", werr)
+		r.Event, r.Error = EventDumpFailed, werr.Error()
+		a.log.Error("write dump", "rank", p.ID.Rank, "pid", p.PID, "err", werr)
 	} else {
-		a.log.Info("dump", "rank", p.id.Rank, "pid", p.pid, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors), "main_thread_at", site)
+		a.log.Info("dump", "rank", p.ID.Rank, "pid", p.PID, "reason", reason, "path", path, "seconds", secs, "threads", len(f.Threads), "errors", len(f.Errors), "main_thread_at", site)
 		// What the dump lacks, a line each (an interpreter whose frames
 		// were not read: "Python 3.16.0a1: frames not read: unknown
 		// layout").
 		for _, e := range f.Errors {
-			a.log.Warn("dump incomplete", "rank", p.id.Rank, "pid", p.pid, "path", path, "error", e)
+			a.log.Warn("dump incomplete", "rank", p.ID.Rank, "pid", p.PID, "path", path, "error", e)
 		}
 	}
 	a.report(r)
@@ -212,22 +230,22 @@ func (a *Agent) writeDump(f *dumpfile.File) (string, error) {
 }
 
 // writeTrace writes the flight recorder's events of p as Chrome trace JSON.
-func (a *Agent) writeTrace(p procInfo, f *dumpfile.File) {
-	recs, over := a.rec.Events(p.pid)
+func (a *Agent) writeTrace(p ranks.Member, f *dumpfile.File) {
+	recs, over := a.rec.Events(p.PID)
 	names := make(map[int]string, len(f.Threads))
 	for _, t := range f.Threads {
 		names[t.TID] = t.Name
 	}
 	var buf bytes.Buffer
-	m := flight.Meta{PID: p.pid, Rank: p.id.Rank, World: p.id.World, Now: a.o.Monotonic(), Threads: names}
+	m := flight.Meta{PID: p.PID, Rank: p.ID.Rank, World: p.ID.World, Now: a.o.Monotonic(), Threads: names}
 	if err := flight.WriteChrome(&buf, recs, over, m); err != nil {
-		a.log.Error("encode trace", "rank", p.id.Rank, "err", err)
+		a.log.Error("encode trace", "rank", p.ID.Rank, "err", err)
 		return
 	}
-	if _, err := timeline.WriteTrace(a.o.TimelinePath, p.id.Rank, p.id.World, buf.Bytes()); err != nil {
+	if _, err := timeline.WriteTrace(a.o.TimelinePath, p.ID.Rank, p.ID.World, buf.Bytes()); err != nil {
 		a.mu.Lock()
 		a.writeErrs++
 		a.mu.Unlock()
-		a.log.Error("write trace", "rank", p.id.Rank, "err", err)
+		a.log.Error("write trace", "rank", p.ID.Rank, "err", err)
 	}
 }

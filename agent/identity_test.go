@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
 
@@ -44,7 +43,7 @@ func TestHelpersAndWrappers(t *testing.T) {
 	if len(got) != 2 || got[0] != 11 || got[1] != 20 {
 		t.Fatalf("ranks %v, want [11 20]", got)
 	}
-	if h := b.book.helpers(11); len(h) != 2 || h[0] != 12 || h[1] != 13 {
+	if h := b.book.Helpers(11); len(h) != 2 || h[0] != 12 || h[1] != 13 {
 		t.Errorf("helpers of rank 0: %v", h)
 	}
 	if len(b.events("rank")) != 2 {
@@ -61,11 +60,13 @@ func TestHelpersAndWrappers(t *testing.T) {
 }
 
 // A process whose environment names no rank (an MPI launcher's variables
-// unknown to us) takes the rank and size of its first communicator.
+// unknown to us) takes the rank and size of its first communicator, even
+// created before its environment was read.
 func TestIdentityFromCommunicator(t *testing.T) {
 	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{100: {"PATH": "/bin"}}, nil)
 	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindCommInit, Rank: 3, NRanks: 4, CommID: [16]byte{1}})
 	b.HandleEvent(timer.Event{Time: sec, PID: 100, TID: 100, Kind: timer.KindCommInit, Rank: 0, NRanks: 2, CommID: [16]byte{2}})
+	b.looked()
 	rs := b.Snapshot().Ranks
 	if len(rs) != 1 || rs[0].Rank != 3 {
 		t.Fatalf("ranks %+v, want rank 3 from the first communicator", rs)
@@ -145,7 +146,7 @@ func TestHelperThroughExitedParent(t *testing.T) {
 	if rs := b.events("rank"); len(rs) != 1 || rs[0].PID != 50 {
 		t.Fatalf("rank reports %+v, want pid 50 only", rs)
 	}
-	if h := b.book.helpers(50); len(h) != 1 || h[0] != 52 {
+	if h := b.book.Helpers(50); len(h) != 1 || h[0] != 52 {
 		t.Errorf("helpers of rank 2: %v, want [52]", h)
 	}
 }
@@ -213,26 +214,6 @@ func TestRankTieFirstSeen(t *testing.T) {
 	}
 }
 
-// Exited processes are remembered up to a bound, their parents kept while
-// a remembered process names them.
-func TestExitedProcessesBounded(t *testing.T) {
-	bk := newRankBook()
-	bk.see(1, false, true)
-	bk.forked(2, 1)
-	bk.exit(1) // the parent of all, the first to exit: kept while they name it
-	for pid := 3; pid < 3+2*maxExited; pid++ {
-		bk.forked(pid, 1)
-		bk.see(pid, false, true)
-		bk.exit(pid)
-	}
-	if n := len(bk.procs); n > maxExited+2 {
-		t.Fatalf("%d processes remembered, want at most %d", n, maxExited+2)
-	}
-	if bk.procs[1] == nil || bk.procs[2] == nil {
-		t.Fatalf("lost the live process or the parent it names")
-	}
-}
-
 // The tracer's notice of a fork comes after the events read with it: a
 // process that forked and exited in between stays exited, never revived as
 // a rank that no exit will ever end.
@@ -248,67 +229,6 @@ func TestNoticeAfterExitRevivesNothing(t *testing.T) {
 	if rs := b.events("rank"); len(rs) != 0 {
 		t.Fatalf("rank reports %+v", rs)
 	}
-}
-
-// Without TORCHELASTIC_RESTART_COUNT (mpirun, Slurm, a shell loop) the
-// book counts a job's restarts: a rank taken by a new process after its
-// holder exited starts the next incarnation, once for all the ranks that
-// come back; a wrapper and its python, a rank's workers (even one looked
-// at after the rank exited) share its incarnation; a launcher's count is
-// kept as it is.
-func TestIncarnationCounted(t *testing.T) {
-	bk := newRankBook()
-	start := func(pid, parent int, e map[string]string, python bool) Identity {
-		t.Helper()
-		bk.forked(pid, parent)
-		bk.see(pid, false, true)
-		id, ok := bk.resolved(pid, e, nil, false, parent, python)
-		if !ok {
-			t.Fatalf("process %d unknown", pid)
-		}
-		return id
-	}
-	want := func(what string, id Identity, inc int) {
-		t.Helper()
-		if id.Incarnation != inc {
-			t.Errorf("%s: incarnation %d, want %d", what, id.Incarnation, inc)
-		}
-	}
-	// Incarnation 0: rank 0 under a shell, rank 1, a worker of rank 1.
-	want("shell of rank 0", start(10, 1, env(0, 2), false), 0)
-	want("rank 0", start(11, 10, env(0, 2), true), 0)
-	want("rank 1", start(12, 1, env(1, 2), true), 0)
-	want("worker of rank 1", start(13, 12, env(1, 2), true), 0)
-	for _, pid := range []int{11, 12, 10, 13} {
-		bk.exit(pid)
-	}
-	// Incarnation 1: both ranks come back; one restart, counted once.
-	want("rank 0 again", start(21, 1, env(0, 2), true), 1)
-	want("rank 1 again", start(22, 1, env(1, 2), true), 1)
-	// A worker rank 1 forked just before it exited, looked at late.
-	bk.forked(23, 22)
-	bk.exit(22)
-	bk.see(23, false, true)
-	id, _ := bk.resolved(23, env(1, 2), nil, false, 1, true)
-	want("late worker of the exited rank 1", id, 1)
-	if got := bk.helpers(22); len(got) != 1 || got[0] != 23 {
-		t.Errorf("helpers of the exited rank: %v, want the late worker", got)
-	}
-	if live := bk.live(); slices.Contains(live, 23) {
-		t.Errorf("the late worker of the exited rank is a rank: %v", live)
-	}
-	// Incarnation 2: rank 1 alone restarts (its peer lives on).
-	bk.exit(23)
-	want("rank 1 a third time", start(32, 1, env(1, 2), true), 2)
-	// Another job has its own count.
-	other := env(0, 1)
-	other["MASTER_PORT"] = "29600"
-	want("another job", start(40, 1, other, true), 0)
-	// The launcher's count wins.
-	tr := env(0, 2)
-	tr["TORCHELASTIC_RESTART_COUNT"] = "5"
-	bk.exit(21)
-	want("torchrun's count", start(51, 1, tr, true), 5)
 }
 
 // The agent's own incarnation count reaches the dumps: a job restarted

@@ -33,7 +33,7 @@ type watchState struct {
 // keeps which detectors watch each rank: the log says once of a rank that
 // no GPU probe watches.
 func (a *Agent) lookAll(now int64) {
-	for _, pid := range a.book.live() {
+	for _, pid := range a.book.Live() {
 		stacks := false
 		if a.o.Looker != nil {
 			var l timer.Look

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -107,19 +108,14 @@ func (a *Agent) checkMarkers(ctx context.Context) {
 	}
 	a.log.Warn("another node reported a hang; dumping local ranks", "from", m.Host, "ranks", m.Ranks, "marker", path)
 	a.report(Report{Event: EventMarker, From: m.Host, Path: path, Op: m.Op})
-	var todo []procInfo
-	ranks := a.ranks()
+	var todo []ranks.Member
+	members := a.book.Ranks()
 	a.mu.Lock()
-	for _, p := range ranks {
-		if a.episode[p.pid] == nil {
+	for _, p := range members {
+		if a.episode[p.PID] == nil {
 			todo = append(todo, p)
 		}
 	}
 	a.mu.Unlock()
-	a.dumpRanks(ctx, todo, func(pid int) (dumpfile.Reason, *timer.Hang) {
-		if h, ok := a.engine.Hung(pid); ok {
-			return dumpfile.ReasonHang, &h
-		}
-		return dumpfile.ReasonMarker, nil
-	})
+	a.dumpRanks(ctx, todo, a.why(dumpfile.ReasonMarker, nil))
 }

@@ -2,12 +2,10 @@ package agent
 
 import (
 	"context"
-	"strings"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
-	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Snapshot is the node's state for the metrics exporter and the pusher.
@@ -15,21 +13,21 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 	now := a.o.Monotonic()
 	st := a.o.Tracer.Stats()
 	var s metrics.Snapshot
-	for _, p := range a.ranks() {
-		r := metrics.Rank{Rank: p.id.Rank, LocalRank: p.id.LocalRank, PID: p.pid,
-			DumpStarted: p.dumpStarted, DumpSeconds: p.dumpSeconds, Detectors: a.detectors(p.pid)}
+	for _, p := range a.book.Ranks() {
+		r := metrics.Rank{Rank: p.ID.Rank, LocalRank: p.ID.LocalRank, PID: p.PID,
+			DumpStarted: p.DumpStarted, DumpSeconds: p.DumpSeconds, Detectors: a.detectors(p.PID)}
 		if r.LocalRank < 0 {
-			r.LocalRank = p.id.Rank
+			r.LocalRank = p.ID.Rank
 		}
-		if ps, ok := a.engine.State(p.pid, now); ok {
+		if ps, ok := a.engine.State(p.PID, now); ok {
 			r.Hung, r.HangKind = ps.Hung, ps.HangKind
 			r.OldestAgeSeconds = float64(ps.OldestAgeNs) / 1e9
 			r.PendingOps = ps.Pending
 		}
-		stats := a.engine.ProcStats(p.pid)
-		r.Kernels = kernels(stats.Kernels)
-		r.Collectives = collectives(stats.Collectives)
-		a.lagSeries(&r, p.pid, now)
+		stats := a.engine.ProcStats(p.PID)
+		r.Kernels = metrics.KernelsOf(stats.Kernels)
+		r.Collectives = metrics.CollectivesOf(stats.Collectives)
+		a.lag.Series(&r, a.engine, p.PID, now)
 		if a.o.GPU != nil {
 			r.GPU = a.o.GPU.GPU(r.LocalRank)
 		}
@@ -47,62 +45,6 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 		s.Xids = x.Xids(a.o.Now())
 	}
 	return s
-}
-
-func durations(sm timer.Summary) metrics.Durations {
-	return metrics.Durations{Count: sm.Count, Sum: float64(sm.SumNs) / 1e9,
-		Min: float64(sm.MinNs) / 1e9, Max: float64(sm.MaxNs) / 1e9, Avg: sm.MeanNs() / 1e9, P99: float64(sm.P99Ns) / 1e9}
-}
-
-func kernels(ks []timer.KernelStat) []metrics.Kernel {
-	var out []metrics.Kernel
-	for _, k := range ks {
-		mk := metrics.Kernel{Name: k.Name, Durations: durations(k.Best())}
-		lower := strings.ToLower(k.Name)
-		if strings.Contains(lower, "gemm") || strings.Contains(lower, "matmul") {
-			mk.Operation = "Matmul"
-			mk.DType = dtypeOfName(lower)
-		}
-		out = append(out, mk)
-	}
-	return out
-}
-
-func collectives(cs []timer.CollStat) []metrics.Collective {
-	var out []metrics.Collective
-	for _, c := range cs {
-		out = append(out, metrics.Collective{Operation: c.Key.Op, DType: shortDtype(c.Key.Dtype),
-			Durations: durations(c.Best()), BusBandwidth: c.BusBWGbps * 1e9 / 8, Small: c.Key.SizeClass < 1<<20})
-	}
-	return out
-}
-
-// shortDtype spells NCCL data types the way xpu_timer's labels do.
-func shortDtype(d string) string {
-	switch d {
-	case "bfloat16":
-		return "bf16"
-	case "float16":
-		return "fp16"
-	case "float32":
-		return "fp32"
-	case "float64":
-		return "fp64"
-	case "float8e4m3":
-		return "fp8_e4m3"
-	case "float8e5m2":
-		return "fp8_e5m2"
-	}
-	return d
-}
-
-func dtypeOfName(n string) string {
-	for _, d := range []string{"bf16", "fp16", "fp32", "fp8", "tf32"} {
-		if strings.Contains(n, d) {
-			return d
-		}
-	}
-	return "unknown"
 }
 
 // kick asks the push loop to sync now.

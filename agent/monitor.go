@@ -30,19 +30,27 @@ type Monitor struct {
 
 // OpenMonitor loads the tracer and prepares the loop from o: its Settings
 // as the user chose them, and what the command adds (Logger, OnReport,
-// Kill, Interval). OpenMonitor sets o's Tracer, Capturer, GPU and Pusher
-// itself. It fails with an error matching ErrNotPermitted when eBPF is not
+// Kill, Interval, DetectOnly). OpenMonitor sets o's Capturer, Sampler,
+// LagSampler, GPU and Pusher itself, and its Tracer unless a test set one.
+// It fails with an error matching ErrNotPermitted when eBPF is not
 // permitted; a missing ptrace permission only turns stack capture into
-// state-only dumps (logged).
+// state-only dumps, and turns stack samples off (logged).
+//
+// With o.DetectOnly (`xpu-timer watch`) the loop decides and reports
+// only: no dumps, no /metrics, no pushes, no NVML; stacks are read for
+// the samples alone.
 func OpenMonitor(o Options) (*Monitor, error) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 		o.Logger = log
 	}
-	tr, err := OpenTracer(o.Settings)
-	if err != nil {
-		return nil, err
+	tr := o.Tracer
+	if tr == nil {
+		var err error
+		if tr, err = OpenTracer(o.Settings); err != nil {
+			return nil, err
+		}
 	}
 	capt := NewCapturer(tr)
 	dump.Shared().Cache().SetLimit(o.SymbolCacheBytes)
@@ -53,9 +61,17 @@ func OpenMonitor(o Options) (*Monitor, error) {
 		capt = StateOnly("ptrace not permitted: " + why)
 	}
 	m := &Monitor{Tracer: tr, log: log, done: make(chan struct{})}
-	o.Tracer, o.Capturer, o.GPU, o.Pusher = tr, capt, nil, nil
+	o.Tracer, o.Capturer, o.Sampler, o.LagSampler, o.GPU, o.Pusher = tr, capt, nil, nil, nil, nil
 	if o.StallWatch && ptraceOK {
 		o.Sampler = NewSampler(tr)
+	}
+	if o.DetectOnly {
+		o.Capturer = nil // watch dumps nothing and leaves the timeline path alone
+		if ptraceOK && o.LagWarn > 0 {
+			o.LagSampler = capt // the early warning's one sample of a lagging rank
+		}
+		m.Agent = New(o)
+		return m, nil
 	}
 	if !o.StallWatch {
 		log.Info("stall watch off: only GPU calls decide hangs; a rank silent with no GPU call in flight goes unseen")

@@ -3,6 +3,8 @@ package agent
 import (
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/ranks/identity"
+
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/timer"
@@ -26,7 +28,7 @@ const (
 	EventDumpFailed Event = "dump_failed"
 	EventMarker     Event = "marker" // another node's hang marker was seen
 	EventKill       Event = "kill"
-	EventLagging    Event = "lagging"   // peers wait for the rank in a collective it has not issued (lag.go)
+	EventLagging    Event = "lagging"   // peers wait for the rank in a collective it has not issued (package lagwarn)
 	EventCaughtUp   Event = "caught_up" // a lagging rank issued the collective
 )
 
@@ -90,7 +92,7 @@ type Report struct {
 	ExitCode *int `json:"exit_code,omitempty"` // watch: the started command's status
 }
 
-func (r *Report) setRank(id Identity) {
+func (r *Report) setRank(id identity.Identity) {
 	if id.Rank >= 0 {
 		rank := id.Rank
 		r.Rank = &rank
@@ -109,7 +111,7 @@ func (r *Report) setRank(id Identity) {
 // one (kernels queued before it usually finished unobserved), else the
 // oldest op not known complete, which OldestOp always names. For a host
 // stall they name the collective the rank owes its waiting peers.
-func hangReport(h timer.Hang, id Identity, known bool) Report {
+func hangReport(h timer.Hang, id identity.Identity, known bool) Report {
 	r := Report{Event: EventHang, PID: h.PID, Kind: h.Kind, AgeSeconds: float64(h.AgeNs) / 1e9,
 		Timeout: float64(h.Timeout) / 1e9, Waiters: h.Waiters, Comms: h.Comms, Lagging: h.Lagging,
 		Pending: h.Pending, Oldest: h.Oldest, Collective: h.Collective, Stall: h.Stall, StackWait: h.StackWait,

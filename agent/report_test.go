@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/xpu-timer/xpu-timer/ranks/identity"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -41,7 +42,7 @@ func TestHangReportNamesAwaitedCollective(t *testing.T) {
 			"", "", "layernorm_fwd_kernel", "", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := hangReport(tc.h, Identity{}, false)
+			r := hangReport(tc.h, identity.Identity{}, false)
 			if r.Op != tc.op || r.OpKind != tc.opKind || r.OldestOp != tc.oldestOp || r.Comm != tc.comm || r.Seq != tc.seq {
 				t.Fatalf("op %q kind %q oldest_op %q comm %q seq %d; want %q %q %q %q %d",
 					r.Op, r.OpKind, r.OldestOp, r.Comm, r.Seq, tc.op, tc.opKind, tc.oldestOp, tc.comm, tc.seq)
@@ -150,11 +151,11 @@ func TestHostStallNamesOwedCollective(t *testing.T) {
 func TestHangReportNewest(t *testing.T) {
 	fill := &timer.Op{Kind: "kernel", Kernel: "vectorized_elementwise_kernel"}
 	spin := &timer.Op{Kind: "kernel", Kernel: "spin_on_flag"}
-	r := hangReport(timer.Hang{Kind: "gpu", Rank: 0, Oldest: fill, Newest: spin, Awaited: 2}, Identity{}, false)
+	r := hangReport(timer.Hang{Kind: "gpu", Rank: 0, Oldest: fill, Newest: spin, Awaited: 2}, identity.Identity{}, false)
 	if r.Op != "vectorized_elementwise_kernel" || r.NewestOp != "spin_on_flag" || r.Newest != spin || r.Awaited != 2 {
 		t.Fatalf("op %q newest_op %q newest %v awaited %d", r.Op, r.NewestOp, r.Newest, r.Awaited)
 	}
-	r = hangReport(timer.Hang{Kind: "gpu", Rank: 0, Oldest: spin, Awaited: 1}, Identity{}, false)
+	r = hangReport(timer.Hang{Kind: "gpu", Rank: 0, Oldest: spin, Awaited: 1}, identity.Identity{}, false)
 	if r.Op != "spin_on_flag" || r.NewestOp != "" || r.Awaited != 1 {
 		t.Fatalf("one op: op %q newest_op %q awaited %d", r.Op, r.NewestOp, r.Awaited)
 	}

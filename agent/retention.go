@@ -47,8 +47,8 @@ func (a *Agent) retainSoon() {
 // retainOnce runs retention once, sparing the incarnations of the live ranks.
 func (a *Agent) retainOnce(ctx context.Context) {
 	keep := map[string]bool{}
-	for _, p := range a.ranks() {
-		keep[timeline.IncarnationName(p.id.Job, max(p.id.Incarnation, 0))] = true
+	for _, p := range a.book.Ranks() {
+		keep[timeline.IncarnationName(p.ID.Job, max(p.ID.Incarnation, 0))] = true
 	}
 	ctx, cancel := context.WithTimeout(ctx, retainBudget)
 	defer cancel()

@@ -33,6 +33,7 @@ func TestRetentionThroughAgent(t *testing.T) {
 	dir := earlierIncarnations(t, 4)
 	b := newBed(t, "node-a", dir, map[int]map[string]string{100: env(0, 1)}, func(o *Options) { o.Retain = timeline.Retention{Count: 2} })
 	work(b.Agent, 100, sec, false) // rank 0 of 1, incarnation 0 of job 10.0.0.1:29500: alive
+	b.looked()
 	b.retainOnce(context.Background())
 	left, _ := os.ReadDir(filepath.Join(dir, timeline.IncarnationsDir))
 	var names []string

@@ -116,7 +116,7 @@ func (a *Agent) sampleAll(now int64) {
 			wake = t
 		}
 	}
-	for _, pid := range a.book.live() {
+	for _, pid := range a.book.Live() {
 		a.mu.Lock()
 		mark := a.sampled[pid]
 		a.mu.Unlock()
@@ -192,9 +192,9 @@ func (a *Agent) sampleUnsampled(now int64) {
 	if len(pids) == 0 {
 		return
 	}
-	ranks := a.book.live()
+	ranks := a.book.Live()
 	for _, pid := range pids {
-		if slices.Contains(ranks, pid) || a.book.outside(pid) || !a.o.Tracer.Probed(pid) {
+		if slices.Contains(ranks, pid) || a.book.Outside(pid) || !a.o.Tracer.Probed(pid) {
 			a.sampledOnce(pid) // a rank is sampled as one (sampleAll)
 			continue
 		}
@@ -239,13 +239,13 @@ func (a *Agent) sampledOnce(pid int) {
 }
 
 // wakeIn is how long until the sample that confirms a wait is due, or
-// a check the early warning needs (lag.go) (0: none is): Run checks then
+// a check the early warning needs (package lagwarn) (0: none is): Run checks then
 // rather than at the next interval.
 func (a *Agent) wakeIn() time.Duration {
 	a.mu.Lock()
 	at := a.wakeAt
 	a.mu.Unlock()
-	if lw := a.lag.due(); lw != 0 && (at == 0 || lw < at) {
+	if lw := a.lag.Due(); lw != 0 && (at == 0 || lw < at) {
 		at = lw
 	}
 	if at == 0 {

@@ -4,6 +4,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
@@ -21,13 +22,13 @@ type Settings struct {
 	HangTimeout  time.Duration      // XPU_TIMER_HANG_TIMEOUT; default timer.DefaultHangTimeout
 	TimelinePath string             // XPU_TIMER_TIMELINE_PATH: where dumps and markers go; default timeline.DefaultPath
 	HangKill     bool               // XPU_TIMER_HANG_KILL: end the hung process group after the dump
-	LagWarn      time.Duration      // XPU_TIMER_LAG_WARN: warn of a rank its peers waited this long for (lag.go); 0: no warning (the commands' default is DefaultLagWarn)
+	LagWarn      time.Duration      // XPU_TIMER_LAG_WARN: warn of a rank its peers waited this long for (package lagwarn); 0: no warning (the commands' default is DefaultLagWarn)
 	StallWatch   bool               // XPU_TIMER_STALL_WATCH: look at ranks each check (a look.Proc when Options.Looker is nil); false: only GPU calls decide
 	JobName      string             // XPU_TIMER_JOB_NAME: metric labels, marker name and dump labels
 	PodName      string             // XPU_TIMER_POD_NAME: metric and dump labels
 	IP           string             // XPU_TIMER_IP: metric and dump labels
 	Retain       timeline.Retention // XPU_TIMER_RETAIN_*: what earlier incarnations may leave in the timeline path; zero keeps everything
-	Scope        *Scope             // the node agent's filters (XPU_TIMER_NAMESPACES, ...); nil: every process may be a rank, one out of scope is never a rank and its events are dropped
+	Scope        *ranks.Scope       // the node agent's filters (XPU_TIMER_NAMESPACES, ...); nil: every process may be a rank, one out of scope is never a rank and its events are dropped
 
 	// Read by OpenMonitor (and watch's tracer).
 	Libraries          []string      // XPU_TIMER_LIBRARIES: extra vendor library paths to probe

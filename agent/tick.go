@@ -21,6 +21,11 @@ func (a *Agent) Tick(ctx context.Context) {
 	a.watchLags(now)
 
 	hangs := a.engine.Check(now)
+	a.mu.Lock()
+	for _, h := range hangs {
+		a.decided[h.PID] = h
+	}
+	a.mu.Unlock()
 	for _, pid := range a.engine.Recovered(now) {
 		a.recovered(pid)
 	}
@@ -30,14 +35,11 @@ func (a *Agent) Tick(ctx context.Context) {
 		for _, h := range hangs {
 			id, known := a.identity(h.PID)
 			r := hangReport(h, id, known)
-			if h.Kind == timer.HangHost && h.Lagging != nil {
-				// The collective the waiting peer is stuck in names the op
-				// this rank owes, when it is the awaited one.
-				if ph, ok := a.engine.Hung(h.Lagging.PeerPID); ok {
-					if o := awaited(ph); o != nil && o.Kind == timer.OpCollective && o.Comm == h.Lagging.Comm && o.Seq == h.Lagging.Awaited {
-						r.Op, r.Dtype, r.Bytes = o.Op, o.Dtype, o.Bytes
-					}
-				}
+			if h.Kind == timer.HangHost && h.Lagging != nil && h.Lagging.Op != nil {
+				// The collective the waiting peer is stuck in: the op this
+				// rank owes.
+				o := h.Lagging.Op
+				r.Op, r.Dtype, r.Bytes = o.Op, o.Dtype, o.Bytes
 			}
 			attrs := []any{"pid", h.PID, "rank", r.rank(), "kind", h.Kind, "op", r.Op, "comm", r.Comm, "seq", r.Seq,
 				"age", float64(h.AgeNs) / 1e9, "waiters", len(h.Waiters)}
@@ -85,9 +87,10 @@ func (a *Agent) recovered(pid int) {
 	id, known := a.identity(pid)
 	a.mu.Lock()
 	delete(a.episode, pid)
+	delete(a.decided, pid)
 	a.mu.Unlock()
-	a.book.setDumpStarted(false, pid)
-	exited := a.book.gone(pid)
+	a.book.SetDumpStarted(false, pid)
+	exited := a.book.Gone(pid)
 	a.kick()
 	if exited {
 		return

@@ -136,7 +136,38 @@ func (e *Engine) evaluate(now int64, fire bool) []Hang {
 			out = append(out, h)
 		}
 	}
+	if len(out) == 0 {
+		return nil
+	}
+	peers := make(map[int][]CommState, len(views))
+	for _, v := range views {
+		peers[v.p.pid] = v.p.commStates()
+	}
+	for i := range out {
+		e.owed(out[i].Lagging)
+		out[i].Peers = peers
+	}
 	return out
+}
+
+// owed sets l.Op, the collective the waiting peer is stuck in, when it
+// is the one l awaits (see Lag.Op); e.mu held.
+func (e *Engine) owed(l *Lag) {
+	if l == nil {
+		return
+	}
+	q := e.procs[l.PeerPID]
+	if q == nil || q.hang == nil {
+		return
+	}
+	o := q.hang.Collective
+	if o == nil {
+		o = q.hang.Oldest
+	}
+	if o != nil && o.Kind == OpCollective && o.Comm == l.Comm && o.Seq == l.Awaited {
+		op := *o
+		l.Op = &op
+	}
 }
 
 func (e *Engine) decision(p *proc, kind HangKind, now int64) Hang {

@@ -36,7 +36,12 @@ type Hang struct {
 	AgeNs   int64       `json:"age_ns"`            // how long Oldest has been outstanding, or how long the host has been silent ("host")
 	Waiters []Waiter    `json:"waiters,omitempty"` // threads blocked on or polling GPU work
 	Comms   []CommState `json:"comms,omitempty"`
-	Pending int         `json:"pending"` // outstanding ops across all streams
+	// Peers are the communicators' states of every process the engine
+	// held at the check that decided this (this one's included), shared
+	// by the decisions of that check: the dumps of its peers. Not in
+	// dumps.
+	Peers   map[int][]CommState `json:"-"`
+	Pending int                 `json:"pending"` // outstanding ops across all streams
 
 	// Collective is, for "gpu", the oldest collective among the awaited
 	// work not known complete. Kernels queued before a collective usually
@@ -76,6 +81,10 @@ type Lag struct {
 	Awaited  uint64 `json:"awaited"`   // sequence number the peer waits on
 	PeerPID  int    `json:"peer_pid"`  // the waiting peer (one of them)
 	PeerRank int    `json:"peer_rank"` // -1 if unknown
+	// Op is the collective the peer is stuck in, when that is the
+	// awaited one (Comm, Awaited) and the peer was decided "gpu" in the
+	// same check or before: the op this process owes. Not in dumps.
+	Op *Op `json:"-"`
 }
 
 // Op is one unit of GPU work: a kernel, a copy, a graph or a collective.

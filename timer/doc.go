@@ -111,7 +111,9 @@
 // that work includes a collective of a communicator this process also
 // belongs to at a sequence number this process has not issued:
 // Hang.Lagging names the communicator, this process's last sequence
-// number and the highest one the peer awaits. Polling and synchronising
+// number and the highest one the peer awaits, and (Lag.Op) the collective
+// the peer is stuck in when it is that awaited one, decided in the same
+// check or before. Polling and synchronising
 // are not new work, so a rank whose watchdog keeps querying completed
 // events every 100 ms is still stalled. With Config.Samples, a process
 // with a thread entered in a call whose return is not probed, awaiting
@@ -234,7 +236,11 @@
 // whose condition cleared (its waiters' work completed or the waits ended,
 // or for "host" it issued work again or the peers stopped waiting), after
 // which it may fire again. A process that exits or execs is reported
-// recovered if it was hung.
+// recovered if it was hung. A decision is complete: it carries what its
+// report, dump and marker need (the op, the streams' pending work, the
+// communicators' states, the waiters, the peer's op for "host"), so the
+// caller keeps the decisions Check returned until Recovered clears them
+// and never asks the engine again.
 //
 // # Lagging ranks
 //

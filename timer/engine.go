@@ -235,6 +235,14 @@ func (e *Engine) drop(pid int) {
 	}
 }
 
+// Forget drops what the engine holds of pid, as its exit does (a process
+// found out of the agent's scope after its first calls).
+func (e *Engine) Forget(pid int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.drop(pid)
+}
+
 // Processes lists the pids the engine holds state for, ascending.
 func (e *Engine) Processes() []int {
 	e.mu.Lock()

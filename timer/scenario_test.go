@@ -90,8 +90,20 @@ func TestDDPStallOfOneRank(t *testing.T) {
 		}
 		if r.rank == stuck {
 			want := Lag{Comm: CommIDString([16]byte{0x77}), Issued: 4, Awaited: 5, PeerPID: ranks[0].pid, PeerRank: 0}
-			if h.Kind != "host" || h.Lagging == nil || *h.Lagging != want || h.Pending != 0 {
+			if h.Kind != "host" || h.Lagging == nil || h.Pending != 0 {
 				t.Fatalf("stuck rank: %+v lag %+v", h, h.Lagging)
+			}
+			// The decision names the op it owes: the collective its peer,
+			// decided in the same check, is stuck in.
+			got := *h.Lagging
+			if o := got.Op; o == nil || o.Kind != OpCollective || o.Op != "AllReduce" || o.Seq != 5 || o.Comm != want.Comm {
+				t.Fatalf("stuck rank owes %+v, want AllReduce #5", o)
+			}
+			if got.Op = nil; got != want {
+				t.Fatalf("stuck rank: lag %+v, want %+v", got, want)
+			}
+			if len(h.Peers) != world || h.Peers[ranks[0].pid][0].Issued != 5 {
+				t.Fatalf("peers' communicators %+v", h.Peers)
 			}
 			continue
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/ranks"
 )
 
 // New returns the agent command.
@@ -76,7 +77,7 @@ the pod UID from its cgroup.`,
 // follow.
 type Finder struct {
 	Libraries []string     // extra vendor libraries (--libraries)
-	Scope     *agent.Scope // nil: every training process
+	Scope     *ranks.Scope // nil: every training process
 }
 
 // Follow scans for training processes every interval and follows each new

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/ranks"
 )
 
 func TestMapsVendor(t *testing.T) {
@@ -125,7 +125,7 @@ func TestScanScope(t *testing.T) {
 	if lib == "" {
 		t.Fatalf("%s maps no ld-linux: %v", sleep, ms)
 	}
-	f := Finder{Libraries: []string{lib}, Scope: &agent.Scope{Namespaces: []string{"train"}, Command: regexp.MustCompile(`^\S*sleep 3[123]$`)}}
+	f := Finder{Libraries: []string{lib}, Scope: &ranks.Scope{Namespaces: []string{"train"}, Command: regexp.MustCompile(`^\S*sleep 3[123]$`)}}
 	found, out := f.Scan()
 	if !slices.Contains(found, train) {
 		t.Errorf("found %v, want %d", found, train)

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
@@ -52,14 +52,14 @@ var (
 				}
 				ns = append(ns, n)
 			}
-			c.scope(func(s *agent.Scope) { s.Namespaces = ns })
+			c.scope(func(s *ranks.Scope) { s.Namespaces = ns })
 			return nil
 		}}
 	podRegex = variable{env: "XPU_TIMER_POD_REGEX", flag: "pod-regex", kind: "string", agent: true,
 		usage: "follow only processes whose pod name matches this RE2 regexp, anywhere unless anchored (from the process's POD_NAME or KUBERNETES_POD_NAME)",
 		set: func(c *Config, v string) error {
 			re, err := compile(v)
-			c.scope(func(s *agent.Scope) { s.Pod = re })
+			c.scope(func(s *ranks.Scope) { s.Pod = re })
 			return err
 		}}
 	podUIDs = variable{env: "XPU_TIMER_POD_UIDS", flag: "pod-uids", kind: "strings", agent: true,
@@ -73,24 +73,24 @@ var (
 				}
 				uids = append(uids, n)
 			}
-			c.scope(func(s *agent.Scope) { s.PodUIDs = uids })
+			c.scope(func(s *ranks.Scope) { s.PodUIDs = uids })
 			return nil
 		}}
 	commandRegex = variable{env: "XPU_TIMER_COMMAND_REGEX", flag: "command-regex", kind: "string", agent: true,
 		usage: "follow only processes whose command line (arguments joined by spaces) or executable path matches this RE2 regexp, anywhere unless anchored",
 		set: func(c *Config, v string) error {
 			re, err := compile(v)
-			c.scope(func(s *agent.Scope) { s.Command = re })
+			c.scope(func(s *ranks.Scope) { s.Command = re })
 			return err
 		}}
 )
 
 // scope applies one filter to c.Scope, which stays nil while no filter is
 // set.
-func (c *Config) scope(set func(*agent.Scope)) {
+func (c *Config) scope(set func(*ranks.Scope)) {
 	s := c.Scope
 	if s == nil {
-		s = &agent.Scope{}
+		s = &ranks.Scope{}
 	}
 	set(s)
 	if s.Empty() {

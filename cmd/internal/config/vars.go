@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/agent"
-	"github.com/xpu-timer/xpu-timer/agent/identity"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/ebpf"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
+	"github.com/xpu-timer/xpu-timer/ranks/identity"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -235,8 +235,8 @@ var variables = []variable{
 	{env: identity.JobNameVars[0], flag: "job-name", fallbacks: identity.JobNameVars[1:], kind: "string",
 		usage: "job_name label (default $ELASTIC_JOB_NAME, then $JOB_NAME)",
 		set:   func(c *Config, v string) error { c.JobName = v; return nil }},
-	{env: identity.PodNameVars[0], flag: "pod-name", fallbacks: identity.PodNameVars[1:], kind: "string",
-		usage: "pod_name label (default $POD_NAME, then $HOSTNAME)",
+	{env: identity.PodLabelVars[0], flag: "pod-name", fallbacks: identity.PodLabelVars[1:], kind: "string",
+		usage: "pod_name label (default $POD_NAME, then $KUBERNETES_POD_NAME, then $HOSTNAME)",
 		set:   func(c *Config, v string) error { c.PodName = v; return nil }},
 	{env: identity.IPVars[0], flag: "ip", fallbacks: identity.IPVars[1:], kind: "string",
 		usage: "ip label (default $POD_IP)",

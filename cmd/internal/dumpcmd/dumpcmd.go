@@ -12,16 +12,17 @@ import (
 	"os"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/xpu-timer/xpu-timer/agent/identity"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/collector/capture/dump"
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/hugeheap"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/ranks/identity"
 	"github.com/xpu-timer/xpu-timer/timeline"
 )
 
@@ -156,11 +157,22 @@ func Standalone(args []string) *cobra.Command {
 }
 
 // File is the dump file of p, as the agent writes it, with reason
-// "manual": rank, world size and labels from p's environment (what the
-// launcher would have used). What could not be read is in its errors.
+// "manual", so that the viewer merges it with the agent's dumps: rank,
+// world size and labels from p's environment (what the launcher would
+// have used; a process without RANK is rank 0 of 1, as a single process
+// is), the host name from this machine. What could not be read is in its
+// errors.
 func File(p *dump.Process) *dumpfile.File {
 	env, err := procfs.Environ(p.PID)
-	f := identity.Manual(p, env, identity.LabelsOf(env))
+	id, l := identity.Of(env), identity.LabelsOf(env)
+	if !id.FromEnv {
+		id.Rank = 0
+	}
+	host, _ := os.Hostname()
+	f := dump.File(p.PID, dump.Header{Rank: id.Rank, WorldSize: max(id.World, id.Rank+1), LocalRank: id.Local(), LocalWorldSize: id.LocalWorld,
+		Host: host, IP: l.IP, JobName: l.JobName, PodName: l.PodName}, p, nil)
+	f.Schema, f.Reason = dumpfile.Schema, dumpfile.ReasonManual
+	f.DumpedAt, f.DumpDuration = time.Now(), p.Took
 	if err != nil {
 		f.Errors = append(f.Errors, fmt.Sprintf("identity: %v", err))
 	}

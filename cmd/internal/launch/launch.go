@@ -15,6 +15,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/process"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 )
 
 // Notice is printed once, to stderr, when the job runs unmonitored because
@@ -107,7 +108,7 @@ func Run(ctx context.Context, cfg config.Config, args []string, st Streams, log 
 	}
 	var root int
 	// The job runs in the launcher's process group: end the job's tree.
-	kill := func(int) error { return agent.KillTree(root) }
+	kill := func(int) error { return procfs.KillTree(root) }
 	mon, err := agent.OpenMonitor(agent.Options{Settings: cfg.Settings, Logger: log, Kill: kill})
 	if err != nil {
 		if errors.Is(err, agent.ErrNotPermitted) {

@@ -97,21 +97,13 @@ its descendants; processes given with --pid are left alone.`,
 	return cmd
 }
 
-// openTracer is swapped by tests.
-var openTracer = agent.OpenTracer
+// testTracer, set by tests, replaces the eBPF tracer.
+var testTracer agent.Tracer
 
 func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval time.Duration, exitOnHang bool, pids []int, args []string) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	tr, err := openTracer(cfg.Settings)
-	if err != nil {
-		if errors.Is(err, agent.ErrNotPermitted) {
-			return exitcode.With(exitcode.NotPermitted, fmt.Errorf("watch needs eBPF: run as root, or grant CAP_BPF and CAP_PERFMON: %w", err))
-		}
-		return err
-	}
-	defer tr.Close()
 	var mu sync.Mutex
 	enc := json.NewEncoder(out)
 	hung := make(chan struct{}, 1)
@@ -133,16 +125,18 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		level = cfg.LogLevel
 	}
 	log := slog.New(slog.NewTextHandler(errw, &slog.HandlerOptions{Level: level}))
-	// The settings the launcher and the agent open their monitor with; with
-	// no capturer, watch dumps nothing and leaves the timeline path alone.
-	o := agent.Options{Settings: cfg.Settings, Tracer: tr, Interval: interval, OnReport: emit, Logger: log}
-	if cfg.StallWatch {
-		o.Sampler = agent.NewSampler(tr) // waits known by their stack
+	// The monitor the launcher and the agent open, with their settings
+	// and ptrace check, that only decides and reports: watch dumps
+	// nothing and leaves the timeline path alone.
+	mon, err := agent.OpenMonitor(agent.Options{Settings: cfg.Settings, Tracer: testTracer, Interval: interval, OnReport: emit, Logger: log, DetectOnly: true})
+	if err != nil {
+		if errors.Is(err, agent.ErrNotPermitted) {
+			return exitcode.With(exitcode.NotPermitted, fmt.Errorf("watch needs eBPF: run as root, or grant CAP_BPF and CAP_PERFMON: %w", err))
+		}
+		return err
 	}
-	if cfg.LagWarn > 0 {
-		o.LagSampler = agent.NewCapturer(tr) // the early warning's one sample of a lagging rank: no dump
-	}
-	a := agent.New(o)
+	defer mon.Close()
+	a := mon.Agent
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -253,6 +247,6 @@ func endCommand(child *process.Child, done <-chan int, errw io.Writer) {
 	case <-time.After(endGrace):
 	}
 	fmt.Fprintf(errw, "xpu-timer watch: command %d still running %v after SIGTERM; killing it\n", child.PID(), endGrace)
-	_ = agent.KillTree(child.PID())
+	_ = procfs.KillTree(child.PID())
 	<-done
 }

@@ -46,9 +46,9 @@ func (s *stuckTracer) Probed(int) bool   { return true }
 func (s *stuckTracer) Close() error      { return nil }
 
 func useStuck(t *testing.T) {
-	old := openTracer
-	openTracer = func(agent.Settings) (agent.Tracer, error) { return &stuckTracer{pids: make(chan int, 4)}, nil }
-	t.Cleanup(func() { openTracer = old })
+	old := testTracer
+	testTracer = &stuckTracer{pids: make(chan int, 4)}
+	t.Cleanup(func() { testTracer = old })
 }
 
 func lines(t *testing.T, b []byte) []map[string]any {

@@ -23,11 +23,13 @@ func Decision(h *timer.Hang) *dumpfile.Hang {
 			d.Waiters[i] = dumpfile.Waiter(w)
 		}
 	}
+	if l := h.Lagging; l != nil {
+		// (its Op, the collective the peer is stuck in, is the engine's
+		// alone: not in dumps)
+		d.Lagging = &dumpfile.Lag{Comm: l.Comm, Issued: l.Issued, Awaited: l.Awaited, PeerPID: l.PeerPID, PeerRank: l.PeerRank}
+	}
 	// Conversions, not copies: a member added to one side alone stops the
 	// build.
-	if l := h.Lagging; l != nil {
-		d.Lagging = new(dumpfile.Lag(*l))
-	}
 	if s := h.Stall; s != nil {
 		d.Stall = new(dumpfile.Stall(*s))
 	}

@@ -1,9 +1,9 @@
 // Package identity reads a process's place in its job from the variables
 // its launcher set (torchrun, DLRover, Open MPI, PMIx, Slurm, PaddlePaddle,
 // Horovod): rank, local rank, world sizes, the job and its incarnation,
-// with the precedence when several launchers' variables are present. It
-// also builds the dump file of a captured process from that identity
-// (file.go).
+// with the precedence when several launchers' variables are present, and
+// the node labels a dump carries (labels.go). It is pure: the caller reads
+// the environment.
 package identity
 
 import (
@@ -17,10 +17,10 @@ type Identity struct {
 	World, LocalWorld int
 	// FromEnv is true when a launcher's variables gave the rank (Source
 	// names which). When false the loop takes the rank of the first
-	// NCCL/MCCL communicator the process creates (Source "nccl"), else
-	// numbers it by order of appearance (Source "order").
+	// NCCL/MCCL communicator the process creates (SourceNCCL), else
+	// numbers it by order of appearance (SourceOrder).
 	FromEnv bool
-	Source  string
+	Source  Source
 	// Job groups the processes of one job on the node: a hang dumps the
 	// other ranks of the same job. From TORCHELASTIC_RUN_ID, else
 	// MASTER_ADDR:MASTER_PORT, else the launcher's job id (Open MPI, PMIx,
@@ -31,8 +31,32 @@ type Identity struct {
 	// Slurm job: same job id, set from the first requeue on); Of gives -1
 	// when the environment
 	// does not say, and the agent then counts the restarts it sees itself
-	// (rankBook, "Incarnations").
+	// (ranks.Book, "Incarnations").
 	Incarnation int
+}
+
+// Source says where an identity's rank came from: a launcher's
+// variables (the launcher's name), the first communicator, or the order
+// of appearance.
+type Source string
+
+// Where a rank comes from.
+const (
+	SourceNCCL  Source = "nccl"  // the rank and size of its first communicator
+	SourceOrder Source = "order" // numbered by order of appearance
+)
+
+// Known says whether id names its rank: from the environment or from a
+// communicator, not assumed.
+func (id Identity) Known() bool { return id.FromEnv || id.Source == SourceNCCL }
+
+// Local is id's local rank, its rank where the launcher names none (a
+// single node).
+func (id Identity) Local() int {
+	if id.LocalRank < 0 {
+		return id.Rank
+	}
+	return id.LocalRank
 }
 
 // restartCounts are the variables a launcher counts a job's restarts in,
@@ -43,7 +67,7 @@ var restartCounts = []string{"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"
 // environment variables for rank, world size, local rank and local size
 // ("" where it sets none).
 type launcher struct {
-	name                         string
+	name                         Source
 	rank, world, local, localNum string
 }
 

@@ -36,11 +36,12 @@
 //     its rank died never becomes the rank.
 //  2. The owner of the group is, among the processes not helpers or
 //     wrappers, the one most like a rank: GPU calls or a communicator
-//     (2) above Python (1) above neither (0). Between two alike, the
-//     outer of the two when one is below the other; else, with no
-//     kinship known (a parent the agent never saw fork), the one known
-//     first (Process.Seen): a rank's process comes before what its tree
-//     runs, and the choice never turns on map order.
+//     (2) above Python (1) above neither (0). Of those alike, the outer
+//     ones (none of the others above them); of those, with no kinship
+//     known between them (a parent the agent never saw fork), the one
+//     known first (Process.Seen): a rank's process comes before what its
+//     tree runs, and the choice never turns on map order, even where
+//     kinship and first sight disagree (a child known before its parent).
 //  3. Every other process of the group is: a helper of the owner when it
 //     is below the owner; a wrapper when the owner is below it or it is
 //     less like a rank; else, unless already a helper or wrapper, a
@@ -54,6 +55,6 @@
 // # Adding a role or a rule
 //
 // A new kind of process is a Role constant here, a rule in Elect and a
-// row in elect_test.go; the agent's book (agent/ranks.go) only stores
+// row in elect_test.go; the agent's book (ranks.Book) only stores
 // the votes.
 package election

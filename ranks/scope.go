@@ -1,4 +1,4 @@
-package agent
+package ranks
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
-	"github.com/xpu-timer/xpu-timer/timer"
+	"github.com/xpu-timer/xpu-timer/ranks/identity"
 )
 
 // Scope chooses the processes the node loop makes ranks of (the agent's
@@ -17,7 +17,7 @@ import (
 // What each filter can see:
 //   - the namespace and the pod name are not in a process's cgroup, only
 //     its pod's UID: they come from its environment, the variables of
-//     NamespaceVars and PodNameVars, which the pod spec sets from the
+//     NamespaceVars and identity.PodNameVars, which the pod spec sets from the
 //     downward API (fieldRef metadata.namespace, metadata.name). A process
 //     whose environment names none is outside a Namespaces or Pod filter,
 //     and Admit says why. HOSTNAME is not taken: with hostNetwork (usual
@@ -36,14 +36,14 @@ type Scope struct {
 	Command    *regexp.Regexp // command line or executable; nil: any
 }
 
-// The environment variables a Scope reads, first set wins.
+// The environment variables a Scope reads, first set wins; the pod's
+// name is identity.PodNameVars.
 var (
 	NamespaceVars = []string{"POD_NAMESPACE", "KUBERNETES_POD_NAMESPACE"}
-	PodNameVars   = []string{"POD_NAME", "KUBERNETES_POD_NAME"}
 	PodUIDVars    = []string{"POD_UID", "KUBERNETES_POD_UID"}
 )
 
-// Process is what a Scope sees of one process.
+// Process is what a Scope sees of one process (the agent reads it).
 type Process struct {
 	PID     int
 	Env     map[string]string // nil when it could not be read
@@ -55,17 +55,6 @@ type Process struct {
 // Empty says whether s admits every process.
 func (s *Scope) Empty() bool {
 	return s == nil || len(s.Namespaces) == 0 && s.Pod == nil && len(s.PodUIDs) == 0 && s.Command == nil
-}
-
-// Inspect reads what s needs of pid beyond its environment: the cgroup
-// for a pod UID filter or an explanation, the command line and the
-// executable for a command filter.
-func Inspect(pid int) Process {
-	p := Process{PID: pid}
-	p.Cgroup, _ = procfs.ReadCgroup(pid)
-	p.Cmdline, _ = procfs.Cmdline(pid)
-	p.Exe, _ = procfs.Exe(pid)
-	return p
 }
 
 // Admit says whether p is in scope; when it is not, why says which filter
@@ -87,12 +76,12 @@ func (s *Scope) Admit(p Process) (ok bool, why string) {
 		}
 	}
 	if s.Pod != nil {
-		pod, from := first(p.Env, PodNameVars)
+		pod, from := first(p.Env, identity.PodNameVars)
 		switch {
 		case p.Env == nil:
 			return false, "pod filter: its environment could not be read"
 		case from == "":
-			return false, "pod filter: its environment names no pod (" + strings.Join(PodNameVars, " or ") +
+			return false, "pod filter: its environment names no pod (" + strings.Join(identity.PodNameVars, " or ") +
 				", set from the downward API); " + where(p)
 		case !s.Pod.MatchString(pod):
 			return false, fmt.Sprintf("pod %q (%s) does not match %q", pod, from, s.Pod)
@@ -145,38 +134,4 @@ func first(env map[string]string, keys []string) (val, key string) {
 		}
 	}
 	return "", ""
-}
-
-// admit applies the agent's Scope to pid, whose environment was just read
-// (env, or the error reading it). A process out of scope is marked so in
-// the book, never becomes a rank, and is logged once with the reason.
-func (a *Agent) admit(pid int, env map[string]string, err error) bool {
-	if a.o.Scope.Empty() {
-		return true
-	}
-	p := a.o.Inspect(pid)
-	p.PID, p.Env = pid, env
-	if err != nil {
-		p.Env = nil
-	}
-	ok, why := a.o.Scope.Admit(p)
-	if ok {
-		return true
-	}
-	if a.book.exclude(pid) {
-		a.log.Info("process out of scope: not a rank, not dumped, no metrics", "pid", pid, "why", why)
-	}
-	return false
-}
-
-// outOfScope says whether ev is of a process out of scope, deciding a new
-// process's scope before its first event reaches the engine. Exits and
-// execs always go through (an exec decides again).
-func (a *Agent) outOfScope(ev timer.Event) bool {
-	switch ev.Kind {
-	case timer.KindProcessExit, timer.KindProcessExec:
-		return false
-	}
-	a.see(ev.PID, true, false)
-	return a.book.outside(ev.PID)
 }

@@ -98,6 +98,9 @@ func TestElect(t *testing.T) {
 			[]Process{proc(10, 1, noID, exited), proc(11, 10, python, gpu)},
 			map[int]Vote{10: {Role: Exited}, 11: {Role: Rank}},
 		},
+		{"a child known before its parent: of the outer ones, the one known first (FuzzElect)",
+			[]Process{proc(100, 1, comm, python, seen(3)), proc(101, 1, comm, python, seen(2)), proc(102, 100, comm, python, seen(1))},
+			map[int]Vote{100: {Role: Shadow}, 101: {Role: Rank}, 102: {Role: Shadow}}},
 		{
 			"siblings alike with no kinship known: the one known first is the rank, the other its shadow",
 			[]Process{proc(20, 0, python, seen(2)), proc(10, 0, python, seen(1))},

@@ -2,6 +2,7 @@ package election
 
 import (
 	"iter"
+	"slices"
 	"strconv"
 )
 
@@ -134,18 +135,7 @@ func (e *election) group(k Key, g []int) {
 		return
 	}
 	// Rule 2: the owner.
-	owner := -1
-	for _, i := range g {
-		p := &e.ps[i]
-		switch {
-		case demoted(e.votes[i]):
-		case owner < 0, p.likeness() > e.ps[owner].likeness():
-			owner = i
-		case p.likeness() == e.ps[owner].likeness() &&
-			(e.descends(owner, p.PID) || !e.descends(i, e.ps[owner].PID) && p.Seen < e.ps[owner].Seen):
-			owner = i
-		}
-	}
+	owner := e.owner(g)
 	if owner < 0 {
 		return // the rank is gone; its helpers and wrappers stay what they were
 	}
@@ -163,6 +153,33 @@ func (e *election) group(k Key, g []int) {
 			e.votes[i] = Vote{Role: Shadow}
 		}
 	}
+}
+
+// owner is rule 2's choice among g: of the processes neither helpers
+// nor wrappers, those most like a rank; of those, the outer ones (none of
+// the others above them); of those, the one known first. A set, not a
+// fold over g: the choice never turns on g's order, even where kinship
+// and first sight disagree (a child known before its parent). -1: none.
+func (e *election) owner(g []int) int {
+	most := -1
+	var alike []int
+	for _, i := range g {
+		switch l := e.ps[i].likeness(); {
+		case demoted(e.votes[i]), l < most:
+		case l > most:
+			most, alike = l, append(alike[:0], i)
+		default:
+			alike = append(alike, i)
+		}
+	}
+	owner, outer := -1, false
+	for _, i := range alike {
+		o := !slices.ContainsFunc(alike, func(j int) bool { return j != i && e.descends(i, e.ps[j].PID) })
+		if owner < 0 || o && !outer || o == outer && e.ps[i].Seen < e.ps[owner].Seen {
+			owner, outer = i, o
+		}
+	}
+	return owner
 }
 
 // Lineage yields the pids of pid's parent, its parent's, and so on, as
