@@ -27,6 +27,13 @@ func fill(v reflect.Value, n *int) {
 		for i := range 2 {
 			fill(v.Index(i), n)
 		}
+	case reflect.Map:
+		m := reflect.MakeMap(v.Type())
+		k, e := reflect.New(v.Type().Key()).Elem(), reflect.New(v.Type().Elem()).Elem()
+		fill(k, n)
+		fill(e, n)
+		m.SetMapIndex(k, e)
+		v.Set(m)
 	case reflect.Array:
 		for i := range v.Len() {
 			fill(v.Index(i), n)
