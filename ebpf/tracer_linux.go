@@ -22,6 +22,7 @@ import (
 	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 
+	"github.com/xpu-timer/xpu-timer/ebpf/internal/ring"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -33,10 +34,10 @@ const rescanDelay = 20 * time.Millisecond
 
 // pollInterval bounds how long a call record may wait in its ring while
 // records come: the BPF side wakes the reader only each quarter ring, and
-// only a resting one heeds it (reserve in probes.bpf.c, callRings.poll),
-// so the reader looks on its own this often (idleInterval while the rings
+// only a resting one heeds it (reserve in probes.bpf.c, ring.Rings.Poll),
+// so the reader looks on its own this often (ring.IdleInterval while the rings
 // are idle), and before each process record.
-const pollInterval = 20 * time.Millisecond
+const pollInterval = ring.CollectInterval
 
 // inFlightWait bounds how long a process record waits for call records
 // that were reserved but not yet published when it was read (a writer
@@ -62,10 +63,10 @@ type Tracer struct {
 	hooks    []link.Link     // scheduler hooks
 	rd       *ringbuf.Reader // process records (map procs)
 	procWait *readyWait      // Run waits for them here, or nil (see newReadyWait)
-	rings    *callRings      // call records (map calls)
+	rings    *ring.Rings     // call records (map calls)
 	wakes    *wakeWait       // the collector waits for the programs here, or nil
 	nudged   atomic.Bool     // the collector ended Run's wait (nudge)
-	calls    []probesCall    // records being delivered; Run's goroutine only
+	calls    []ring.Record   // records being delivered; Run's goroutine only
 	batch    []timer.Event   // events being delivered (deliverBatch); Run's goroutine only
 	progs    map[string]*ebpf.Program
 	names    *kernelNames
@@ -412,8 +413,8 @@ func (t *Tracer) notice(n Notice) {
 //
 // Process records come on the ring buffer procs, which wakes Run; call
 // records wait in the call rings, drained on each wakeup, every
-// pollInterval (idleInterval while they are idle) and by the collector
-// (callRings.poll), which at rest the programs wake each quarter ring.
+// pollInterval (ring.IdleInterval while they are idle) and by the collector
+// (ring.Rings.Poll), which at rest the programs wake each quarter ring.
 // The engine must see each thread's calls in order, and a process's calls
 // before its exit. Records of one thread are
 // published one after another, but possibly on different CPUs, so their
@@ -437,7 +438,11 @@ func (t *Tracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice
 	}()
 	go func() {
 		defer close(polled)
-		t.rings.poll(stop, t.wakes, t.nudge)
+		var w ring.Waker
+		if t.wakes != nil {
+			w = t.wakes
+		}
+		t.rings.Poll(stop, w, t.nudge)
 	}()
 	t.beat()
 	t.readyOne.Do(func() { close(t.ready) })
@@ -465,7 +470,7 @@ func (t *Tracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice
 			// or just committed) must go first, with the calls before it:
 			// the next read takes it.
 			if t.rd.AvailableBytes() == 0 {
-				t.rings.collect()
+				t.rings.Collect()
 				t.deliverCalls(now, onEvents)
 			}
 			continue
@@ -479,10 +484,10 @@ func (t *Tracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice
 			continue
 		}
 		deadline := time.Now().Add(inFlightWait)
-		t.rings.collect()
-		for t.rings.inFlight() && time.Now().Before(deadline) {
+		t.rings.Collect()
+		for t.rings.InFlight() && time.Now().Before(deadline) {
 			runtime.Gosched()
-			t.rings.collect()
+			t.rings.Collect()
 		}
 		t.deliverCalls(raw.Time, onEvents)
 		t.processEvent(raw, onEvents)
@@ -502,11 +507,12 @@ const deliverBatch = 64
 // later ones wait for the next.
 func (t *Tracer) deliverCalls(cut uint64, onEvents func([]timer.Event)) {
 	for {
-		calls := t.rings.take(cut, t.calls[:0], deliverBatch)
-		t.calls = calls
-		if len(calls) == 0 {
+		recs := t.rings.Take(cut, t.calls[:0], deliverBatch)
+		t.calls = recs
+		if len(recs) == 0 {
 			return
 		}
+		calls := callsOf(recs)
 		evs := t.batch[:len(calls)]
 		for i := range evs {
 			decode(&evs[i], &calls[i])
@@ -529,8 +535,8 @@ func (t *Tracer) wait() time.Duration {
 	if len(t.dirty) > 0 {
 		return maxScanLag
 	}
-	if t.rings.idle() {
-		return idleInterval // the collector wakes Run (nudge) when records come
+	if t.rings.Idle() {
+		return ring.IdleInterval // the collector wakes Run (nudge) when records come
 	}
 	return pollInterval
 }
@@ -638,7 +644,7 @@ func (t *Tracer) processEvent(raw *probesCall, onEvents func([]timer.Event)) {
 
 // Stats reports counters and what is attached now.
 func (t *Tracer) Stats() Stats {
-	s := Stats{Events: t.events.Load(), Lost: t.rings.lostCount()}
+	s := Stats{Events: t.events.Load(), Lost: t.rings.Lost()}
 	if t.wakes != nil {
 		s.Wakeups = t.wakes.count.Load()
 	}
@@ -721,7 +727,7 @@ func (t *Tracer) Close() error {
 		errs = append(errs, t.wakes.close())
 	}
 	if t.rings != nil {
-		errs = append(errs, t.rings.close())
+		errs = append(errs, t.rings.Close())
 	}
 	for _, h := range t.hooks {
 		errs = append(errs, h.Close())
