@@ -48,7 +48,7 @@ func fill(c *probesCall, tid int, time, handle uint64) {
 // order, and a record from after the cut waits for the next drain.
 func TestDeliverCallsInTimeOrder(t *testing.T) {
 	f, r := newFakeRings(2, 16)
-	tr := &Tracer{rings: r, batch: make([]timer.Event, deliverBatch)}
+	tr := &reader{rings: r, batch: make([]timer.Event, deliverBatch)}
 	f.write(1, 7, 10, 1)
 	f.write(0, 7, 20, 2)
 	f.write(1, 7, 30, 3)

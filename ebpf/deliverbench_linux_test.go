@@ -46,7 +46,7 @@ func readerRun(b *testing.B, ranks int) (perRec, floor float64) {
 	const slots = 4096 // a ring of a 16-CPU node (ring.MinSlots)
 	const perDrain = slots / ring.WakeFraction
 	f, r := newFakeRings(ranks, slots)
-	tr := &Tracer{rings: r, batch: make([]timer.Event, deliverBatch), names: newKernelNames(nil)}
+	tr := &reader{rings: r, batch: make([]timer.Event, deliverBatch), names: newKernelNames(nil)}
 	kernels := [4]uint64{0x7f0000001000, 0x7f0000002000, 0x7f0000003000, 0x7f0000004000}
 	for i := range ranks {
 		tr.names.procs[1000+i] = &procNames{names: map[uint64]string{

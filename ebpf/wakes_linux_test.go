@@ -25,7 +25,7 @@ func TestWakesEachQuarterRing(t *testing.T) {
 	const slots, n = 1024, 20_000
 	quarter := uint64(slots / ring.WakeFraction)
 	tr := newTracer(t, Options{Libraries: []string{bed.Lib("libcuda.so.1")}, RingBufferBytes: 4096, slotsPerRing: slots})
-	if tr.wakes == nil {
+	if tr.r.wakes == nil {
 		t.Fatal("no wakeups: the ring buffer wakes cannot be polled")
 	}
 	rec := record(t, tr)
@@ -45,7 +45,7 @@ func TestWakesEachQuarterRing(t *testing.T) {
 
 	time.Sleep(2 * ring.IdleDrains * ring.CollectInterval) // the rings fall idle
 	drains := func() uint64 {
-		return tr.rings.Drains()
+		return tr.r.rings.Drains()
 	}
 	d0 := drains()
 	time.Sleep(time.Second)
@@ -65,7 +65,7 @@ func TestCloseWhileResting(t *testing.T) {
 	go func() { done <- tr.Run(context.Background(), nil, nil) }()
 	<-tr.Ready()
 	time.Sleep(2 * ring.IdleDrains * ring.CollectInterval)
-	if !tr.rings.Idle() {
+	if !tr.r.rings.Idle() {
 		t.Fatal("the rings are not idle with nothing followed")
 	}
 	closed := make(chan error, 1)
