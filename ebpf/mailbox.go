@@ -143,7 +143,9 @@ func (m *mailbox) takeBacklog() []procEvent {
 func (m *mailbox) idle() bool { return len(m.queue) == 0 && !m.over.Load() }
 
 // postNews hands the kernel lookups' news of a check at now (monotonic
-// ns) to the follower, merged with news not yet taken.
+// ns) to the follower, merged with news not yet taken; the follower is
+// woken for a name learned or a handle never named, which may bring the
+// lookups' probes back.
 func (m *mailbox) postNews(n lookupNews, now int64) {
 	m.mu.Lock()
 	m.news.learned = m.news.learned || n.learned
@@ -151,7 +153,9 @@ func (m *mailbox) postNews(n lookupNews, now int64) {
 	m.news.pending = n.pending
 	m.newsAt = now
 	m.mu.Unlock()
-	m.signal()
+	if n.learned || n.unnamed {
+		m.signal() // else the follower's next turn takes it (followIdle)
+	}
 }
 
 // takeNews is the news posted since the last take, and when (0: none).
