@@ -50,6 +50,7 @@ type reader struct {
 	rings    *ring.Rings     // call records (map calls)
 	wakes    *wakeWait       // the collector waits for the programs here, or nil
 	nudged   atomic.Bool     // the collector or the follower ended run's wait (nudge)
+	quit     atomic.Bool     // Close began: run returns
 	events   atomic.Uint64
 	holds    *holds
 	box      *mailbox
@@ -89,13 +90,16 @@ func (r *reader) run(ctx context.Context, onEvents func([]timer.Event), onNotice
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if r.quit.Load() {
+			return nil
+		}
 		r.holds.beat()
 		r.box.drained.Store(r.rd.AvailableBytes() == 0)
 		r.housekeep(onNotice)
 		if w := r.procWait; w != nil {
 			// Parked in Go's netpoller until a record, a nudge or the
 			// wait's end; then the reader only takes what is there.
-			w.wait(r.wait(), func() bool { return r.rd.AvailableBytes() > 0 || r.nudged.Swap(false) })
+			w.wait(r.wait(), func() bool { return r.nudged.Swap(false) || r.quit.Load() || r.rd.AvailableBytes() > 0 })
 			r.rd.SetDeadline(time.Now())
 		} else {
 			r.rd.SetDeadline(time.Now().Add(r.wait()))

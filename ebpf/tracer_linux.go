@@ -45,6 +45,7 @@ type Tracer struct {
 
 	ready    chan struct{} // closed at Run's first beat (Ready)
 	readyOne sync.Once
+	running  sync.WaitGroup // Runs under way: Close waits for them before it closes what they read
 }
 
 // NewTracer loads the BPF programs and starts the process hooks. It
@@ -168,6 +169,8 @@ func (t *Tracer) Follow(pid int) error { return t.f.follow(pid) }
 // sorts the two. A process record of time T is delivered after a drain
 // whose cut is T: the calls made before it first.
 func (t *Tracer) Run(ctx context.Context, onEvents func([]timer.Event), onNotice func(Notice)) error {
+	t.running.Add(1)
+	defer t.running.Done()
 	stop, followed := make(chan struct{}), make(chan struct{})
 	t.holds.turned()
 	go func() {
@@ -212,15 +215,12 @@ func (t *Tracer) Close() error {
 	if !t.f.close() {
 		return nil
 	}
-	done := make(chan struct{})
-	go func() {
-		t.f.closing.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(closeWait):
-	}
+	// Run returns before what it reads is closed (bounded: a callback of
+	// Run's that does not return leaves it to the race it was before).
+	t.r.quit.Store(true)
+	t.r.nudge()
+	wait(&t.running, closeWait)
+	wait(&t.f.closing, closeWait)
 	t.holds.resumeHeld(0) // held by a program that ran while Close began
 	errs := []error{t.r.close()}
 	for _, h := range t.hooks {
@@ -228,6 +228,19 @@ func (t *Tracer) Close() error {
 	}
 	errs = append(errs, t.followed.close(), t.objs.Close())
 	return errors.Join(errs...)
+}
+
+// wait waits for wg, at most d.
+func wait(wg *sync.WaitGroup, d time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
 }
 
 // ReturnAddress is the return address that one of our return probes
