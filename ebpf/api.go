@@ -95,6 +95,11 @@ type Stats struct {
 	Holds     uint64        // times a followed process was held at an exec or a load until probed
 	Held      time.Duration // how long those holds lasted in all, from the program's stop to the resume
 	Wakeups   uint64        // times a ring passed a quarter of its size: the programs then wake the reader's collector if it rests
+	// Coalesced counts process records merged with an earlier one of the
+	// same process because the follower was a queue behind the reader:
+	// each process is still followed and scanned, but a merged record's
+	// notice may be missing.
+	Coalesced uint64
 	// LookupProbes are the kernel lookups' probes (cuKernelGetFunction's
 	// entry and return) attached now, counted in Probes (or Idle): they
 	// come while names are to be learned and go when nothing new comes

@@ -57,7 +57,7 @@ func (l *library) allLinks() []link.Link {
 
 // closeLinks detaches links concurrently: a uprobe's detach waits for an
 // RCU grace period, so 40 links take one grace period, not 40. Never
-// called with t.mu held.
+// called with f.mu held.
 func closeLinks(links []link.Link) {
 	var wg sync.WaitGroup
 	for _, k := range links {
@@ -72,21 +72,21 @@ func closeLinks(links []link.Link) {
 
 // detach closes links in the background, so that neither the event loop
 // nor a lock waits on the kernel; Close waits for them, bounded.
-func (t *Tracer) detach(links []link.Link) {
+func (f *follower) detach(links []link.Link) {
 	if len(links) == 0 {
 		return
 	}
-	t.closing.Add(1)
+	f.closing.Add(1)
 	go func() {
-		defer t.closing.Done()
+		defer f.closing.Done()
 		closeLinks(links)
 	}()
 }
 
 // acquire takes a reference on a library for pid, attaching its probes
-// when it is not attached yet (attached says so); t.mu held.
-func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) (attached bool, err error) {
-	if l := t.libs[m.Key]; l != nil {
+// when it is not attached yet (attached says so); f.mu held.
+func (f *follower) acquire(pid int, m mappedLib, syms map[string]uint64) (attached bool, err error) {
+	if l := f.libs[m.Key]; l != nil {
 		l.refs++
 		l.idle = time.Time{}
 		return false, nil
@@ -95,16 +95,16 @@ func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) (attached
 	if pid != 0 {
 		file = procPath(pid, m.Path)
 	}
-	l, probed, missing, err := t.attach(file, syms)
+	l, probed, missing, err := f.attach(file, syms)
 	if err != nil {
 		return false, err
 	}
 	l.key, l.path = m.Key, m.Path
 	l.refs = 1
-	t.libs[m.Key] = l
-	t.notice(Notice{Kind: NoticeAttach, PID: pid, Library: m.Path, Attached: probed})
+	f.libs[m.Key] = l
+	f.notice(Notice{Kind: NoticeAttach, PID: pid, Library: m.Path, Attached: probed})
 	if len(missing) > 0 {
-		t.notice(Notice{Kind: NoticeMissing, PID: pid, Library: m.Path, Missing: missing})
+		f.notice(Notice{Kind: NoticeMissing, PID: pid, Library: m.Path, Missing: missing})
 	}
 	return true, nil
 }
@@ -113,10 +113,10 @@ func (t *Tracer) acquire(pid int, m mappedLib, syms map[string]uint64) (attached
 // Uprobes live on the file: a process that loads it later is traced from
 // its first call, where one found by a scan of its maps races the scan.
 // The tracer holds this reference until Close. What fails is a notice.
-func (t *Tracer) preload(path string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	fail := func(err error) { t.notice(Notice{Kind: NoticeError, Library: path, Err: err}) }
+func (f *follower) preload(path string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fail := func(err error) { f.notice(Notice{Kind: NoticeError, Library: path, Err: err}) }
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
 		fail(fmt.Errorf("preload %s: %w", path, err))
@@ -129,20 +129,20 @@ func (t *Tracer) preload(path string) {
 		fail(err)
 		return
 	}
-	t.scanned[k] = syms
+	f.scanned[k] = syms
 	if len(syms) == 0 {
 		fail(fmt.Errorf("preload %s: %w", path, ErrNoProbedSymbols))
 		return
 	}
-	if _, err := t.acquire(0, mappedLib{Key: k, Path: path}, syms); err != nil {
+	if _, err := f.acquire(0, mappedLib{Key: k, Path: path}, syms); err != nil {
 		fail(err)
 	}
 }
 
 // release drops a reference. A library nobody references keeps its probes
-// for Options.Linger (see expire); t.mu held.
-func (t *Tracer) release(k libKey) {
-	l := t.libs[k]
+// for Options.Linger (see expire); f.mu held.
+func (f *follower) release(k libKey) {
+	l := f.libs[k]
 	if l == nil {
 		return
 	}
@@ -153,16 +153,16 @@ func (t *Tracer) release(k libKey) {
 }
 
 // expire detaches the libraries nobody has referenced for Options.Linger;
-// t.mu held (the links close in the background).
-func (t *Tracer) expire(now time.Time) {
-	linger := t.opts.Linger
+// f.mu held (the links close in the background).
+func (f *follower) expire(now time.Time) {
+	linger := f.opts.Linger
 	if linger <= 0 {
 		linger = defaultLinger
 	}
-	for k, l := range t.libs {
+	for k, l := range f.libs {
 		if l.refs == 0 && !l.idle.IsZero() && now.Sub(l.idle) >= linger {
-			t.detach(l.allLinks())
-			delete(t.libs, k)
+			f.detach(l.allLinks())
+			delete(f.libs, k)
 		}
 	}
 }
@@ -176,12 +176,12 @@ func (t *Tracer) expire(now time.Time) {
 // The kernel lookups' probes (partLookup) are attached with the rest, the
 // lookups' learning begins (lookups.go), and they are kept apart so that
 // they can go and come back on their own.
-func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string, []string, error) {
+func (f *follower) attach(path string, syms map[string]uint64) (*library, []string, []string, error) {
 	ex, err := link.OpenExecutable(path)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	want, missing := plan(syms, &t.opts)
+	want, missing := plan(syms, f.opts)
 	l := &library{file: path, syms: syms}
 	var core []probe
 	for _, p := range want {
@@ -193,21 +193,21 @@ func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string
 			core = append(core, p)
 		}
 	}
-	attached, absent, err := t.attachSet(l, ex, core, syms)
+	attached, absent, err := f.attachSet(l, ex, core, syms)
 	if err == nil && len(l.lookup) > 0 {
 		lk := &library{}
 		var more []string
-		more, _, err = t.attachSet(lk, ex, l.lookup, syms)
+		more, _, err = f.attachSet(lk, ex, l.lookup, syms)
 		l.lookups, l.lookupProbes = lk.links, lk.probes
 		attached = append(attached, more...)
 		now := monotonicNow()
 		if err == nil {
-			t.names.since.Store(int64(now))
+			f.since.Store(int64(now))
 		}
-		t.lookupNews(now) // learning begins
+		f.lookupNews(now) // learning begins
 	}
 	if err != nil {
-		t.detach(l.allLinks())
+		f.detach(l.allLinks())
 		return nil, nil, nil, fmt.Errorf("attach in %s: %w", path, err)
 	}
 	missing = append(missing, absent...)
@@ -218,16 +218,16 @@ func (t *Tracer) attach(path string, syms map[string]uint64) (*library, []string
 // attachSet attaches the probes want of a library into l's links, and
 // says which it attached and which symbols it lacks (single uprobes
 // only: a uprobe_multi link takes them all or fails).
-func (t *Tracer) attachSet(l *library, ex *link.Executable, want []probe, syms map[string]uint64) (attached, missing []string, err error) {
-	if t.multi {
-		err = t.attachMulti(l, ex, want, syms)
+func (f *follower) attachSet(l *library, ex *link.Executable, want []probe, syms map[string]uint64) (attached, missing []string, err error) {
+	if f.multi {
+		err = f.attachMulti(l, ex, want, syms)
 		for _, p := range want {
 			attached = append(attached, p.Symbol)
 		}
 		return attached, nil, err
 	}
 	for _, p := range want {
-		err = t.attachProbe(l, ex, p, syms[p.Symbol], cookieOf(p, syms))
+		err = f.attachProbe(l, ex, p, syms[p.Symbol], cookieOf(p, syms))
 		if errors.Is(err, link.ErrNoSymbol) {
 			missing = append(missing, p.Symbol)
 			err = nil
@@ -243,7 +243,7 @@ func (t *Tracer) attachSet(l *library, ex *link.Executable, want []probe, syms m
 
 // attachMulti attaches one uprobe_multi link per program (and one
 // uretprobe_multi link per exit program) covering every symbol it serves.
-func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms map[string]uint64) error {
+func (f *follower) attachMulti(l *library, ex *link.Executable, want []probe, syms map[string]uint64) error {
 	type group struct{ offsets, cookies []uint64 }
 	entries, exits := map[string]*group{}, map[string]*group{}
 	add := func(m map[string]*group, prog string, p probe) {
@@ -260,7 +260,7 @@ func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms
 		if p.Entry != "" {
 			add(entries, p.Entry, p)
 		}
-		if p.Exit != "" && !t.opts.NoReturnProbes {
+		if p.Exit != "" && !f.opts.NoReturnProbes {
 			add(exits, p.Exit, p)
 		}
 	}
@@ -270,7 +270,7 @@ func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms
 		attach func([]string, *ebpf.Program, *link.UprobeMultiOptions) (link.Link, error)
 	}{{exits, ex.UretprobeMulti}, {entries, ex.UprobeMulti}} {
 		for name, g := range side.groups {
-			prog, err := t.program(name)
+			prog, err := f.program(name)
 			if err != nil {
 				return err
 			}
@@ -291,10 +291,10 @@ func (t *Tracer) attachMulti(l *library, ex *link.Executable, want []probe, syms
 // without its return would leave the call outstanding for good: a thread
 // waiting forever in a synchronize that returned, a false hang
 // (TestAttachWhileCalling).
-func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe, offset, cookie uint64) error {
+func (f *follower) attachProbe(l *library, ex *link.Executable, p probe, offset, cookie uint64) error {
 	opts := &link.UprobeOptions{Cookie: cookie, Address: offset}
-	if p.Exit != "" && !t.opts.NoReturnProbes {
-		prog, err := t.program(p.Exit)
+	if p.Exit != "" && !f.opts.NoReturnProbes {
+		prog, err := f.program(p.Exit)
 		if err != nil {
 			return err
 		}
@@ -306,7 +306,7 @@ func (t *Tracer) attachProbe(l *library, ex *link.Executable, p probe, offset, c
 		l.probes++
 	}
 	if p.Entry != "" {
-		prog, err := t.program(p.Entry)
+		prog, err := f.program(p.Entry)
 		if err != nil {
 			return err
 		}
@@ -336,8 +336,8 @@ func programs(objs *probesPrograms) map[string]*ebpf.Program {
 }
 
 // program finds a loaded program by its name in probes.bpf.c.
-func (t *Tracer) program(name string) (*ebpf.Program, error) {
-	if p := t.progs[name]; p != nil {
+func (f *follower) program(name string) (*ebpf.Program, error) {
+	if p := f.progs[name]; p != nil {
 		return p, nil
 	}
 	return nil, fmt.Errorf("no program %s", name)

@@ -117,10 +117,10 @@ func attachRun(b *testing.B, bed *testbed.Bed, prog string, single bool) attachR
 	}
 
 	var mu sync.Mutex
-	loader := map[int][]int64{}              // pid -> BPF times of its loader records
-	attached := map[string]int64{}           // library path -> CLOCK_MONOTONIC ns of its attach notice
-	calls := map[[2]int][]int64{}            // pid, kind -> BPF times of its calls
-	tr.onLoader = func(pid int, kt uint64) { // under t.mu, on Run's goroutine
+	loader := map[int][]int64{}                // pid -> BPF times of its loader records
+	attached := map[string]int64{}             // library path -> CLOCK_MONOTONIC ns of its attach notice
+	calls := map[[2]int][]int64{}              // pid, kind -> BPF times of its calls
+	tr.f.onLoader = func(pid int, kt uint64) { // under f.mu, on the follower's goroutine
 		mu.Lock()
 		loader[pid] = append(loader[pid], int64(kt))
 		mu.Unlock()
@@ -267,7 +267,7 @@ func settle(b *testing.B, tr *Tracer) {
 		}
 		time.Sleep(pollInterval)
 	}
-	tr.closing.Wait()            // the detaches
+	tr.f.closing.Wait()          // the detaches
 	time.Sleep(2 * pollInterval) // the notices made with the last exits
 }
 

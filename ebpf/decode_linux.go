@@ -127,16 +127,15 @@ func (c *commIDs) split(parent uint64, color int32) [16]byte {
 
 // complete fills what the BPF side cannot: the kernel's name and the id
 // of a split communicator. Called from Run's goroutine.
-func (t *Tracer) complete(ev *timer.Event, raw *probesCall) {
+func (r *reader) complete(ev *timer.Event, raw *probesCall) {
 	switch ev.Kind {
 	case timer.KindLaunch:
-		ev.Kernel = t.names.lookup(ev.PID, ev.Func, ev.Time)
+		ev.Kernel = r.names.lookup(ev.PID, ev.Func, ev.Time)
 	case timer.KindCommInit:
-		t.mu.Lock()
-		c := t.comms[ev.PID]
+		c := r.comms[ev.PID]
 		if c == nil {
 			c = &commIDs{ids: map[uint64][16]byte{}, splits: map[uint64]uint64{}}
-			t.comms[ev.PID] = c
+			r.comms[ev.PID] = c
 		}
 		if raw.Op == 1 {
 			ev.CommID = c.split(raw.Handle, int32(raw.Size)) // the color
@@ -144,6 +143,5 @@ func (t *Tracer) complete(ev *timer.Event, raw *probesCall) {
 		if ev.Ret == 0 {
 			c.ids[ev.Comm] = ev.CommID
 		}
-		t.mu.Unlock()
 	}
 }

@@ -13,17 +13,21 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 func mkdirTemp() (string, error) { return os.MkdirTemp("", "xpu-ebpf-test-") }
 
+// TestMain fails the package when its tests leave goroutines behind: a
+// tracer's reader, follower, collector or detaching links that outlive
+// Close and Run.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if stubDir != "" {
-		os.RemoveAll(stubDir)
-	}
-	os.Exit(code)
+	testutil.MainNoLeaks(m, func() {
+		if stubDir != "" {
+			os.RemoveAll(stubDir)
+		}
+	})
 }
 
 // callLine is one "call=NAME k=v ..." line of testdata/calls.c.

@@ -4,10 +4,12 @@ package ebpf
 
 import (
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/capture/flight"
+	"github.com/xpu-timer/xpu-timer/ebpf/internal/ring"
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -41,10 +43,10 @@ func BenchmarkReader(b *testing.B) {
 // copy, over timed records each.
 func readerRun(b *testing.B, ranks int) (perRec, floor float64) {
 	const warm, timed = 1 << 20, 1 << 21
-	const slots = 4096 // a ring of a 16-CPU node (slotsPerRing's floor)
-	const perDrain = slots / wakeFraction
+	const slots = 4096 // a ring of a 16-CPU node (ring.MinSlots)
+	const perDrain = slots / ring.WakeFraction
 	f, r := newFakeRings(ranks, slots)
-	tr := &Tracer{rings: r, batch: make([]timer.Event, deliverBatch), names: newKernelNames(nil)}
+	tr := &reader{rings: r, batch: make([]timer.Event, deliverBatch), names: newKernelNames(nil)}
 	kernels := [4]uint64{0x7f0000001000, 0x7f0000002000, 0x7f0000003000, 0x7f0000004000}
 	for i := range ranks {
 		tr.names.procs[1000+i] = &procNames{names: map[uint64]string{
@@ -86,36 +88,38 @@ func readerRun(b *testing.B, ranks int) (perRec, floor float64) {
 	n, k := 0, 0
 	for ; n < warm; k++ {
 		write(&now, k)
-		r.collect()
+		r.Collect()
 		tr.deliverCalls(now+1, onEvents)
 		n += perDrain * ranks
 	}
 	for ; n < warm+timed; k++ {
 		write(&now, k)
 		start := time.Now()
-		r.collect()
+		r.Collect()
 		tr.deliverCalls(now+1, onEvents)
 		el += time.Since(start)
 		n += perDrain * ranks
 	}
-	if handled != n || r.lost != 0 {
-		b.Fatalf("%d records handled of %d, %d lost", handled, n, r.lost)
+	if handled != n || r.Lost() != 0 {
+		b.Fatalf("%d records handled of %d, %d lost", handled, n, r.Lost())
 	}
 	perRec = float64(el.Nanoseconds()) / float64(n-warm)
 
-	// The floor: the same records copied out of the rings, nothing more.
-	dst := make([]probesCall, 0, perDrain*ranks)
+	// The floor: the same records copied out of the rings, nothing more
+	// (the tails kept here, the heads read as the reader reads them).
+	dst := make([]ring.Record, 0, perDrain*ranks)
+	tails := make([]uint64, ranks)
 	el, n = 0, 0
 	for k := 0; n < timed; k++ {
 		write(&now, k)
 		start := time.Now()
 		dst = dst[:0]
 		for ring := range ranks {
-			head := r.head(ring)
-			for pos := r.tails[ring]; pos < head; pos++ {
-				dst = append(dst, *f.entry(uint64(ring)*(r.n+1) + 1 + pos%r.n))
+			head := atomic.LoadUint64(&f.Head(ring).Seq)
+			for pos := tails[ring]; pos < head; pos++ {
+				dst = append(dst, *f.Slot(ring, pos))
 			}
-			r.tails[ring] = head
+			tails[ring] = head
 		}
 		el += time.Since(start)
 		n += len(dst)

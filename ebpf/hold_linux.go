@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -52,73 +54,84 @@ func roleOf(p probe) uint8 {
 	return 0
 }
 
+// holds is the programs' side of the holds: the reader's beat (the map
+// hold_alive), the processes held (held) and those never held (unheld).
+// Its lock is its own: the reader beats under it, never under the
+// follower's, and Close stops the holds under it even while the follower
+// is stuck.
+type holds struct {
+	alive, held, unheld *ebpf.Map
+	off                 bool // Options.noHold
+
+	// turn is when the follower last turned (monotonic ns): a beat says
+	// no more than that, so that a follower stuck longer than the
+	// programs' bound (a scan) stops no process either.
+	turn atomic.Int64
+
+	mu       sync.Mutex
+	lastBeat time.Time
+	stopped  bool // Close began: hold no more
+}
+
+// turned tells the holds that the follower is at work (its goroutine).
+func (h *holds) turned() { h.turn.Store(int64(monotonicNow())) }
+
 // beat tells the programs that a reader runs, at most every beatEvery
-// (from Run's goroutine): processes are held only while Run reads.
-func (t *Tracer) beat() {
+// (from Run's goroutine), and a follower turns: processes are held only
+// while Run reads and the follower follows.
+func (h *holds) beat() {
 	now := time.Now()
-	t.beatMu.Lock()
-	defer t.beatMu.Unlock()
-	if t.stopped || t.opts.noHold || now.Sub(t.lastBeat) < beatEvery {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped || h.off || now.Sub(h.lastBeat) < beatEvery {
 		return
 	}
-	t.lastBeat = now
-	mono := monotonicNow()
-	_ = t.objs.HoldAlive.Put(uint32(0), mono)
-	// A hold's record is reserved before the stop and submitted right
-	// after, and the one goroutine that reads records resumes and forgets
-	// the process: a hold older than staleHold, with no record left to
-	// read, lost its record. One whose record waits behind a long scan is
-	// left to it.
-	if t.rd != nil && t.rd.AvailableBytes() == 0 {
-		t.resumeHeld(mono - uint64(staleHold))
-	}
+	h.lastBeat = now
+	_ = h.alive.Put(uint32(0), min(monotonicNow(), uint64(h.turn.Load())))
 }
 
-// Ready is closed once Run reads, and processes are held at their loads:
-// a launcher that starts its job after it misses no first call.
-func (t *Tracer) Ready() <-chan struct{} { return t.ready }
-
-// stopHolding makes the programs hold no process any more (Close).
-func (t *Tracer) stopHolding() {
-	t.beatMu.Lock()
-	defer t.beatMu.Unlock()
-	t.stopped = true
-	_ = t.objs.HoldAlive.Put(uint32(0), uint64(0))
+// stop makes the programs hold no process any more (Close).
+func (h *holds) stop() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.stopped = true
+	_ = h.alive.Put(uint32(0), uint64(0))
 }
 
-// stopReading is stopHolding for a Run that returns while the tracer stays
+// stopReading is stop for a Run that returns while the tracer stays
 // open: no reader, no holds; a next Run starts them again.
-func (t *Tracer) stopReading() {
-	t.beatMu.Lock()
-	defer t.beatMu.Unlock()
-	t.lastBeat = time.Time{}
-	_ = t.objs.HoldAlive.Put(uint32(0), uint64(0))
-	t.resumeHeld(0)
+func (h *holds) stopReading() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.lastBeat = time.Time{}
+	_ = h.alive.Put(uint32(0), uint64(0))
+	h.resumeHeld(0)
 }
 
 // resume lets a held process go on.
-func (t *Tracer) resume(pid int) {
-	_ = t.objs.Held.Delete(uint32(pid))
+func (h *holds) resume(pid int) error {
+	_ = h.held.Delete(uint32(pid))
 	if err := unix.Kill(pid, unix.SIGCONT); err != nil && !errors.Is(err, unix.ESRCH) {
-		t.notice(Notice{Kind: NoticeError, PID: pid, Err: fmt.Errorf("resume held process: %w", err)})
+		return fmt.Errorf("resume held process: %w", err)
 	}
+	return nil
 }
 
 // resumeHeld resumes every process the programs hold whose hold began
 // before cutoff (monotonic ns; 0: every one): those whose record was
 // never read, as a safety net, and all of them at Close.
-func (t *Tracer) resumeHeld(cutoff uint64) {
+func (h *holds) resumeHeld(cutoff uint64) {
 	var pid uint32
 	var since uint64
 	var stale []uint32
-	it := t.objs.Held.Iterate()
+	it := h.held.Iterate()
 	for it.Next(&pid, &since) {
 		if cutoff == 0 || since < cutoff {
 			stale = append(stale, pid)
 		}
 	}
 	for _, p := range stale {
-		_ = t.objs.Held.Delete(p)
+		_ = h.held.Delete(p)
 		_ = unix.Kill(int(p), unix.SIGCONT)
 	}
 }
@@ -126,21 +139,21 @@ func (t *Tracer) resumeHeld(cutoff uint64) {
 // exempt stops holding pid: until it execs (probesUnheldWhyUNHELD_COMPLETE)
 // or for good (probesUnheldWhyUNHELD_INTERACTIVE). In a full map it is
 // held on, as any process.
-func (t *Tracer) exempt(pid int, why probesUnheldWhy) {
-	_ = t.objs.Unheld.Update(uint32(pid), uint8(why), ebpf.UpdateAny)
+func (h *holds) exempt(pid int, why probesUnheldWhy) {
+	_ = h.unheld.Update(uint32(pid), uint8(why), ebpf.UpdateAny)
 }
 
 // unexempt forgets pid (exit).
-func (t *Tracer) unexempt(pid int) {
-	_ = t.objs.Unheld.Delete(uint32(pid))
+func (h *holds) unexempt(pid int) {
+	_ = h.unheld.Delete(uint32(pid))
 }
 
 // probedAll says whether p has nothing left to hold for: a driver and a
-// collective library probed; t.mu held.
-func (t *Tracer) probedAll(p *process) bool {
+// collective library probed; f.mu held.
+func (f *follower) probedAll(p *process) bool {
 	var roles uint8
 	for k := range p.libs {
-		if l := t.libs[k]; l != nil {
+		if l := f.libs[k]; l != nil {
 			roles |= l.roles
 		}
 	}

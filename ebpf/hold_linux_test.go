@@ -11,6 +11,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/gate"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // firstCallProgram builds testdata/firstcall.c (dlopen of the testbed's
@@ -74,7 +75,7 @@ func TestHeldResumedAtClose(t *testing.T) {
 	args := firstCallProgram(t)
 	tr := newTracer(t, Options{})
 	stuck, release := make(chan int, 4), make(chan struct{})
-	tr.onLoader = func(pid int, _ uint64) { // under t.mu, on Run's goroutine
+	tr.f.onLoader = func(pid int, _ uint64) { // under f.mu, on the follower's goroutine: a stuck follower
 		stuck <- pid
 		<-release
 	}
@@ -125,5 +126,55 @@ func TestHeldOncePerLoad(t *testing.T) {
 		if n != 2 {
 			t.Fatalf("holds per start %v, want 2 each", holds)
 		}
+	}
+}
+
+// The reader goes on delivering while the follower is stuck under its
+// lock (here in a loader record's hook, as in a long scan): processes the
+// follower has not caught up with fork and exit, and their records come
+// all the same; the follower's queue keeps them for when it is back.
+func TestReaderRunsWhileFollowerStuck(t *testing.T) {
+	args := firstCallProgram(t)
+	tr := newTracer(t, Options{})
+	stuck, release := make(chan int, 1), make(chan struct{})
+	tr.f.onLoader = func(pid int, _ uint64) { // under f.mu, on the follower's goroutine
+		select {
+		case stuck <- pid:
+		default:
+		}
+		<-release
+	}
+	defer close(release)
+	rec := record(t, tr)
+	sh := start(t, "/bin/sh", append([]string{"-c", `echo ready; read x; "$0" "$1" "$2" & read y; for i in 1 2 3; do ( : ); done; echo done; read z`}, args...)...)
+	sh.until(t, "ready")
+	if err := tr.Follow(sh.pid()); err != nil {
+		t.Fatal(err)
+	}
+	sh.send(t, "go")
+	select {
+	case <-stuck:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no loader record in 10 s")
+	}
+	sh.send(t, "go")
+	sh.until(t, "done")
+	rec.waitFor(t, "three subshells' forks and exits with the follower stuck", func(evs []timer.Event, _ []Notice) bool {
+		forked := map[int]bool{}
+		exited := 0
+		for _, ev := range evs {
+			switch {
+			case ev.Kind == timer.KindProcessExec && ev.Parent == sh.pid():
+				forked[ev.PID] = true
+			case ev.Kind == timer.KindProcessExit && forked[ev.PID]:
+				exited++
+			}
+		}
+		return exited >= 3 // the background program's exit does not come: it is held
+	})
+	select {
+	case <-release:
+		t.Fatal("released early")
+	default:
 	}
 }

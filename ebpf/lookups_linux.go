@@ -19,58 +19,59 @@ const lookupEvery = 100 * time.Millisecond
 
 // lookupNews tells the lookups that a library with the lookup was probed
 // at now (monotonic ns): news that attaches them, as a launch of a handle
-// never named does; t.mu held.
-func (t *Tracer) lookupNews(now uint64) {
-	t.setLookups(nextLookup(t.look, int64(now), lookupNews{unnamed: true}, int64(lookupWindow)))
+// never named does; f.mu held.
+func (f *follower) lookupNews(now uint64) {
+	f.setLookups(nextLookup(f.look, int64(now), lookupNews{unnamed: true}, int64(lookupWindow)))
 }
 
-// checkLookups steps the lookups (nextLookup) with what came since the
-// last check: names the BPF side learned (the map learned), launches of
-// handles never named (kernelNames); from Run's goroutine, t.mu held.
-func (t *Tracer) checkLookups(now time.Time) {
-	if now.Before(t.lookNext) || t.opts.NoKernelNames {
+// checkLookups hands the follower, at most every lookupEvery, what came
+// since the last check: names the BPF side learned (the map learned),
+// launches of handles never named (kernelNames); the follower steps the
+// lookups with it (nextLookup). From Run's goroutine.
+func (r *reader) checkLookups(now time.Time) {
+	if now.Before(r.lookNext) || r.noNames {
 		return
 	}
-	t.lookNext = now.Add(lookupEvery)
+	r.lookNext = now.Add(lookupEvery)
 	var n lookupNews
 	var count uint64
-	if err := t.objs.Learned.Lookup(uint32(0), &count); err == nil && count != t.learnSeen {
-		t.learnSeen = count
+	if err := r.learned.Lookup(uint32(0), &count); err == nil && count != r.learnSeen {
+		r.learnSeen = count
 		n.learned = true
-		t.names.learned() // what named nothing is looked up again
+		r.names.learned() // what named nothing is looked up again
 	}
 	mono := int64(monotonicNow())
-	n.unnamed, n.pending = t.names.takeNews(mono)
-	t.setLookups(nextLookup(t.look, mono, n, int64(lookupWindow)))
+	n.unnamed, n.pending = r.names.takeNews(mono)
+	r.box.postNews(n, mono)
 }
 
 // setLookups takes the lookups' next state and, when their phase changes,
-// attaches or detaches their probes in the background; t.mu held.
-func (t *Tracer) setLookups(next lookupState) {
-	changed := next.phase != t.look.phase
-	t.look = next
-	if !changed || t.closed {
+// attaches or detaches their probes in the background; f.mu held.
+func (f *follower) setLookups(next lookupState) {
+	changed := next.phase != f.look.phase
+	f.look = next
+	if !changed || f.closed {
 		return
 	}
-	t.closing.Add(1)
+	f.closing.Add(1)
 	go func() {
-		defer t.closing.Done()
-		t.applyLookups()
+		defer f.closing.Done()
+		f.applyLookups()
 	}()
 }
 
 // applyLookups brings every library's lookup probes to the lookups'
 // phase: attached while learning, detached while quiet. The links are
-// made and closed without t.mu, which Run takes; one apply at a time, each
-// to the phase of its day.
-func (t *Tracer) applyLookups() {
-	t.lookMu.Lock()
-	defer t.lookMu.Unlock()
-	t.mu.Lock()
-	want := t.look.phase == lookupLearning && !t.closed
+// made and closed without f.mu, which the follower's goroutine and Follow
+// take; one apply at a time, each to the phase of its day.
+func (f *follower) applyLookups() {
+	f.lookMu.Lock()
+	defer f.lookMu.Unlock()
+	f.mu.Lock()
+	want := f.look.phase == lookupLearning && !f.closed
 	var todo []*library
 	var gone []link.Link
-	for _, l := range t.libs {
+	for _, l := range f.libs {
 		switch {
 		case want && l.lookups == nil && len(l.lookup) > 0:
 			todo = append(todo, l)
@@ -80,28 +81,28 @@ func (t *Tracer) applyLookups() {
 		}
 	}
 	if !want {
-		t.names.since.Store(0) // pending handles wait for the probes' return
+		f.since.Store(0) // pending handles wait for the probes' return
 	}
-	t.mu.Unlock()
+	f.mu.Unlock()
 	closeLinks(gone)
 	for _, l := range todo {
 		lk := &library{}
 		ex, err := link.OpenExecutable(l.file)
 		if err == nil {
-			_, _, err = t.attachSet(lk, ex, l.lookup, l.syms)
+			_, _, err = f.attachSet(lk, ex, l.lookup, l.syms)
 		}
-		t.mu.Lock()
+		f.mu.Lock()
 		if err != nil {
 			// The file is gone or cannot take them: launches of its new
 			// kernels keep their handles.
-			t.notice(Notice{Kind: NoticeError, Library: l.path, Err: err})
+			f.notice(Notice{Kind: NoticeError, Library: l.path, Err: err})
 		}
-		keep := err == nil && t.look.phase == lookupLearning && !t.closed && t.libs[l.key] == l && l.lookups == nil
+		keep := err == nil && f.look.phase == lookupLearning && !f.closed && f.libs[l.key] == l && l.lookups == nil
 		if keep {
 			l.lookups, l.lookupProbes = lk.links, lk.probes
-			t.names.since.Store(int64(monotonicNow()))
+			f.since.Store(int64(monotonicNow()))
 		}
-		t.mu.Unlock()
+		f.mu.Unlock()
 		if !keep {
 			closeLinks(lk.links)
 		}

@@ -21,8 +21,9 @@ import (
 //   - the ELF symbol that starts at the address, demangled: a runtime
 //     launch's host stub, or a function pointer standing for the kernel.
 //
-// An address neither names stays "" (the timer shows the handle). Used
-// from Run's goroutine only.
+// An address neither names stays "" (the timer shows the handle). The
+// reader's, used from Run's goroutine only, but for since, which the
+// follower sets as it attaches and detaches the lookups' probes.
 type kernelNames struct {
 	cache   *symbols.Cache
 	handles *ebpf.Map // func_names; nil in tests without BPF
