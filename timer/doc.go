@@ -147,10 +147,12 @@
 // engine keeps, per process, since when the main thread has made no
 // progress:
 //   - asleep ('S', 'D' or 'T') and not put on a CPU since the previous
-//     look (or only by a native sample taken meanwhile, see "Waits known
-//     by their stack": it stops and resumes every thread), waiting at the
-//     same place: no progress since it went to sleep (Look.LastRan when
-//     known, else the first look that saw it asleep);
+//     look (or only by the native samples taken meanwhile, see "Waits
+//     known by their stack": each stops and resumes every thread, putting
+//     a sleeping one on a CPU twice; a thread put on one more often woke
+//     on its own), waiting at the same place: no progress since it went
+//     to sleep (Look.LastRan when known, else the first look that saw it
+//     asleep);
 //   - asleep at both looks in a sleep for time alone (Look.Timed:
 //     nanosleep, or select or poll given no descriptor, what Python's
 //     time.sleep calls) at the same place, though it woke in between: a

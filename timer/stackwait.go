@@ -75,6 +75,7 @@ type StackWait struct {
 // sampleWaits is what the engine knows of a process from samples.
 type sampleWaits struct {
 	last  int64 // time of the latest sample
+	n     int   // samples so far
 	waits map[int]*stackWait
 }
 
@@ -99,6 +100,7 @@ func (e *Engine) ObserveSample(s Sample) {
 		return // out of order
 	}
 	sw.last = s.Time
+	sw.n++
 	p.sampledCalls(&s)
 	prev := sw.waits
 	sw.waits = make(map[int]*stackWait, len(s.Waits))
@@ -215,8 +217,13 @@ func (e *Engine) StackWaitSince(pid int) int64 {
 	return since
 }
 
-// sampledSince says whether a native sample of p was taken at or after t.
-func (p *proc) sampledSince(t int64) bool { return p.sample != nil && p.sample.last >= t }
+// samples is how many native samples of p were taken so far.
+func (p *proc) samples() int {
+	if p.sample == nil {
+		return 0
+	}
+	return p.sample.n
+}
 
 // stackWaiting says whether the latest sample saw a thread of p in a GPU
 // wait, for however long, that the probes have not seen end since. A rank

@@ -262,6 +262,57 @@ func TestSampleIsNoProgress(t *testing.T) {
 	t.Fatal("the sampled rank was never stalled: the samples read as progress")
 }
 
+// A sample puts a sleeping thread on a CPU twice, no more: ranks that
+// woke for more between two looks progressed, though a sample came
+// meanwhile and they wait at the same place again (a CPU job's ranks,
+// never probed, are sampled each period, and on a loaded node each
+// sample that misses a thread is retried at the next checks: four in a
+// row). Each rank's main thread takes a batch from its DataLoader every
+// 50 ms, back each time in the same poll, and no rank is stalled; once
+// they stop waking, they are, a sample or none.
+func TestSampledRanksProgress(t *testing.T) {
+	const stuckAt = 120.0
+	for _, order := range [][]int{{1, 2}, {2, 1}} {
+		if at := sampledProgress(t, order, stuckAt); at < stuckAt+3 {
+			t.Errorf("order %v: ranks asleep since %v decided at %v, want stalled past the 3 s timeout", order, stuckAt, at)
+		}
+	}
+}
+
+// sampledProgress runs TestSampledRanksProgress's ranks, looked at in
+// order, until stuckAt, and returns when both were decided stalled.
+func sampledProgress(t *testing.T, order []int, stuckAt float64) float64 {
+	s := &sampled{t: t, e: NewEngine(Config{HangTimeout: 3 * time.Second})}
+	runs := map[int]uint64{1: 400, 2: 700}
+	for now := 101.0; now <= 130; now++ {
+		for _, pid := range order {
+			if now <= stuckAt {
+				runs[pid] += 40 // 20 batches since the previous look
+			}
+			l := asleep(pid, runs[pid], "7 0x7f00 0x1 0x1388 0x0 0x0 0x0 0x7ffd10 0x7f10", at(min(now, stuckAt)-0.02))
+			s.look(now, l)
+		}
+		if int(now)%5 < 4 { // sampled at four checks in a row of five
+			for _, pid := range order {
+				s.sample(now, pid)
+				runs[pid] += 2 // stopped and resumed
+			}
+		}
+		d := s.check(now + 0.01)
+		switch {
+		case now <= stuckAt && len(d) > 0:
+			t.Fatalf("order %v: ranks progressing, decided %v at %v", order, d, now)
+		case len(d) > 0:
+			if d[1] != "stalled" || d[2] != "stalled" {
+				t.Fatalf("order %v: decisions %v at %v, want both stalled", order, d, now)
+			}
+			return now
+		}
+	}
+	t.Fatalf("order %v: ranks asleep since %v never stalled", order, stuckAt)
+	return 0
+}
+
 // The probes came in the middle of a synchronize: its return is not seen
 // (its entry came before them), but the next one's entry is: the wait the
 // samples saw before it ended.

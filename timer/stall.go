@@ -35,6 +35,7 @@ type still struct {
 	last     Look
 	since    int64 // start of the current period without progress; 0 while it progresses
 	spinning bool
+	samples  int // native samples of the process taken by the last look
 }
 
 // blocked says whether a scheduler state is a sleep: the thread waits.
@@ -47,6 +48,12 @@ func sameCall(a, b string) bool {
 	fa, fb := strings.Fields(a), strings.Fields(b)
 	return len(fa) > 1 && len(fb) > 1 && fa[0] == fb[0] && fa[len(fa)-1] == fb[len(fb)-1]
 }
+
+// sampleRuns is how many times a native sample puts a sleeping thread on
+// a CPU: to reach its stop, and to go back to its wait once let go (2 in
+// each of six stops of a thread asleep in poll(2), at a load of 35 on 2
+// CPUs).
+const sampleRuns = 2
 
 // spinShare is the least share of the time between two looks a thread
 // must have run to count as spinning.
@@ -67,12 +74,19 @@ func (e *Engine) Observe(l Look) {
 	}
 	prev, first := s.last, s.last.Time == 0
 	s.last = l
+	// Put on a CPU no more than the samples taken since the previous
+	// look did: any more is the thread's own.
+	sampled := p.samples() - s.samples
+	s.samples = p.samples()
 	switch {
-	case blocked(l.State) && !first && blocked(prev.State) && (l.Runs == prev.Runs || p.sampledSince(prev.Time)) && l.Site == prev.Site,
+	case blocked(l.State) && !first && blocked(prev.State) && l.Runs >= prev.Runs && l.Runs-prev.Runs <= uint64(sampleRuns*sampled) && l.Site == prev.Site,
 		blocked(l.State) && !first && blocked(prev.State) && l.Timed && prev.Timed && sameCall(l.Site, prev.Site):
 		// Not on a CPU since the previous look, waiting at the same place
-		// (or put on one only by a native sample, which stops and resumes
-		// every thread: the wait goes on), or in a loop of sleeps for time
+		// (or put on one only by the native samples taken meanwhile, each
+		// of which stops and resumes every thread: the wait goes on; a
+		// thread put on one more often than they account for woke on
+		// its own, and back at the same place has made progress: a
+		// rank taking a batch from its DataLoader every step), or in a loop of sleeps for time
 		// alone at one place (a straggler's `while True: time.sleep(1)`):
 		// waking only to sleep again there is no progress.
 		if s.since == 0 || s.spinning {

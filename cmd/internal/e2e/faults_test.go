@@ -339,10 +339,16 @@ func checkDump(t *testing.T, dir string, r int) *dumpfile.File {
 	if f.Rank != r || f.WorldSize != nproc || f.PID == 0 {
 		t.Errorf("rank %d dump names rank %d of %d pid %d", r, f.Rank, f.WorldSize, f.PID)
 	}
-	var main *struct{ native, python int }
+	var main *struct {
+		native, python int
+		err            string
+	}
 	for _, th := range f.Threads {
 		if th.TID == f.PID {
-			main = &struct{ native, python int }{len(th.Native), len(th.Python)}
+			main = &struct {
+				native, python int
+				err            string
+			}{len(th.Native), len(th.Python), th.Error}
 		}
 	}
 	if main == nil || main.native == 0 || main.python == 0 {

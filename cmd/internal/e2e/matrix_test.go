@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/collector/format/dumpfile"
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/benchtable"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
@@ -277,12 +278,11 @@ func matrixRun(t *testing.T, b *testbed.Bed, j job) outcome {
 		}
 	}
 	for r, f := range files {
-		main := false
-		for _, th := range f.Threads {
-			main = main || th.TID == f.PID && len(th.Native) > 0 && len(th.Python) > 0
-		}
-		if !main {
-			return fail("rank %d: no native and Python stacks of the main thread; errors %v", r, f.Errors)
+		if i := slices.IndexFunc(f.Threads, func(th stack.Thread) bool { return th.TID == f.PID }); i < 0 {
+			return fail("rank %d: no main thread %d in its dump; errors %v", r, f.PID, f.Errors)
+		} else if th := f.Threads[i]; len(th.Native) == 0 || len(th.Python) == 0 {
+			return fail("rank %d: main thread %d (state %s) has %d native and %d Python frames, want both; its error %q; errors %v",
+				r, f.PID, th.State, len(th.Native), len(th.Python), th.Error, f.Errors)
 		}
 	}
 	summary := runViewer(t, dir)

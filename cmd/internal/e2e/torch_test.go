@@ -18,7 +18,10 @@ import (
 const torchPython = "/usr/bin/python3"
 
 // torchTimeout is the hang timeout of the real-PyTorch tier: long enough
-// that a loaded machine's slow steps are not mistaken for a stall.
+// that a loaded machine's slow steps are not mistaken for a stall. A
+// shorter one is no fair test of a CPU job on a busy 2-CPU machine, the
+// healthy one's included: there every rank may stand still for over 3 s
+// (docs/measurements.md, "two e2e flakes"), a stall by the rule.
 const torchTimeout = 10 * time.Second
 
 var (
@@ -68,13 +71,13 @@ func torchJob(t *testing.T, dir string, timeout time.Duration, jobArgs ...string
 // each hang is decided on every rank within the timeout plus 2 s, every
 // rank is dumped once (its DataLoader workers inside its dump, never as
 // ranks), and the viewer names rank 2. A healthy job of the same shape
-// raises nothing with a 3 s timeout.
+// raises nothing with the same timeout.
 func TestRealPyTorch(t *testing.T) {
 	privileged.Root(t)
 	requireTorch(t)
 	t.Run("healthy", func(t *testing.T) {
 		dir := t.TempDir()
-		p := torchJob(t, dir, 3*time.Second, "--steps", "80")
+		p := torchJob(t, dir, torchTimeout, "--steps", "240") // training alone outlasts the timeout
 		if code := p.waitExit(3 * time.Minute); code != 0 {
 			t.Fatalf("healthy job exited %d\n%s", code, tail(p.output(), 60))
 		}

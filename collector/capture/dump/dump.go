@@ -177,11 +177,13 @@ func Capture(pid int, o Options) (*Process, error) {
 	}
 	var pyThreads []python.Thread
 	var pyErr error
+	pyRead := false
 	readPython := func() error {
 		if py == nil {
 			return nil
 		}
 		pyThreads, pyErr = py.Walk()
+		pyRead = true
 		return pyErr
 	}
 	// What does not change is no business of the stop.
@@ -198,21 +200,18 @@ func Capture(pid int, o Options) (*Process, error) {
 		readPython()
 		namePython()
 	} else {
-		nopts := native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress, Process: proc, Lines: o.Lines}
-		res, err := u.Dump(pid, nopts)
-		if err == nil && res.Partial {
-			// On a loaded node a running thread may not stop within
-			// MaxStop (it waits for a CPU): once more, every thread let
-			// go in between, and the fuller of the two is kept.
-			firstPy, firstErr := pyThreads, pyErr
-			again, aerr := u.Dump(pid, nopts)
-			if aerr == nil && (!again.Partial || len(again.Threads) > len(res.Threads)) {
-				again.StoppedFor = max(again.StoppedFor, res.StoppedFor)
-				res = again
-			} else {
-				pyThreads, pyErr = firstPy, firstErr // read in the first stop
-			}
+		// On a loaded node a running thread may not stop within half of
+		// MaxStop (it waits for a CPU): the others let go, it is copied
+		// when it stops, up to half of MaxStop later
+		// (native.Options.Stragglers), its Python frames read meanwhile,
+		// as it ran. (A second stop could not seize it: the first holds
+		// it until it stops.)
+		stragglers := o.MaxStop / 2
+		if stragglers <= 0 {
+			stragglers = native.DefaultMaxStop / 2
 		}
+		res, err := u.Dump(pid, native.Options{MaxStop: o.MaxStop, WhileStopped: readPython, ReturnAddress: o.ReturnAddress,
+			Process: proc, Lines: o.Lines, Stragglers: stragglers})
 		p.StoppedFor = res.StoppedFor
 		if err != nil {
 			if errors.Is(err, native.ErrNotPermitted) || errors.Is(err, native.ErrNoProcess) || errors.Is(err, native.ErrExited) {
@@ -230,6 +229,9 @@ func Capture(pid int, o Options) (*Process, error) {
 		}
 		namePython()
 	}
+	if py != nil && !pyRead && pyErr == nil {
+		pyErr = errors.New("frames not read: the stop's bound ran out first")
+	}
 	if pyErr != nil {
 		p.Errors = append(p.Errors, fmt.Sprintf("python: %v", pyErr))
 	}
@@ -242,11 +244,13 @@ func Capture(pid int, o Options) (*Process, error) {
 			byTID[tid] = &stack.Thread{TID: tid}
 		}
 	}
+	mainPy := false
 	for _, pt := range pyThreads {
 		th, ok := byTID[pt.TID]
 		if !ok {
 			continue // a Python thread state without a live thread
 		}
+		mainPy = mainPy || pt.TID == pid
 		th.Python = pt.Frames
 		th.GIL = pt.GIL
 		if pt.Name != "" {
@@ -254,6 +258,26 @@ func Capture(pid int, o Options) (*Process, error) {
 		}
 		if pt.Error != "" && th.Error == "" {
 			th.Error = "python: " + pt.Error
+		}
+	}
+	if th := byTID[pid]; th != nil && py != nil && pyErr == nil && len(th.Python) == 0 {
+		// The main thread of an interpreter runs Python: no frames is a
+		// read that missed them. A thread that did not stop in time (a
+		// straggler) was read as it ran, between two calls maybe: read
+		// once more, as it runs still; else say why they are missing.
+		if again, err := py.Threads(); err == nil {
+			for _, pt := range again {
+				if pt.TID == pid && len(pt.Frames) > 0 {
+					th.Python, th.GIL = pt.Frames, pt.GIL
+				}
+			}
+		}
+		switch {
+		case len(th.Python) > 0 || th.Error != "":
+		case mainPy:
+			th.Error = "python: its thread state held no frame when read"
+		default:
+			th.Error = "python: no thread state of the interpreter names this thread"
 		}
 	}
 	tids := make([]int, 0, len(byTID))

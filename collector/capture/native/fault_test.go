@@ -7,12 +7,16 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/monoclock"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
@@ -399,4 +403,72 @@ func TestStragglers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEarlierHold: a thread an earlier stop still holds (seized, not
+// stopped yet, left to its settle) cannot be seized again. A dump waits,
+// at most half of MaxStop, for that stop to let go of it: past the bound, the
+// thread's error names the earlier stop; let go meanwhile, it is read.
+// (A capture retried after a straggler used to get "ptrace seize:
+// operation not permitted" for it, its stacks lost.)
+func TestEarlierHold(t *testing.T) {
+	privileged.Root(t)
+	tg := settled(t, launchGrandchild(t, build(t, "threads.c"), "5"), 1)
+	tid := tg.pid // the main thread, asleep in pthread_join
+	let, done := make(chan struct{}), make(chan struct{})
+	seized := make(chan error, 1)
+	go func() {
+		// The earlier stop's tracer: a thread of its own, as Dump's; its
+		// seize ends with it, should the test fail first.
+		runtime.LockOSThread()
+		defer close(done)
+		err := unix.PtraceSeize(tid)
+		seized <- err
+		if err != nil {
+			return
+		}
+		<-let
+		// Let go as settle does: once stopped.
+		if err := unix.PtraceInterrupt(tid); err == nil {
+			var ws unix.WaitStatus
+			unix.Wait4(tid, &ws, unix.WALL, nil)
+			unix.PtraceDetach(tid)
+		}
+	}()
+	if err := <-seized; err != nil {
+		t.Fatal(err)
+	}
+	h := hold(tg.pid, []*tracee{{snapshot: &snapshot{tid: tid}, seized: true}})
+	main := func(res Result) stack.Thread {
+		for _, th := range res.Threads {
+			if th.TID == tid {
+				return th
+			}
+		}
+		t.Fatalf("no main thread %d in the dump", tid)
+		return stack.Thread{}
+	}
+
+	res, err := NewUnwinder(nil).Dump(tg.pid, Options{MaxStop: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th := main(res); len(th.Native) > 0 || !strings.Contains(th.Error, "earlier stop") {
+		t.Errorf("main thread held by an earlier stop: %d frames, error %q, want none and the earlier stop named", len(th.Native), th.Error)
+	}
+
+	go func() {
+		time.Sleep(50 * time.Millisecond) // the dump is waiting by then
+		close(let)
+		<-done
+		h.release()
+	}()
+	res, err = NewUnwinder(nil).Dump(tg.pid, Options{MaxStop: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th := main(res); len(th.Native) == 0 || th.Error != "" {
+		t.Errorf("main thread let go while the dump waited: %d frames, error %q, want it read", len(th.Native), th.Error)
+	}
+	released(t, tg.pid)
 }

@@ -91,12 +91,19 @@ func (u *Unwinder) Dump(pid int, o Options) (Result, error) {
 		// which is never unlocked: it exits with its goroutine after
 		// letting go of every thread, and should anything be left
 		// attached, the kernel detaches it (resuming it) then.
+		//
+		// A thread an earlier stop of pid still holds (seized, not yet
+		// stopped: settle waits for it) cannot be seized again: wait for
+		// that stop to let go first, at most half of MaxStop.
+		awaitHolds(pid, time.Now().Add(o.MaxStop/2))
 		ch := make(chan stopped, 1)
 		go func() {
 			runtime.LockOSThread()
 			ts, s := stopAll(pid, o, maps)
+			h := hold(pid, ts)
 			ch <- s
 			settle(pid, ts, time.Now().Add(releaseWait))
+			h.release()
 		}()
 		s = <-ch
 	}
@@ -225,6 +232,90 @@ func anyLive(pid int) bool {
 func anyCopied(ts []*snapshot) bool {
 	for _, t := range ts {
 		if t.err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// holding is the threads of one process that a stop has not let go of
+// when it returns (not yet stopped, or dying): its settle still holds
+// them, and until it does, no other stop can seize them.
+type holding struct {
+	pid  int
+	tids map[int]bool
+	done chan struct{} // closed once settle returns
+}
+
+// holds lists the holdings of stops whose settle runs, by process.
+var holds struct {
+	sync.Mutex
+	by map[int][]*holding
+}
+
+// hold records the threads of ts still seized when stopAll returns; nil
+// when there are none.
+func hold(pid int, ts []*tracee) *holding {
+	h := &holding{pid: pid, tids: map[int]bool{}, done: make(chan struct{})}
+	for _, t := range ts {
+		if t.seized {
+			h.tids[t.tid] = true
+		}
+	}
+	if len(h.tids) == 0 {
+		return nil
+	}
+	holds.Lock()
+	defer holds.Unlock()
+	if holds.by == nil {
+		holds.by = map[int][]*holding{}
+	}
+	holds.by[pid] = append(holds.by[pid], h)
+	return h
+}
+
+// release forgets h once its settle returned.
+func (h *holding) release() {
+	if h == nil {
+		return
+	}
+	holds.Lock()
+	defer holds.Unlock()
+	hs := slices.DeleteFunc(holds.by[h.pid], func(x *holding) bool { return x == h })
+	if len(hs) == 0 {
+		delete(holds.by, h.pid)
+	} else {
+		holds.by[h.pid] = hs
+	}
+	close(h.done)
+}
+
+// awaitHolds waits until no earlier stop holds a thread of pid, or until
+// deadline.
+func awaitHolds(pid int, deadline time.Time) {
+	for {
+		holds.Lock()
+		hs := slices.Clone(holds.by[pid])
+		holds.Unlock()
+		if len(hs) == 0 {
+			return
+		}
+		timer := time.NewTimer(time.Until(deadline))
+		select {
+		case <-hs[0].done:
+			timer.Stop()
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+// held says whether an earlier stop still holds thread tid of pid.
+func held(pid, tid int) bool {
+	holds.Lock()
+	defer holds.Unlock()
+	for _, h := range holds.by[pid] {
+		if h.tids[tid] {
 			return true
 		}
 	}
@@ -537,9 +628,13 @@ func seize(pid, tid int) *tracee {
 		return t
 	}
 	if err := unix.PtraceSeize(tid); err != nil {
-		if errors.Is(err, unix.ESRCH) {
+		switch {
+		case errors.Is(err, unix.ESRCH):
 			t.err = errors.New("thread exited")
-		} else {
+		case errors.Is(err, unix.EPERM) && held(pid, tid):
+			// Not this monitor's want of privilege: see awaitHolds.
+			t.err = errors.New("not stopped: an earlier stop of this process still waits for this thread to stop (it did not get a CPU)")
+		default:
 			t.err = fmt.Errorf("ptrace seize: %w", err)
 		}
 		return t
