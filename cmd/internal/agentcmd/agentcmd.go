@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"github.com/spf13/cobra"
+
 	"github.com/xpu-timer/xpu-timer/cmd/internal/agentcmd"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/dumpcmd"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/watch"

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/spf13/cobra"
+
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"

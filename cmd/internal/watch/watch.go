@@ -17,6 +17,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
 	"github.com/xpu-timer/xpu-timer/agent"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/config"
 	"github.com/xpu-timer/xpu-timer/cmd/internal/exitcode"
