@@ -409,8 +409,11 @@ func (a *Agent) HandleNotice(n ebpf.Notice) {
 	}
 	switch n.Kind {
 	case ebpf.NoticeExit:
-		a.exited(n.PID)
-		return // exited reports it once
+		// The KindProcessExit event, handed over before this notice, told
+		// the book and reported a rank's exit. The follower posts its
+		// notices on its own schedule: acting on this one could end a new
+		// process that reused the pid meanwhile.
+		return
 	case ebpf.NoticeExec:
 		// Reported only: the KindProcessExec event, handed over before
 		// this notice, told the book. Seeing it again here could revive a

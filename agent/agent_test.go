@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"maps"
 	"net/http/httptest"
 	"os"
@@ -481,6 +482,30 @@ func TestNoRankNumberedByOrder(t *testing.T) {
 	}
 	if f0.PID == f1.PID || f0.Reason == f1.Reason {
 		t.Fatalf("dumps %d/%s %d/%s", f0.PID, f0.Reason, f1.PID, f1.Reason)
+	}
+}
+
+// A process gone before its environment was read (a short
+// torch.cuda.is_available() child: its exit still queued) is numbered by
+// nobody: the one without RANK that lives is rank 0 of 1.
+func TestGoneBeforeItsLookIsNoRank(t *testing.T) {
+	b := newBed(t, "node-a", t.TempDir(), map[int]map[string]string{101: {"PATH": "/bin"}}, func(o *Options) {
+		environ := o.Environ
+		o.Environ = func(pid int) (map[string]string, error) {
+			if pid == 100 {
+				return nil, fmt.Errorf("read environ: %w", fs.ErrNotExist)
+			}
+			return environ(pid)
+		}
+	})
+	work(b.Agent, 100, 1*sec, true)
+	work(b.Agent, 101, 1*sec, true)
+	for i := 0; i < 3; i++ {
+		b.Tick(context.Background())
+	}
+	rs := b.events("rank")
+	if len(rs) != 1 || rs[0].PID != 101 || *rs[0].Rank != 0 {
+		t.Fatalf("rank reports %+v, want pid 101 alone as rank 0", rs)
 	}
 }
 

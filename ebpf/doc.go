@@ -28,10 +28,11 @@
 //     a collector goroutine that drains the call rings (ring.Rings.Poll),
 //     and delivers every event. It never takes the follower's lock, never
 //     reads /proc to follow a process, never reads a library to probe it
-//     and never attaches or detaches: a scan there once cost an H100 400 to
-//     7,700 records at each attach. (Naming a launch may read the
-//     process's symbol tables once, on its first unnamed launch:
-//     kernelNames.)
+//     and never attaches or detaches: a scan there once cost an H100
+//     thousands of records at each attach. (Naming a launch may read the
+//     process's maps and symbol tables, on its first unnamed launch and
+//     again after a library load, and forgetting a process walks the
+//     names map: kernelNames.)
 //   - the follower (follower_linux.go) owns following: the processes and
 //     the libraries they map, the reads of their maps and symbol tables
 //     (scans), the probes (attach_linux.go), the kernel lookups' probes

@@ -330,6 +330,12 @@ func (f *follower) takeAll() {
 // the records before it are handled. A held process then goes on.
 func (f *follower) handle(e procEvent) {
 	f.holds.turned()
+	if !e.exited && e.kind != procExit {
+		// A new image's or library's symbol tables read before the lock
+		// (as Follow does): the scan under it finds them read, and Stats,
+		// Probed and Close do not wait behind a large library.
+		f.prescan(e.pid)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {

@@ -102,14 +102,23 @@ func startEnv(t testing.TB, env []string, name string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	p := &proc{cmd: cmd, stdin: stdin, lines: make(chan string, 1024)}
+	// The lines a test did not read (a process that printed more than
+	// the buffer holds) are dropped once it ends: the reader must not
+	// outlive the test.
+	done := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
-			p.lines <- sc.Text()
+			select {
+			case p.lines <- sc.Text():
+			case <-done:
+				return
+			}
 		}
 		close(p.lines)
 	}()
 	t.Cleanup(func() {
+		close(done)
 		_ = stdin.Close()
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

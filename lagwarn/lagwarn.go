@@ -23,8 +23,8 @@
 // silence its sampling point, rather than at the next interval (Due).
 //
 // A sample is the dumps' capture of that rank alone: its threads stopped
-// once for at most a few milliseconds (twice when a thread could not be
-// stopped in time), never a dump (no file, no marker, no other rank),
+// once for at most a few milliseconds (a thread late to stop is copied
+// when it stops, the others running), never a dump (no file, no marker, no other rank),
 // and it sets no hang family. One sample serves both while the rank
 // issues nothing new.
 package lagwarn

@@ -50,9 +50,8 @@ func sameCall(a, b string) bool {
 }
 
 // sampleRuns is how many times a native sample puts a sleeping thread on
-// a CPU: to reach its stop, and to go back to its wait once let go (2 in
-// each of six stops of a thread asleep in poll(2), at a load of 35 on 2
-// CPUs).
+// a CPU: to reach its stop, and to go back to its wait once let go
+// (docs/measurements.md, "Figures from code comments").
 const sampleRuns = 2
 
 // spinShare is the least share of the time between two looks a thread

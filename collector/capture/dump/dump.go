@@ -223,6 +223,9 @@ func Capture(pid int, o Options) (*Process, error) {
 			p.Errors = append(p.Errors, "some threads did not stop in time")
 		}
 		p.Errors = append(p.Errors, res.Damage...)
+		if pyErr == nil && !pyRead && res.WhileStoppedErr != nil {
+			pyErr = res.WhileStoppedErr // the read failed (a panic caught), not the bound
+		}
 		for i := range res.Threads {
 			th := res.Threads[i]
 			byTID[th.TID] = &th

@@ -76,9 +76,8 @@ func Bytes(rings, n int) int { return rings * (n + 1) * Size }
 
 // CollectInterval is how often the collector (Poll) copies the rings into
 // memory while records come slowly, so that they do not overflow while
-// the reader itself is busy. At 5 ms, following the 8-rank testbed job
-// cost the launcher 6.6-7.0 % of a core against 6.0-6.2 % at 20 ms (and
-// 5.0-5.4 % with the BPF ring buffer, the same hour). While they come
+// the reader itself is busy; a shorter interval cost the launcher more
+// CPU following the 8-rank testbed job. While they come
 // fast, the collector drains sooner: before the fullest ring, at the rate
 // it filled between the last two drains, is an eighth full
 // (fillFraction), and at least every CollectInterval/16.
@@ -100,10 +99,10 @@ const (
 
 // MaxPending bounds the records collected and not yet taken (16 MiB,
 // twice what the default rings hold): beyond it, a stalled reader loses
-// records, counted. At the start of a burst of 2 launch-bound processes
-// on a 2-core VM, the reader fell 50-270 ms behind them (page faults and
-// GC of the buffers growing, all on the cores the processes kept busy):
-// in 1 of 40 runs more than 131,072 records waited, the bound before. A
+// records, counted. At the start of a burst of launch-bound processes
+// the reader can fall hundreds of milliseconds behind them (page faults
+// and GC of the buffers growing, on the cores the processes keep busy):
+// half this bound was once passed. A
 // ring's pending records that grew beyond its ring's size are let go once
 // all are taken.
 const MaxPending = 1 << 18
@@ -300,8 +299,7 @@ type Waker interface {
 // called when a collect finds records after the rings were idle (the
 // reader may then be in its long wait). The wakeups are waited for at
 // rest only: parked on them under load, the collector cost the launcher
-// 2-3 % of a core more at 550,000 launches a second than on a timer, for
-// the 70 wakeups a second it got.
+// more than on a timer, for the few wakeups a second it got.
 func (r *Rings) Poll(stop <-chan struct{}, w Waker, woke func()) {
 	tick := time.NewTimer(CollectInterval)
 	defer tick.Stop()
