@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"maps"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/collector/metrics"
 	"github.com/xpu-timer/xpu-timer/ebpf"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/ranks"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -493,7 +493,7 @@ func TestGoneBeforeItsLookIsNoRank(t *testing.T) {
 		environ := o.Environ
 		o.Environ = func(pid int) (map[string]string, error) {
 			if pid == 100 {
-				return nil, fmt.Errorf("read environ: %w", fs.ErrNotExist)
+				return nil, fmt.Errorf("read /proc/100/environ: %w", procfs.ErrNoProcess) // as procfs.Environ says it
 			}
 			return environ(pid)
 		}

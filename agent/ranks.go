@@ -3,9 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"log/slog"
-	"syscall"
 
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/ranks"
@@ -70,7 +68,7 @@ func (a *Agent) resolveAll(looks func() []ranks.Look) {
 // appearance (l.Final).
 func (a *Agent) resolve(l ranks.Look) {
 	env, err := a.o.Environ(l.PID)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+	if errors.Is(err, procfs.ErrNoProcess) {
 		// Gone before its look (the read comes after its first event
 		// now): its exit, queued behind, closes the record. Numbering it
 		// by order would give a dead process a rank.
