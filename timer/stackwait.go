@@ -45,9 +45,10 @@ func (w *ThreadWait) call() string {
 	return w.Call
 }
 
-// name is the wait as a waiter's call: "cuStreamSynchronize from X",
-// "cudaLaunchKernel of K from X".
-func (w *ThreadWait) name() string {
+// Name is the wait as a waiter's call: "cuStreamSynchronize from X",
+// "cudaLaunchKernel of K from X" (collector/capture/gpuwait's Wait says
+// itself so too).
+func (w *ThreadWait) Name() string {
 	n := w.call()
 	if w.Kernel != "" {
 		n += " of " + w.Kernel
@@ -327,7 +328,7 @@ func (p *proc) stackDecision(h *Hang, w *stackWait, now int64) {
 	h.StackWait = &StackWait{
 		TID: w.TID, Call: w.Call, Library: w.Library, From: w.From, Kernel: w.Kernel, Python: w.Python, State: string(w.State), Since: w.since, Seen: w.seen,
 	}
-	h.Waiters = []Waiter{{TID: w.TID, Call: w.name() + " (seen on its stack)", Since: w.since}}
+	h.Waiters = []Waiter{{TID: w.TID, Call: w.Name() + " (seen on its stack)", Since: w.since}}
 	if o := p.oldest(); o != nil {
 		op := o.op()
 		h.Oldest = &op

@@ -26,6 +26,7 @@ import (
 
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/symbols"
+	"github.com/xpu-timer/xpu-timer/timer"
 )
 
 // Wait is a GPU wait read from one thread's native stack.
@@ -78,21 +79,13 @@ func (w Wait) Momentary() bool {
 	return false
 }
 
-// String names the wait: "cuStreamSynchronize from
-// c10d::AsyncAllreduceCUDAHostWork::run", "cuLaunchKernel of
-// at::cuda::(anonymous namespace)::spin_kernel(long) from at::cuda::sleep".
+// String names the wait as the engine names a waiter's:
+// "cuStreamSynchronize from c10d::AsyncAllreduceCUDAHostWork::run",
+// "cuLaunchKernel of at::cuda::(anonymous namespace)::spin_kernel from
+// at::cuda::sleep".
 func (w Wait) String() string {
-	s := w.Call
-	if s == "" {
-		s = "a call into " + w.Library
-	}
-	if w.Kernel != "" {
-		s += " of " + w.Kernel
-	}
-	if w.From != "" {
-		s += " from " + w.From
-	}
-	return s
+	tw := timer.ThreadWait{Call: w.Call, Library: w.Library, From: w.From, Kernel: w.Kernel}
+	return tw.Name()
 }
 
 // Classify says whether a native stack (innermost frame first) waits on
