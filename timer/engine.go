@@ -1,6 +1,7 @@
 package timer
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -247,12 +248,7 @@ func (e *Engine) Forget(pid int) {
 func (e *Engine) Processes() []int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	pids := make([]int, 0, len(e.procs))
-	for pid := range e.procs {
-		pids = append(pids, pid)
-	}
-	slices.Sort(pids)
-	return pids
+	return slices.Sorted(maps.Keys(e.procs))
 }
 
 // ProcState is what the metrics need of one process.

@@ -6,6 +6,7 @@
 package flight
 
 import (
+	"maps"
 	"slices"
 	"sync"
 
@@ -146,12 +147,7 @@ func (r *Recorder) Events(pid int) (recs []Record, overwritten uint64) {
 func (r *Recorder) Processes() []int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]int, 0, len(r.procs))
-	for pid := range r.procs {
-		out = append(out, pid)
-	}
-	slices.Sort(out)
-	return out
+	return slices.Sorted(maps.Keys(r.procs))
 }
 
 // Dropped is the number of events dropped because too many processes were
