@@ -72,24 +72,32 @@ func waitLookups(t *testing.T, tr *Tracer, want bool, d time.Duration) {
 	}
 }
 
+// followedStep starts the testbed's trainstep with args, followed from
+// its start by a new tracer whose launches c counts by kernel, and lets it
+// run; creating the file late brings a kernel never launched before.
+func followedStep(t *testing.T, args string) (tr *Tracer, c *launchNames, p *proc, late string) {
+	t.Helper()
+	privileged.Root(t)
+	bed := testbed.Build(t)
+	late = filepath.Join(t.TempDir(), "late")
+	tr = newTracer(t, Options{})
+	c = countLaunches(t, tr)
+	p = startEnv(t, []string{"LATE_FILE=" + late}, "/bin/sh", "-c", `read x; exec "$0" `+args, bed.Bin("trainstep"))
+	c.pid = p.pid()
+	if err := tr.Follow(p.pid()); err != nil {
+		t.Fatal(err)
+	}
+	p.send(t, "go")
+	return tr, c, p, late
+}
+
 // Followed from its start, a training step whose library looks its
 // kernels' CUfunctions up before each launch (cuBLASLt) has every launch
 // named, and the lookups' probes go once nothing new comes; a kernel
 // never launched before brings them back until its lookup names it, and
 // they go again.
 func TestKernelLookupsOnDemand(t *testing.T) {
-	privileged.Root(t)
-	bed := testbed.Build(t)
-	late := filepath.Join(t.TempDir(), "late")
-	tr := newTracer(t, Options{})
-	c := countLaunches(t, tr)
-	p := startEnv(t, []string{"LATE_FILE=" + late}, "/bin/sh", "-c",
-		`read x; exec "$0" --runtime 20 --driver 5 --lt 6 --attrs 3 --copies 2 --block 50 --pause-us 2000`, bed.Bin("trainstep"))
-	c.pid = p.pid()
-	if err := tr.Follow(p.pid()); err != nil {
-		t.Fatal(err)
-	}
-	p.send(t, "go")
+	tr, c, p, late := followedStep(t, "--runtime 20 --driver 5 --lt 6 --attrs 3 --copies 2 --block 50 --pause-us 2000")
 	waitLookups(t, tr, true, 10*time.Second) // attached with the driver
 	p.until(t, "warm")
 	// Quiet once the step's kernels are all named: within a window of the
@@ -140,18 +148,7 @@ func TestKernelLookupsOnDemand(t *testing.T) {
 // here) is named all the same: its handle stays pending, and the probes
 // with it, until its next launch, whose lookup names it.
 func TestKernelLookupsSlowStep(t *testing.T) {
-	privileged.Root(t)
-	bed := testbed.Build(t)
-	late := filepath.Join(t.TempDir(), "late")
-	tr := newTracer(t, Options{})
-	c := countLaunches(t, tr)
-	p := startEnv(t, []string{"LATE_FILE=" + late}, "/bin/sh", "-c",
-		`read x; exec "$0" --runtime 20 --driver 5 --lt 1 --attrs 0 --copies 0 --block 1 --pause-us 2000`, bed.Bin("trainstep"))
-	c.pid = p.pid()
-	if err := tr.Follow(p.pid()); err != nil {
-		t.Fatal(err)
-	}
-	p.send(t, "go")
+	tr, c, _, late := followedStep(t, "--runtime 20 --driver 5 --lt 1 --attrs 0 --copies 0 --block 1 --pause-us 2000")
 	waitLookups(t, tr, true, 10*time.Second)
 	waitLookups(t, tr, false, 4*lookupWindow)
 	if err := os.WriteFile(late, []byte("3000000"), 0o644); err != nil {
