@@ -330,10 +330,13 @@ func (f *follower) takeAll() {
 // the records before it are handled. A held process then goes on.
 func (f *follower) handle(e procEvent) {
 	f.holds.turned()
-	if !e.exited && e.kind != procExit {
+	if !e.exited && (e.kind == procExec || e.kind == procMmap && e.held) {
 		// A new image's or library's symbol tables read before the lock
 		// (as Follow does): the scan under it finds them read, and Stats,
-		// Probed and Close do not wait behind a large library.
+		// Probed and Close do not wait behind a large library. Only
+		// where handle scans at once: a fork maps its parent's files,
+		// read at the parent's scan, and a load not held is scanned
+		// later, at its rescan.
 		f.prescan(e.pid)
 	}
 	f.mu.Lock()
