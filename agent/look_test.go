@@ -22,9 +22,9 @@ func (f *fakeLooker) Look(pid int, now int64) (timer.Look, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if now < f.asleepAt {
-		return timer.Look{PID: pid, Time: now, State: 'R', Runs: uint64(now), CPU: now, Python: "step@train.py"}, true
+		return timer.Look{PID: pid, Time: now, State: 'R', Sleeps: 1, CPU: now, Python: "step@train.py"}, true
 	}
-	return timer.Look{PID: pid, Time: now, State: 'S', Runs: 1, Site: "202 0x7f 0x80", LastRan: f.asleepAt}, true
+	return timer.Look{PID: pid, Time: now, State: 'S', Sleeps: 1, Site: "202 0x7f 0x80", LastRan: f.asleepAt}, true
 }
 
 func (f *fakeLooker) Forget(pid int) {

@@ -261,7 +261,7 @@ func TestHostStall(t *testing.T) {
 	t.Run("without communicator info a sleeping silent rank is a waiter", func(t *testing.T) {
 		e := noComm()
 		for s := 1.0; s <= 20; s++ {
-			e.Observe(Look{PID: 2, Time: at(s), State: 'S', Runs: 5, Site: "futex", LastRan: at(0.2)})
+			e.Observe(Look{PID: 2, Time: at(s), State: 'S', Sleeps: 5, Site: "futex", LastRan: at(0.2)})
 		}
 		// It is "stalled" (no progress while a peer is stuck), never "host".
 		hs := e.Check(at(20))
@@ -292,7 +292,7 @@ func TestHostStall(t *testing.T) {
 	t.Run("without communicator info a spinning silent rank is stalled", func(t *testing.T) {
 		e := noComm()
 		for s := 1.0; s <= 20; s++ {
-			e.Observe(Look{PID: 2, Time: at(s), State: 'R', Runs: 5 + uint64(s), CPU: at(s), Python: "spin@job.py"})
+			e.Observe(Look{PID: 2, Time: at(s), State: 'R', Sleeps: 5, CPU: at(s), Python: "spin@job.py"})
 		}
 		hs := e.Check(at(20))
 		if len(hs) != 2 || hs[1].Kind != "host" || hs[1].PID != 2 || hs[1].Lagging != nil ||

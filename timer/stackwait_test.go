@@ -235,12 +235,12 @@ func TestStackWaitUnseen(t *testing.T) {
 }
 
 // A native sample stops and resumes every thread: a peer asleep in place
-// is put on a CPU by it, which is no progress.
+// goes to sleep twice more by it, which is no progress.
 func TestSampleIsNoProgress(t *testing.T) {
 	s := newSampled(t)
-	runs := uint64(40)
+	sleeps := uint64(40)
 	for now := 101.0; now <= 115; now++ {
-		l := asleep(1, runs, "34 0x0", at(100))
+		l := asleep(1, sleeps, "34 0x0", at(100))
 		l.LastRan = at(now - 0.5)
 		if now > 101 && int(now)%5 == 1 {
 			l.LastRan = at(now - 1) // the sample at the previous look's tick woke it
@@ -250,7 +250,7 @@ func TestSampleIsNoProgress(t *testing.T) {
 		if int(now)%5 == 0 {
 			s.sample(now, 1)
 			s.sample(now, 2)
-			runs += 2 // stopped and resumed
+			sleeps += 2 // stopped and resumed
 		}
 		if d := s.check(now + 0.01); len(d) > 0 {
 			if now <= 110 || d[1] != "stalled" || d[2] != "stalled" {
@@ -262,8 +262,8 @@ func TestSampleIsNoProgress(t *testing.T) {
 	t.Fatal("the sampled rank was never stalled: the samples read as progress")
 }
 
-// A sample puts a sleeping thread on a CPU twice, no more: ranks that
-// woke for more between two looks progressed, though a sample came
+// A sample puts a sleeping thread to sleep twice, no more: ranks that
+// slept more often between two looks progressed, though a sample came
 // meanwhile and they wait at the same place again (a CPU job's ranks,
 // never probed, are sampled each period, and on a loaded node each
 // sample that misses a thread is retried at the next checks: four in a
@@ -283,19 +283,19 @@ func TestSampledRanksProgress(t *testing.T) {
 // order, until stuckAt, and returns when both were decided stalled.
 func sampledProgress(t *testing.T, order []int, stuckAt float64) float64 {
 	s := &sampled{t: t, e: NewEngine(Config{HangTimeout: 3 * time.Second})}
-	runs := map[int]uint64{1: 400, 2: 700}
+	sleeps := map[int]uint64{1: 400, 2: 700}
 	for now := 101.0; now <= 130; now++ {
 		for _, pid := range order {
 			if now <= stuckAt {
-				runs[pid] += 40 // 20 batches since the previous look
+				sleeps[pid] += 20 // 20 batches since the previous look, a sleep each
 			}
-			l := asleep(pid, runs[pid], "7 0x7f00 0x1 0x1388 0x0 0x0 0x0 0x7ffd10 0x7f10", at(min(now, stuckAt)-0.02))
+			l := asleep(pid, sleeps[pid], "7 0x7f00 0x1 0x1388 0x0 0x0 0x0 0x7ffd10 0x7f10", at(min(now, stuckAt)-0.02))
 			s.look(now, l)
 		}
 		if int(now)%5 < 4 { // sampled at four checks in a row of five
 			for _, pid := range order {
 				s.sample(now, pid)
-				runs[pid] += 2 // stopped and resumed
+				sleeps[pid] += 2 // stopped and resumed
 			}
 		}
 		d := s.check(now + 0.01)

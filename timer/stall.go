@@ -12,7 +12,7 @@ type Look struct {
 	PID     int
 	Time    int64  // monotonic ns of the look
 	State   byte   // scheduler state letter: 'R' running, 'S' sleeping, 'D' disk sleep, ...
-	Runs    uint64 // times the thread was put on a CPU so far
+	Sleeps  uint64 // times the thread went to sleep so far (its voluntary context switches: a preemption is none)
 	CPU     int64  // ns the thread has run so far
 	LastRan int64  // monotonic ns the thread last went on a CPU; 0 when unknown
 	Site    string // where it waits while it sleeps (system call and its arguments, stack and instruction pointers); "" when unknown
@@ -49,10 +49,11 @@ func sameCall(a, b string) bool {
 	return len(fa) > 1 && len(fb) > 1 && fa[0] == fb[0] && fa[len(fa)-1] == fb[len(fb)-1]
 }
 
-// sampleRuns is how many times a native sample puts a sleeping thread on
-// a CPU: to reach its stop, and to go back to its wait once let go
-// (docs/measurements.md, "Figures from code comments").
-const sampleRuns = 2
+// sampleSleeps is how many times a native sample puts a sleeping thread
+// to sleep: in its stop, and back in its wait once let go, however often
+// it is preempted on the way (docs/measurements.md, "Figures from code
+// comments").
+const sampleSleeps = 2
 
 // spinShare is the least share of the time between two looks a thread
 // must have run to count as spinning.
@@ -73,21 +74,22 @@ func (e *Engine) Observe(l Look) {
 	}
 	prev, first := s.last, s.last.Time == 0
 	s.last = l
-	// Put on a CPU no more than the samples taken since the previous
-	// look did: any more is the thread's own.
+	// Gone to sleep no more often than the samples taken since the
+	// previous look made it: any more is the thread's own.
 	sampled := p.samples() - s.samples
 	s.samples = p.samples()
 	switch {
-	case blocked(l.State) && !first && blocked(prev.State) && l.Runs >= prev.Runs && l.Runs-prev.Runs <= uint64(sampleRuns*sampled) && l.Site == prev.Site,
+	case blocked(l.State) && !first && blocked(prev.State) && l.Sleeps >= prev.Sleeps && l.Sleeps-prev.Sleeps <= uint64(sampleSleeps*sampled) && l.Site == prev.Site,
 		blocked(l.State) && !first && blocked(prev.State) && l.Timed && prev.Timed && sameCall(l.Site, prev.Site):
-		// Not on a CPU since the previous look, waiting at the same place
-		// (or put on one only by the native samples taken meanwhile, each
-		// of which stops and resumes every thread: the wait goes on; a
-		// thread put on one more often than they account for woke on
-		// its own, and back at the same place has made progress: a
-		// rank taking a batch from its DataLoader every step), or in a loop of sleeps for time
-		// alone at one place (a straggler's `while True: time.sleep(1)`):
-		// waking only to sleep again there is no progress.
+		// Not gone to sleep again since the previous look, waiting at
+		// the same place (or only as the native samples taken meanwhile
+		// made it, each of which stops and resumes every thread: the
+		// wait goes on; a thread that slept more often than they account
+		// for woke on its own, and back at the same place has made
+		// progress: a rank taking a batch from its DataLoader every
+		// step), or in a loop of sleeps for time alone at one place (a
+		// straggler's `while True: time.sleep(1)`): waking only to sleep
+		// again there is no progress.
 		if s.since == 0 || s.spinning {
 			s.since, s.spinning = prev.Time, false
 		}

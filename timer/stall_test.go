@@ -15,15 +15,15 @@ func newLooker(timeout time.Duration) *looker {
 	return &looker{e: NewEngine(Config{HangTimeout: timeout}), now: 100 * sec}
 }
 
-// asleep is a look at a main thread asleep at site, put on a CPU runs
-// times so far, last at lastRan.
-func asleep(pid int, runs uint64, site string, lastRan int64) Look {
-	return Look{PID: pid, State: 'S', Runs: runs, Site: site, LastRan: lastRan}
+// asleep is a look at a main thread asleep at site, gone to sleep sleeps
+// times so far, last run at lastRan.
+func asleep(pid int, sleeps uint64, site string, lastRan int64) Look {
+	return Look{PID: pid, State: 'S', Sleeps: sleeps, Site: site, LastRan: lastRan}
 }
 
 // running is a look at a main thread that ran cpu ns so far in frames py.
-func running(pid int, runs uint64, cpu int64, py string) Look {
-	return Look{PID: pid, State: 'R', Runs: runs, CPU: cpu, Python: py}
+func running(pid int, sleeps uint64, cpu int64, py string) Look {
+	return Look{PID: pid, State: 'R', Sleeps: sleeps, CPU: cpu, Python: py}
 }
 
 // tick advances one second, passes looks (their Time set) and checks.
@@ -208,7 +208,7 @@ func TestStalledYieldsToHostRule(t *testing.T) {
 func TestNotStalledWhilePeersWaitBriefly(t *testing.T) {
 	l := newLooker(3 * time.Second)
 	for i := 0; i < 20; i++ {
-		n := uint64(i / 2) // runs change every other look: two looks in one brief wait
+		n := uint64(i / 2) // sleeps change every other look: two looks in one brief wait
 		hs := l.tick(asleep(1, 5, "barrier", 50*sec), asleep(2, 10+n, "allreduce", l.now-sec/2), asleep(3, 30+n, "allreduce", l.now-sec/2))
 		if len(hs) > 0 {
 			t.Fatalf("tick %d: %+v", i, hs)
@@ -271,15 +271,15 @@ func TestSleepLoopIsNoProgress(t *testing.T) {
 	const futex = "202 0x7f0c1c0008e0 0x189 0x0 0x0 0x0 0xffffffff 0x7ffc3ad1e478 0x7f0c1e8e4b4a"
 	for _, c := range []struct {
 		name  string
-		look  func(runs uint64, lastRan int64) Look
+		look  func(sleeps uint64, lastRan int64) Look
 		stall bool
 	}{
-		{"timed sleep", func(runs uint64, lastRan int64) Look {
-			l := asleep(1, runs, nanosleep[runs%2], lastRan)
+		{"timed sleep", func(sleeps uint64, lastRan int64) Look {
+			l := asleep(1, sleeps, nanosleep[sleeps%2], lastRan)
 			l.Timed = true
 			return l
 		}, true},
-		{"futex", func(runs uint64, lastRan int64) Look { return asleep(1, runs, futex, lastRan) }, false},
+		{"futex", func(sleeps uint64, lastRan int64) Look { return asleep(1, sleeps, futex, lastRan) }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := newLooker(3 * time.Second)

@@ -43,6 +43,36 @@ func ParseSched(b []byte) (Sched, error) {
 	return Sched{RunNs: run, Runs: runs}, nil
 }
 
+// ReadSleeps reads, from /proc/PID/task/TID/status, how many times the
+// thread went to sleep so far: its voluntary context switches. A thread
+// preempted while it runs (on a busy CPU) switches involuntarily, so a
+// sleeping thread woken only to sleep again at the same place counts one
+// per wake, however the scheduler treated it meanwhile; schedstat's
+// timeslices count each preemption too.
+func ReadSleeps(pid, tid int) (uint64, error) {
+	b, err := read(path(pid, "task", strconv.Itoa(tid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	return ParseSleeps(b)
+}
+
+// ParseSleeps finds voluntary_ctxt_switches in the text of a status file.
+func ParseSleeps(b []byte) (uint64, error) {
+	for line := range bytes.SplitSeq(b, []byte("\n")) {
+		v, ok := bytes.CutPrefix(line, []byte("voluntary_ctxt_switches:"))
+		if !ok {
+			continue
+		}
+		n, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("parse voluntary_ctxt_switches %q", v)
+		}
+		return n, nil
+	}
+	return 0, errors.New("no voluntary_ctxt_switches in status")
+}
+
 // ReadSyscall reads /proc/PID/task/TID/syscall: for a thread blocked in
 // a system call, its number, arguments, stack pointer and instruction
 // pointer ("running" while it runs). The kernel reads it without

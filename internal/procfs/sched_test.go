@@ -35,6 +35,18 @@ func TestParseLastRan(t *testing.T) {
 	}
 }
 
+func TestParseSleeps(t *testing.T) {
+	text := "Name:\tpython3\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t1234\nnonvoluntary_ctxt_switches:\t56\n"
+	if n, err := ParseSleeps([]byte(text)); err != nil || n != 1234 {
+		t.Fatalf("%d %v", n, err)
+	}
+	for _, bad := range []string{"", "nonvoluntary_ctxt_switches:\t56\n", "voluntary_ctxt_switches:\tx\n", "voluntary_ctxt_switches:\t-1\n"} {
+		if _, err := ParseSleeps([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
 // The calling thread's own files: it runs, so its syscall file says so,
 // and its counters are readable.
 func TestOwnThread(t *testing.T) {
@@ -47,6 +59,9 @@ func TestOwnThread(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := ReadSyscall(pid, pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSleeps(pid, pid); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := ReadSched(1<<30, 1<<30); err == nil {

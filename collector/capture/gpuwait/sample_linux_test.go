@@ -106,6 +106,66 @@ func TestSampleSpinningAndSleeping(t *testing.T) {
 	}
 }
 
+// A sample puts a thread asleep in a lock to sleep twice, no more: in its
+// stop, and back in its wait once let go, however often the scheduler
+// preempts it on the way (the timeslices of its schedstat count those
+// too). The engine takes any more sleeps between two looks for the
+// thread's own progress (timer's sampleSleeps).
+func TestSampleSleepsTwice(t *testing.T) {
+	privileged.Root(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3, which make test installs:", err)
+	}
+	cmd := exec.Command(py, "-c", "import threading\nl = threading.Lock()\nl.acquire()\nprint('ready', flush=True)\nl.acquire()\n")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("%q %v", line, err)
+	}
+	pid := cmd.Process.Pid
+	// asleep in the lock, its count settled
+	settled := func() uint64 {
+		t.Helper()
+		var last uint64
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			st, err := procfs.ReadTaskStat(pid, pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := procfs.ReadSleeps(pid, pid)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.State == 'S' && n == last {
+				return n
+			}
+			last = n
+		}
+		t.Fatal("the main thread never settled asleep")
+		return 0
+	}
+	s := &Sampler{Unwinder: native.NewUnwinder(nil)}
+	const n = 100
+	for range 3 {
+		before := settled()
+		for range n {
+			if _, err := s.Take(pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if d := settled() - before; d != 2*n {
+			t.Fatalf("%d samples put the thread to sleep %d times, want %d", n, d, 2*n)
+		}
+	}
+}
+
 // Sample hands the engine what it takes; a process that is gone fails.
 func TestSampleGone(t *testing.T) {
 	privileged.Root(t)

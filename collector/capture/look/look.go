@@ -1,8 +1,9 @@
 // Package look reads where a rank's main thread is without stopping it:
-// its scheduler state and counters, its system call and when it last ran
-// (/proc/PID/task/TID/{stat,sched,syscall}), and, while it runs, its
-// Python frames (process_vm_readv). The node loop's stall watch takes one
-// look at each rank per check and hands it to the engine (timer.Look).
+// its scheduler state and counters, how often it went to sleep, its system
+// call and when it last ran (/proc/PID/task/TID/{stat,schedstat,status,
+// syscall,sched}), and, while it runs, its Python frames
+// (process_vm_readv). The node loop's stall watch takes one look at each
+// rank per check and hands it to the engine (timer.Look).
 package look
 
 import (
@@ -65,8 +66,11 @@ func (st *lookState) look(pid int, now, clock int64) (timer.Look, bool) {
 	if err != nil {
 		return timer.Look{}, false
 	}
-	l := timer.Look{PID: pid, Time: now, State: stat.State, Runs: sched.Runs, CPU: int64(sched.RunNs)}
+	l := timer.Look{PID: pid, Time: now, State: stat.State, CPU: int64(sched.RunNs)}
 	if stat.State == 'S' || stat.State == 'D' || stat.State == 'T' {
+		if l.Sleeps, err = procfs.ReadSleeps(pid, pid); err != nil {
+			return timer.Look{}, false
+		}
 		if site, err := procfs.ReadSyscall(pid, pid); err == nil && site != "running" {
 			l.Site, l.Timed = site, procfs.TimedSleep(site)
 		}

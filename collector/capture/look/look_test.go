@@ -49,8 +49,8 @@ func TestLookSleeping(t *testing.T) {
 	pid := start(t, "sleep", "60")
 	p := &Proc{Monotonic: monotonic}
 	l := lookUntil(t, p, pid, "sleep asleep in a system call", func(l timer.Look) bool { return l.State == 'S' && l.Site != "" })
-	if l.PID != pid || l.Runs == 0 || l.Python != "" {
-		t.Errorf("look %+v: want pid %d, runs counted, no Python frames", l, pid)
+	if l.PID != pid || l.Sleeps == 0 || l.Python != "" {
+		t.Errorf("look %+v: want pid %d, sleeps counted, no Python frames", l, pid)
 	}
 	// LastRan is not checked against the clock: it is the target's CPU's
 	// scheduler clock moved by an offset taken on this thread's, and on
