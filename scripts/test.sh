@@ -23,8 +23,10 @@ alone=(github.com/xpu-timer/xpu-timer/ebpf github.com/xpu-timer/xpu-timer/cmd/in
 mapfile -t rest < <(go list ./... | grep -vxF -e "${alone[0]}" -e "${alone[1]}")
 go test -count=1 -timeout 10m "${rest[@]}"
 for m in "${modules[@]}"; do go -C "$m" test -count=1 -timeout 10m ./...; done
-# The e2e fault matrix runs every cell twice (two jobs at a time, about 9
-# minutes on 2 cores: XPU_TIMER_MATRIX_RUNS for more); make bench
-# (BenchmarkFaultMatrix) prints its detection table.
+# The e2e fault matrix runs every cell once and the late-attach and
+# stack-wait cases twice each (two matrix jobs at a time: about 4 and 5
+# minutes on 2 cores; XPU_TIMER_MATRIX_RUNS and XPU_TIMER_E2E_RUNS for
+# more); make bench (BenchmarkFaultMatrix) runs every cell twice and
+# prints its detection table.
 go test -count=1 -timeout 6m "${alone[0]}"
 go test -count=1 -timeout 35m "${alone[1]}"

@@ -14,18 +14,25 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 )
 
+// benchMatrixRuns is how many times BenchmarkFaultMatrix runs each cell
+// (make test runs each once: matrixRuns).
+const benchMatrixRuns = 2
+
 // BenchmarkFaultMatrix runs TestFaultMatrix (in a child of this test
 // binary, so that its runs keep their own subtests and parallelism) and
 // prints its detection table: fault kind x fault step x runs detected,
 // latency past the timeout (median, max) and attach latency. It fails
-// when any run was not detected. XPU_TIMER_MATRIX_RUNS and
-// XPU_TIMER_MATRIX_CELLS pass through.
+// when any run was not detected. Each cell runs benchMatrixRuns times;
+// XPU_TIMER_MATRIX_RUNS and XPU_TIMER_MATRIX_CELLS pass through.
 func BenchmarkFaultMatrix(b *testing.B) {
 	privileged.Root(b)
 	for range b.N {
 		out := filepath.Join(b.TempDir(), "matrix.json")
 		cmd := exec.Command(os.Args[0], "-test.run", "^TestFaultMatrix$", "-test.timeout", "80m")
 		cmd.Env = append(os.Environ(), "XPU_TIMER_MATRIX_OUT="+out)
+		if os.Getenv("XPU_TIMER_MATRIX_RUNS") == "" {
+			cmd.Env = append(cmd.Env, fmt.Sprintf("XPU_TIMER_MATRIX_RUNS=%d", benchMatrixRuns))
+		}
 		log, err := cmd.CombinedOutput()
 		data, rerr := os.ReadFile(out)
 		if rerr != nil {
