@@ -170,6 +170,7 @@ func (a *Agent) dumpHelper(pid int) dumpfile.Helper {
 func (a *Agent) dumpOne(p ranks.Member, why cause) bool {
 	start := time.Now()
 	reason := why.reason
+	a.engine.Stopped(p.PID) // the stall watch's looks allow its stop
 	c, err := a.o.Capturer.Capture(p.PID)
 	id := p.ID
 	f := dump.File(p.PID, dump.Header{Rank: id.Rank, WorldSize: id.World, LocalRank: id.Local(), LocalWorldSize: id.LocalWorld,

@@ -17,6 +17,7 @@ func (a *Agent) newLagWatch() *lagwarn.Watch {
 	}
 	if c != nil {
 		cfg.Sample = func(pid int, f activity.Facts) activity.Activity {
+			a.engine.Stopped(pid) // the stall watch's looks allow its stop
 			p, err := c.Capture(pid)
 			if err != nil {
 				a.log.Debug("activity sample failed", "pid", pid, "err", err)

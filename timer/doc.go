@@ -148,12 +148,13 @@
 // progress:
 //   - asleep ('S', 'D' or 'T') and not gone to sleep again since the
 //     previous look (Look.Sleeps, its voluntary context switches; or only
-//     as the native samples taken meanwhile made it, see "Waits known by
-//     their stack": each stops and resumes every thread, putting a
-//     sleeping one to sleep twice, however often it is preempted on the
-//     way; a thread that slept more often woke on its own), waiting at the
-//     same place: no progress since it went to sleep (Look.LastRan when
-//     known, else the first look that saw it asleep);
+//     as the native samples, see "Waits known by their stack", and the
+//     captures the caller tells of (Stopped) made it meanwhile: each stops
+//     and resumes every thread, putting a sleeping one to sleep twice,
+//     however often it is preempted on the way; a thread that slept more
+//     often woke on its own), waiting at the same place: no progress
+//     since it went to sleep (Look.LastRan when known, else the first
+//     look that saw it asleep);
 //   - asleep at both looks in a sleep for time alone (Look.Timed:
 //     nanosleep, or select or poll given no descriptor, what Python's
 //     time.sleep calls) at the same place, though it woke in between: a

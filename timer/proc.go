@@ -34,6 +34,7 @@ type proc struct {
 	hang   *Hang
 	still  *still       // from looks at the main thread (Observe); nil before the first
 	sample *sampleWaits // from native samples of every thread (ObserveSample); nil before the first
+	stops  int          // times every thread was stopped so far: native samples, and captures (Stopped)
 	stats  procStats
 }
 

@@ -76,7 +76,6 @@ type StackWait struct {
 // sampleWaits is what the engine knows of a process from samples.
 type sampleWaits struct {
 	last  int64 // time of the latest sample
-	n     int   // samples so far
 	waits map[int]*stackWait
 }
 
@@ -101,7 +100,7 @@ func (e *Engine) ObserveSample(s Sample) {
 		return // out of order
 	}
 	sw.last = s.Time
-	sw.n++
+	p.stops++
 	p.sampledCalls(&s)
 	prev := sw.waits
 	sw.waits = make(map[int]*stackWait, len(s.Waits))
@@ -216,14 +215,6 @@ func (e *Engine) StackWaitSince(pid int) int64 {
 		}
 	}
 	return since
-}
-
-// samples is how many native samples of p were taken so far.
-func (p *proc) samples() int {
-	if p.sample == nil {
-		return 0
-	}
-	return p.sample.n
 }
 
 // stackWaiting says whether the latest sample saw a thread of p in a GPU

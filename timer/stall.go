@@ -35,7 +35,7 @@ type still struct {
 	last     Look
 	since    int64 // start of the current period without progress; 0 while it progresses
 	spinning bool
-	samples  int // native samples of the process taken by the last look
+	stops    int // stops of the process by the last look (proc.stops)
 }
 
 // blocked says whether a scheduler state is a sleep: the thread waits.
@@ -49,11 +49,24 @@ func sameCall(a, b string) bool {
 	return len(fa) > 1 && len(fb) > 1 && fa[0] == fb[0] && fa[len(fa)-1] == fb[len(fb)-1]
 }
 
-// sampleSleeps is how many times a native sample puts a sleeping thread
-// to sleep: in its stop, and back in its wait once let go, however often
-// it is preempted on the way (docs/measurements.md, "Figures from code
-// comments").
-const sampleSleeps = 2
+// stopSleeps is how many times a stop of every thread (a native sample,
+// a capture) puts a sleeping thread to sleep: in its stop, and back in its
+// wait once let go, however often it is preempted on the way
+// (docs/measurements.md, "Figures from code comments").
+const stopSleeps = 2
+
+// Stopped tells the engine that the caller stopped every thread of pid
+// once other than for a native sample (ObserveSample counts those): a
+// capture, for a dump or for the early warning's activity. The looks
+// after it allow its sleeps (Look.Sleeps), which are no progress of the
+// thread's own. A process the engine does not know is left alone.
+func (e *Engine) Stopped(pid int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if p := e.procs[pid]; p != nil {
+		p.stops++
+	}
+}
 
 // spinShare is the least share of the time between two looks a thread
 // must have run to count as spinning.
@@ -74,18 +87,18 @@ func (e *Engine) Observe(l Look) {
 	}
 	prev, first := s.last, s.last.Time == 0
 	s.last = l
-	// Gone to sleep no more often than the samples taken since the
-	// previous look made it: any more is the thread's own.
-	sampled := p.samples() - s.samples
-	s.samples = p.samples()
+	// Gone to sleep no more often than the stops since the previous
+	// look made it: any more is the thread's own.
+	stopped := p.stops - s.stops
+	s.stops = p.stops
 	switch {
-	case blocked(l.State) && !first && blocked(prev.State) && l.Sleeps >= prev.Sleeps && l.Sleeps-prev.Sleeps <= uint64(sampleSleeps*sampled) && l.Site == prev.Site,
+	case blocked(l.State) && !first && blocked(prev.State) && l.Sleeps >= prev.Sleeps && l.Sleeps-prev.Sleeps <= uint64(stopSleeps*stopped) && l.Site == prev.Site,
 		blocked(l.State) && !first && blocked(prev.State) && l.Timed && prev.Timed && sameCall(l.Site, prev.Site):
 		// Not gone to sleep again since the previous look, waiting at
-		// the same place (or only as the native samples taken meanwhile
-		// made it, each of which stops and resumes every thread: the
-		// wait goes on; a thread that slept more often than they account
-		// for woke on its own, and back at the same place has made
+		// the same place (or only as the native samples and captures
+		// taken meanwhile made it, each of which stops and resumes every
+		// thread: the wait goes on; a thread that slept more often than
+		// they account for woke on its own, and back at the same place has made
 		// progress: a rank taking a batch from its DataLoader every
 		// step), or in a loop of sleeps for time alone at one place (a
 		// straggler's `while True: time.sleep(1)`): waking only to sleep

@@ -300,3 +300,46 @@ func TestSleepLoopIsNoProgress(t *testing.T) {
 		})
 	}
 }
+
+// A capture (a dump, the early warning's sample) stops every thread as a
+// native sample does, putting a sleeping one to sleep twice: told of it
+// (Stopped), the looks take those sleeps for no progress, and the ranks
+// are stalled a timeout after they went to sleep; not told, each capture
+// is progress and postpones the decision. Run with the two ranks looked
+// at in both orders.
+func TestCaptureIsNoProgress(t *testing.T) {
+	for _, told := range []bool{true, false} {
+		for _, order := range [][]int{{1, 2}, {2, 1}} {
+			l := newLooker(5 * time.Second)
+			wentToSleep := l.now
+			sleeps := map[int]uint64{1: 7, 2: 9}
+			var firedAt int64
+			for i := 0; i < 20 && firedAt == 0; i++ {
+				var looks []Look
+				for _, pid := range order {
+					looks = append(looks, asleep(pid, sleeps[pid], "futex", wentToSleep))
+				}
+				if len(l.tick(looks...)) > 0 {
+					firedAt = l.now
+				}
+				if i%2 == 1 { // rank 1 captured at every other check
+					sleeps[1] += 2
+					if told {
+						l.e.Stopped(1)
+					}
+				}
+			}
+			age := time.Duration(firedAt - wentToSleep)
+			if told && (firedAt == 0 || age > 6*time.Second) {
+				t.Errorf("told, order %v: decided %v after the sleep began (0: never), want just past the 5 s timeout", order, age)
+			}
+			if !told && firedAt != 0 {
+				t.Errorf("not told, order %v: decided %v after the sleep began: the captures read as no progress regardless, the check proves nothing", order, age)
+			}
+		}
+	}
+	e := NewEngine(Config{})
+	if e.Stopped(42); len(e.Processes()) != 0 {
+		t.Errorf("a stop of an unknown pid made processes %v", e.Processes())
+	}
+}
