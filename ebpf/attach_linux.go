@@ -5,7 +5,9 @@ package ebpf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -226,6 +228,9 @@ func (f *follower) attachSet(l *library, ex *link.Executable, want []probe, syms
 		}
 		return attached, nil, err
 	}
+	// the issuers last (issuersLast)
+	want = slices.Clone(want)
+	slices.SortStableFunc(want, func(a, b probe) int { return issuersLast(a.Entry, b.Entry) })
 	for _, p := range want {
 		err = f.attachProbe(l, ex, p, syms[p.Symbol], cookieOf(p, syms))
 		if errors.Is(err, link.ErrNoSymbol) {
@@ -264,12 +269,14 @@ func (f *follower) attachMulti(l *library, ex *link.Executable, want []probe, sy
 			add(exits, p.Exit, p)
 		}
 	}
-	// Return probes first (see attachProbe).
+	// Return probes first (see attachProbe), then the entries, the
+	// issuers last (issuersLast).
 	for _, side := range []struct {
 		groups map[string]*group
 		attach func([]string, *ebpf.Program, *link.UprobeMultiOptions) (link.Link, error)
 	}{{exits, ex.UretprobeMulti}, {entries, ex.UprobeMulti}} {
-		for name, g := range side.groups {
+		for _, name := range slices.SortedFunc(maps.Keys(side.groups), issuersLast) {
+			g := side.groups[name]
 			prog, err := f.program(name)
 			if err != nil {
 				return err

@@ -3,7 +3,11 @@
 package ebpf
 
 import (
+	"bytes"
+	"fmt"
 	"os/exec"
+	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -73,5 +77,84 @@ func TestAttachWhileCalling(t *testing.T) {
 				t.Errorf("%d synchronizes seen entering and %d returning, %d records lost: every one but the last returned", enters, exits, lost)
 			}
 		})
+	}
+}
+
+// Attached to processes that launch and then synchronize the stream in a
+// loop, the probes never show a launch whose synchronize went unseen:
+// from the first launch seen on, launches and synchronizes alternate. The
+// synchronize's entry goes live before the launch's (issuersLast); the
+// other way round, the launches made in between were seen alone, and the
+// engine awaited them until a later synchronize (a hang in that step
+// named a kernel long done). Four processes, the library attached in
+// each, beside busy loops, so that the tracer's thread may wait for a CPU
+// between two programs' attaches, as on a loaded node. With the issuers
+// attached first, attaches with single uprobes showed launches alone
+// most times, those with uprobe_multi links at times (docs/measurements.md).
+func TestAttachIssuersLast(t *testing.T) {
+	privileged.Root(t)
+	bed := testbed.Build(t)
+	for _, c := range []struct {
+		name string
+		opts Options
+		runs int
+	}{
+		{"uprobe_multi", Options{RingBufferBytes: 64 << 20}, 6},
+		{"single uprobes", Options{SingleProbes: true, RingBufferBytes: 64 << 20}, 2},
+	} {
+		for i := range c.runs {
+			t.Run(fmt.Sprintf("%s/%d", c.name, i), func(t *testing.T) {
+				tr := newTracer(t, c.opts)
+				rec := record(t, tr)
+				for range runtime.NumCPU() + 1 {
+					busy := exec.Command("sh", "-c", "while :; do :; done")
+					if err := busy.Start(); err != nil {
+						t.Fatal(err)
+					}
+					defer func() { busy.Process.Kill(); busy.Wait() }()
+				}
+				var pids []int
+				for range 4 {
+					cmd := exec.Command(bed.Bin("launchloop"), "1000000000000", "--call", "launch-sync")
+					if err := cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					defer func() { cmd.Process.Kill(); cmd.Wait() }()
+					pids = append(pids, cmd.Process.Pid)
+				}
+				time.Sleep(100 * time.Millisecond) // their runtimes loaded, the loops running
+				for _, pid := range pids {
+					if err := tr.Follow(pid); err != nil {
+						t.Fatal(err)
+					}
+				}
+				rec.waitFor(t, "launches of each", func(evs []timer.Event, _ []Notice) bool {
+					n := map[int]int{}
+					for _, e := range evs {
+						if e.Kind == timer.KindLaunch {
+							n[e.PID]++
+						}
+					}
+					return !slices.ContainsFunc(pids, func(p int) bool { return n[p] < 100 })
+				})
+				if lost := tr.Stats().Lost; lost > 0 {
+					t.Fatalf("%d records lost: the sequences have holes", lost)
+				}
+				for _, pid := range pids {
+					var seq []byte // L a launch, S a synchronize's entry
+					for _, e := range rec.of(pid) {
+						switch {
+						case e.Kind == timer.KindLaunch:
+							seq = append(seq, 'L')
+						case e.Kind == timer.KindStreamSynchronize && e.Phase == timer.PhaseEnter:
+							seq = append(seq, 'S')
+						}
+					}
+					if first := bytes.IndexByte(seq, 'L'); first < 0 || bytes.Contains(seq[first:], []byte("LL")) {
+						t.Errorf("pid %d: a launch seen without the synchronize after it: %.60s", pid, seq[max(first, 0):])
+					}
+				}
+			})
+		}
 	}
 }

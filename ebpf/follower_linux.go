@@ -218,10 +218,9 @@ func (f *follower) scanOnce(pid int) (again bool) {
 	if err != nil {
 		return false // exited: its exit event releases it
 	}
-	// Known vendor libraries first: a symbol scan of a large unknown
-	// library (libtorch) must not delay the probes of the CUDA runtime
-	// loaded beside it.
-	sort.SliceStable(libs, func(i, j int) bool { return knownName(libs[i].Path) && !knownName(libs[j].Path) })
+	// The GPU libraries, then the collective ones, then the rest
+	// (attachRank).
+	sort.SliceStable(libs, func(i, j int) bool { return attachRank(libs[i].Path) < attachRank(libs[j].Path) })
 	for _, m := range libs {
 		if p.libs[m.Key] {
 			continue

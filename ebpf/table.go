@@ -307,6 +307,55 @@ func knownName(path string) bool {
 	return hasPrefix(path, libraryNames)
 }
 
+// collectiveNames are the file-name prefixes of the collective libraries.
+var collectiveNames = []string{"libnccl", "libmccl"}
+
+// attachRank orders a process's mapped libraries for attaching: the GPU
+// runtimes and drivers (0), then the collective libraries (1), then the
+// rest (2): a symbol scan of a large unknown library (libtorch) must not
+// delay the probes of the CUDA runtime loaded beside it, and the
+// collectives an op issues come after what completes them (issuers).
+func attachRank(path string) int {
+	switch {
+	case hasPrefix(path, collectiveNames):
+		return 1
+	case knownName(path):
+		return 0
+	}
+	return 2
+}
+
+// issuers are the entry programs that issue the GPU work the engine then
+// awaits: launches, asynchronous copies, event records, stream waits,
+// collectives. A running process's library goes live under the probes
+// one program after another (the kernel installs each symbol's breakpoint
+// in turn, in every process mapping the file), so these are attached
+// last (issuersLast), and the collective libraries after the GPU ones
+// (attachRank): every op seen issued is then followed by the
+// synchronizes, queries and synchronous copies that complete it. An op
+// seen issued while those were not yet live stayed awaited until its
+// stream's next synchronize, and a hang within that step named a kernel
+// long done as the oldest it waits on.
+var issuers = map[string]bool{
+	"launch_kernel": true, "launch_kernel_exc": true, "cu_launch_kernel": true, "cu_launch_kernel_ex": true,
+	"launch_host_func": true, "graph_launch": true, "memcpy_async": true, "cu_memcpy_async": true,
+	"event_record": true, "stream_wait_event": true,
+	"coll_reduce_op": true, "coll_all_gather": true, "coll_broadcast": true, "coll_reduce": true, "coll_p2p": true,
+	"group_start": true, "group_end": true,
+}
+
+// issuersLast orders entry programs for attaching: the others first,
+// then the issuers, each by name.
+func issuersLast(a, b string) int {
+	switch {
+	case issuers[a] == issuers[b]:
+		return strings.Compare(a, b)
+	case issuers[a]:
+		return 1
+	}
+	return -1
+}
+
 // boring reports whether a mapped file is a system library we never scan.
 func boring(path string) bool {
 	return hasPrefix(path, boringLibraries)

@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -190,5 +191,59 @@ func TestCallNames(t *testing.T) {
 	}
 	if !callNames[probeBySymbol["cuStreamDestroy_v2"].CallID].stream || callNames[probeBySymbol["cuMemFree_v2"].CallID].stream {
 		t.Error("the stream argument of cuStreamDestroy_v2, and none of cuMemFree_v2")
+	}
+}
+
+// Attached to a running process, the programs that complete GPU work go
+// live before those that issue it, and the GPU libraries before the
+// collective ones: every issuer names a program of the tables, every
+// launch, asynchronous copy, event record, stream wait and collective is
+// one, and no synchronize, query or synchronous copy is.
+func TestIssuersAndAttachRank(t *testing.T) {
+	entries := map[string]bool{}
+	for _, calls := range [][]call{runtimeCalls, driverCalls, collectiveCalls} {
+		for _, c := range calls {
+			entries[c.entry] = true
+		}
+	}
+	for prog := range issuers {
+		if !entries[prog] {
+			t.Errorf("issuer %q is no entry program of the tables", prog)
+		}
+	}
+	for _, prog := range []string{"launch_kernel", "cu_launch_kernel", "cu_launch_kernel_ex", "graph_launch", "cu_memcpy_async",
+		"event_record", "stream_wait_event", "coll_reduce_op", "coll_p2p"} {
+		if !issuers[prog] {
+			t.Errorf("%s issues work: it must be attached last", prog)
+		}
+	}
+	completers := []string{"memcpy_enter", "stream_sync_enter", "device_sync_enter", "event_sync_enter", "event_query_enter",
+		"stream_query_enter", "call_enter", "get_function_enter"}
+	for _, prog := range completers {
+		if issuers[prog] {
+			t.Errorf("%s completes work or names it: it must go live before the issuers", prog)
+		}
+	}
+	// sorted from two orders: the same order, every issuer after every other
+	up := slices.Sorted(maps.Keys(entries))
+	down := slices.Clone(up)
+	slices.Reverse(down)
+	slices.SortFunc(up, issuersLast)
+	slices.SortFunc(down, issuersLast)
+	if !slices.Equal(up, down) {
+		t.Errorf("attach order depends on the input's: %v, %v", up, down)
+	}
+	first := slices.IndexFunc(up, func(p string) bool { return issuers[p] })
+	if first < 0 || slices.ContainsFunc(up[first:], func(p string) bool { return !issuers[p] }) {
+		t.Errorf("attach order %v: an issuer before another program", up)
+	}
+
+	for path, want := range map[string]int{
+		"/usr/lib/x86_64-linux-gnu/libcuda.so.1": 0, "/opt/cuda/lib64/libcudart.so.12": 0, "/opt/maca/lib/libmcruntime.so": 0,
+		"/opt/nccl/lib/libnccl.so.2": 1, "/opt/maca/lib/libmccl.so": 1, "/torch/lib/libtorch_cuda.so": 2,
+	} {
+		if got := attachRank(path); got != want {
+			t.Errorf("attachRank(%s) = %d, want %d", path, got, want)
+		}
 	}
 }

@@ -2,7 +2,8 @@
  * synchronizes once, and prints the rate. The baseline of the probe-overhead
  * benchmarks. Usage: launchloop N [--vendor cuda|maca] [--call CALL]
  * CALL is launch (the default), memcpy (MemcpyAsync of 64 bytes), record
- * (EventRecord) or sync (StreamSynchronize of the idle stream): N of those
+ * (EventRecord), sync (StreamSynchronize of the idle stream) or
+ * launch-sync (a launch, then StreamSynchronize of its stream): N of those
  * calls instead of launches; the rate is printed as ns_per_launch all the
  * same. CALL hang launches one kernel that never finishes, prints "hung"
  * and blocks in StreamSynchronize on it for good (N is ignored). */
@@ -80,7 +81,11 @@ int main(int argc, char **argv)
 	void *event;
 	if (event_create(&event))
 		return 1;
-	int what = !strcmp(call, "launch") ? 0 : !strcmp(call, "memcpy") ? 1 : !strcmp(call, "record") ? 2 : !strcmp(call, "sync") ? 3 : -1;
+	static const char *const calls[] = {"launch", "memcpy", "record", "sync", "launch-sync"};
+	int what = -1;
+	for (int i = 0; i < (int)(sizeof(calls) / sizeof(calls[0])); i++)
+		if (!strcmp(call, calls[i]))
+			what = i;
 	if (what < 0 && strcmp(call, "hang")) {
 		fprintf(stderr, "launchloop: unknown call %s\n", call);
 		return 2;
@@ -105,7 +110,8 @@ int main(int argc, char **argv)
 		case 0: err = launch(kernel, grid, block, NULL, 0, stream); break;
 		case 1: err = memcpy_async(dst, src, sizeof(dst), 4, stream); break;
 		case 2: err = event_record(event, stream); break;
-		default: err = sync(stream); break;
+		case 3: err = sync(stream); break;
+		default: err = launch(kernel, grid, block, NULL, 0, stream) || sync(stream); break;
 		}
 		if (err) {
 			fprintf(stderr, "launchloop: %s failed\n", call);
