@@ -16,6 +16,17 @@ import (
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
+// attachWays are the two ways of probing a library, with rings large
+// enough that the reader keeps up with 250,000 records a second: a lost
+// record would read as a call without its return, or a launch alone.
+var attachWays = []struct {
+	name string
+	opts Options
+}{
+	{"uprobe_multi", Options{RingBufferBytes: 64 << 20}},
+	{"single uprobes", Options{SingleProbes: true, RingBufferBytes: 64 << 20}},
+}
+
 // A process that synchronizes in a tight loop while its library is
 // probed: every call seen entering is seen returning. A call that began
 // between the attach of the entry probe and that of the return probe
@@ -24,15 +35,7 @@ import (
 func TestAttachWhileCalling(t *testing.T) {
 	privileged.Root(t)
 	bed := testbed.Build(t)
-	for _, c := range []struct {
-		name string
-		opts Options
-	}{
-		// Rings large enough that the reader keeps up with 250,000
-		// records a second: a lost return would read as an orphan.
-		{"uprobe_multi", Options{RingBufferBytes: 64 << 20}},
-		{"single uprobes", Options{SingleProbes: true, RingBufferBytes: 64 << 20}},
-	} {
+	for _, c := range attachWays {
 		t.Run(c.name, func(t *testing.T) {
 			tr := newTracer(t, c.opts)
 			rec := record(t, tr)
@@ -90,19 +93,17 @@ func TestAttachWhileCalling(t *testing.T) {
 // each, beside busy loops, so that the tracer's thread may wait for a CPU
 // between two programs' attaches, as on a loaded node. With the issuers
 // attached first, attaches with single uprobes showed launches alone
-// most times, those with uprobe_multi links at times (docs/measurements.md).
+// most times, those with uprobe_multi links at times
+// (docs/measurements.md).
 func TestAttachIssuersLast(t *testing.T) {
 	privileged.Root(t)
 	bed := testbed.Build(t)
-	for _, c := range []struct {
-		name string
-		opts Options
-		runs int
-	}{
-		{"uprobe_multi", Options{RingBufferBytes: 64 << 20}, 6},
-		{"single uprobes", Options{SingleProbes: true, RingBufferBytes: 64 << 20}, 2},
-	} {
-		for i := range c.runs {
+	for _, c := range attachWays {
+		runs := 6
+		if c.opts.SingleProbes {
+			runs = 2 // a detach takes seconds
+		}
+		for i := range runs {
 			t.Run(fmt.Sprintf("%s/%d", c.name, i), func(t *testing.T) {
 				tr := newTracer(t, c.opts)
 				rec := record(t, tr)
