@@ -110,7 +110,7 @@ func TestSampleSpinningAndSleeping(t *testing.T) {
 // stop, and back in its wait once let go, however often the scheduler
 // preempts it on the way (the timeslices of its schedstat count those
 // too). The engine takes any more sleeps between two looks for the
-// thread's own progress (timer's sampleSleeps).
+// thread's own progress (timer's stopSleeps).
 func TestSampleSleepsTwice(t *testing.T) {
 	privileged.Root(t)
 	py, err := exec.LookPath("python3")
