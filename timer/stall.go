@@ -98,11 +98,11 @@ func (e *Engine) Observe(l Look) {
 		// the same place (or only as the native samples and captures
 		// taken meanwhile made it, each of which stops and resumes every
 		// thread: the wait goes on; a thread that slept more often than
-		// they account for woke on its own, and back at the same place has made
-		// progress: a rank taking a batch from its DataLoader every
-		// step), or in a loop of sleeps for time alone at one place (a
-		// straggler's `while True: time.sleep(1)`): waking only to sleep
-		// again there is no progress.
+		// they account for woke on its own, and back at the same place
+		// has made progress: a rank taking a batch from its DataLoader
+		// every step), or in a loop of sleeps for time alone at one
+		// place (a straggler's `while True: time.sleep(1)`): waking only
+		// to sleep again there is no progress.
 		if s.since == 0 || s.spinning {
 			s.since, s.spinning = prev.Time, false
 		}
