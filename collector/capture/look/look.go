@@ -1,9 +1,9 @@
 // Package look reads where a rank's main thread is without stopping it:
 // its scheduler state and counters, how often it went to sleep, its system
 // call and when it last ran (/proc/PID/task/TID/{stat,schedstat,status,
-// syscall,sched}), and, while it runs, its Python frames
-// (process_vm_readv). The node loop's stall watch takes one look at each
-// rank per check and hands it to the engine (timer.Look).
+// syscall,sched}), and its Python frames (process_vm_readv) while it
+// runs and once at each new wait. The node loop's stall watch takes one
+// look at each rank per check and hands it to the engine (timer.Look).
 package look
 
 import (
@@ -29,6 +29,7 @@ type Proc struct {
 type lookState struct {
 	py     python.Lazy
 	frames string // Python frames of the main thread as last read
+	site   string // where it waited when they were read asleep ("" running)
 }
 
 // Look looks at pid's main thread at monotonic time now; false when it
@@ -74,6 +75,13 @@ func (st *lookState) look(pid int, now, clock int64) (timer.Look, bool) {
 		if site, err := procfs.ReadSyscall(pid, pid); err == nil && site != "running" {
 			l.Site, l.Timed = site, procfs.TimedSleep(site)
 		}
+		if l.Site != "" && l.Site != st.site {
+			// A new wait: where it is in Python now (the frames of
+			// its last run may be minutes old, a hang's report shows
+			// them).
+			st.readFrames(pid)
+			st.site = l.Site
+		}
 		if clock != 0 {
 			if ran, err := procfs.ReadLastRan(pid, pid); err == nil {
 				l.LastRan = ran + clock
@@ -81,6 +89,7 @@ func (st *lookState) look(pid int, now, clock int64) (timer.Look, bool) {
 		}
 	} else {
 		st.readFrames(pid)
+		st.site = ""
 	}
 	l.Python = st.frames
 	return l, true

@@ -96,3 +96,33 @@ func TestLookRunningPython(t *testing.T) {
 		}
 	}
 }
+
+// A Python process that computes, then waits in a lock: the look at the
+// wait reads its frames anew, not those of its last run (a hang's report
+// shows them).
+func TestLookWaitingPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Fatal("python3, which make test installs:", err)
+	}
+	cmd := exec.Command(py, "-c", "import threading, time\n"+
+		"def spin(until):\n    while time.monotonic() < until: pass\n\n"+
+		"def wait_here(l):\n    l.acquire()\n\n"+
+		"l = threading.Lock()\nl.acquire()\nprint('ready', flush=True)\nspin(time.monotonic() + 2)\nwait_here(l)\n")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	if _, err := out.Read(make([]byte, 6)); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	p := &Proc{Monotonic: monotonic}
+	lookUntil(t, p, pid, "spin running", func(l timer.Look) bool { return l.State == 'R' && l.Python == "spin@<string>;<module>@<string>" })
+	const want = "wait_here@<string>;<module>@<string>"
+	lookUntil(t, p, pid, want+" asleep", func(l timer.Look) bool { return l.State == 'S' && l.Site != "" && l.Python == want })
+}
