@@ -36,7 +36,7 @@ func (a *Agent) Snapshot() metrics.Snapshot {
 	a.mu.Lock()
 	s.Dumps, s.DumpFailures = a.dumps, a.failures+a.writeErrs
 	a.mu.Unlock()
-	s.ProbeEvents, s.LostEvents, s.Wakeups = st.Events, st.Lost, st.Wakeups
+	s.ProbeEvents, s.LostEvents, s.Wakeups, s.Coalesced = st.Events, st.Lost, st.Wakeups, st.Coalesced
 	s.AttachedProcesses, s.ProbesAttached = st.Processes, st.Probes
 	s.Holds, s.HeldSeconds = st.Holds, st.Held.Seconds()
 	if x, ok := a.o.GPU.(interface {

@@ -91,7 +91,7 @@ type collector struct {
 	kernelDuration, collDuration, busBandwidth *prometheus.Desc
 	gpuUtil, gpuMemUsed, gpuMemTotal           *prometheus.Desc
 	probeEvents, lostEvents, attached, probes  *prometheus.Desc
-	holds, held, wakeups                       *prometheus.Desc
+	holds, held, wakeups, coalesced            *prometheus.Desc
 	dumps, dumpFailures, xid                   *prometheus.Desc
 	scrapeDuration                             *prometheus.Desc
 	lag                                        lagDescs
@@ -141,6 +141,7 @@ func newCollector(s Static) *collector {
 		probeEvents:    d("xpu_timer_probe_events_total", "Events read from the eBPF probes.", nodeLabels),
 		lostEvents:     d("xpu_timer_probe_lost_events_total", "Events the eBPF probes dropped because the ring buffer was full.", nodeLabels),
 		wakeups:        d("xpu_timer_probe_wakeups_total", "Times a ring of call records passed a quarter of its size: the eBPF probes then wake the agent's reader if it rests.", nodeLabels),
+		coalesced:      d("xpu_timer_probe_coalesced_records_total", "Process records (forks, execs, exits, library loads) merged into an earlier one of the same process while the tracer's follower was a full queue behind its reader: every process is still followed, a merged record's notice may be missing.", nodeLabels),
 		holds:          d("xpu_timer_process_holds_total", "Times a followed process was held at an exec or a library load until what it mapped was probed.", nodeLabels),
 		held:           d("xpu_timer_process_held_seconds_total", "Time followed processes spent held at execs and library loads, in all.", nodeLabels),
 		attached:       d("xpu_timer_attached_processes", "Processes currently traced.", nodeLabels),
@@ -162,7 +163,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.rankHung, c.detectors, c.oldestAge, c.pendingOps, c.dumpDuration,
 		c.kernelDuration, c.collDuration, c.busBandwidth,
 		c.gpuUtil, c.gpuMemUsed, c.gpuMemTotal,
-		c.probeEvents, c.lostEvents, c.wakeups, c.attached, c.probes, c.holds, c.held,
+		c.probeEvents, c.lostEvents, c.wakeups, c.coalesced, c.attached, c.probes, c.holds, c.held,
 		c.dumps, c.dumpFailures, c.xid, c.scrapeDuration,
 	} {
 		ch <- d
@@ -195,6 +196,7 @@ func (c *collector) collect(ch chan<- prometheus.Metric, snap Snapshot, top int)
 	counter(c.probeEvents, snap.ProbeEvents)
 	counter(c.lostEvents, snap.LostEvents)
 	counter(c.wakeups, snap.Wakeups)
+	counter(c.coalesced, snap.Coalesced)
 	counter(c.holds, snap.Holds)
 	ch <- prometheus.MustNewConstMetric(c.held, prometheus.CounterValue, snap.HeldSeconds, c.static...)
 	counter(c.dumps, snap.Dumps)

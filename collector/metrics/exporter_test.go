@@ -21,7 +21,7 @@ var testStatic = Static{IP: "10.0.0.7", JobName: "llama", PodName: "llama-worker
 // hungSnapshot is a two-rank node where rank 1 is hung on the GPU.
 func hungSnapshot() Snapshot {
 	return Snapshot{
-		ProbeEvents: 1000, LostEvents: 3, Wakeups: 7, Holds: 12, HeldSeconds: 0.034, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
+		ProbeEvents: 1000, LostEvents: 3, Wakeups: 7, Coalesced: 5, Holds: 12, HeldSeconds: 0.034, AttachedProcesses: 2, ProbesAttached: 40, Dumps: 2, DumpFailures: 1,
 		Xids: []dumpfile.Xid{
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000000, 0)},
 			{Device: 1, UUID: "GPU-b", Xid: 79, Time: time.Unix(1700000010, 0)},
@@ -99,6 +99,9 @@ xpu_timer_gpu_xid_last_timestamp_seconds{gpu="1",ip="10.0.0.7",job_name="llama",
 # TYPE xpu_timer_oldest_op_age_seconds gauge
 xpu_timer_oldest_op_age_seconds{ip="10.0.0.7",job_name="llama",local_rank="0",pod_name="llama-worker-1",rank="0"} 0.001
 xpu_timer_oldest_op_age_seconds{ip="10.0.0.7",job_name="llama",local_rank="1",pod_name="llama-worker-1",rank="1"} 301
+# HELP xpu_timer_probe_coalesced_records_total Process records (forks, execs, exits, library loads) merged into an earlier one of the same process while the tracer's follower was a full queue behind its reader: every process is still followed, a merged record's notice may be missing.
+# TYPE xpu_timer_probe_coalesced_records_total counter
+xpu_timer_probe_coalesced_records_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 5
 # HELP xpu_timer_probe_lost_events_total Events the eBPF probes dropped because the ring buffer was full.
 # TYPE xpu_timer_probe_lost_events_total counter
 xpu_timer_probe_lost_events_total{ip="10.0.0.7",job_name="llama",pod_name="llama-worker-1"} 3
@@ -144,7 +147,7 @@ func TestExposition(t *testing.T) {
 	if err := testutil.GatherAndCompare(x.Gatherer(), strings.NewReader(wantOwn),
 		"xpu_timer_rank_hung", "xpu_timer_rank_detectors", "xpu_timer_oldest_op_age_seconds", "xpu_timer_collective_duration_seconds",
 		"xpu_timer_collective_bus_bandwidth_bytes_per_second", "xpu_timer_gpu_utilization_ratio",
-		"xpu_timer_gpu_xid_last_timestamp_seconds", "xpu_timer_probe_lost_events_total", "xpu_timer_probe_wakeups_total"); err != nil {
+		"xpu_timer_gpu_xid_last_timestamp_seconds", "xpu_timer_probe_lost_events_total", "xpu_timer_probe_wakeups_total", "xpu_timer_probe_coalesced_records_total"); err != nil {
 		t.Error(err)
 	}
 	if n := testutil.CollectAndCount(x.c, "xpu_timer_scrape_duration_seconds"); n != 1 {

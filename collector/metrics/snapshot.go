@@ -29,6 +29,7 @@ type Snapshot struct {
 	ProbeEvents       uint64  // events read from the probes since start
 	LostEvents        uint64  // events the probes dropped since start (ring buffer full)
 	Wakeups           uint64  // times the probes woke the reader since start
+	Coalesced         uint64  // process records merged into an earlier one of the same process since start (the tracer's queue full)
 	AttachedProcesses int     // processes currently followed
 	ProbesAttached    int     // uprobes currently attached
 	Holds             uint64  // times a process was held at an exec or a load until probed
