@@ -47,11 +47,11 @@
  *     record is reserved with one atomic fetch-and-add on its ring's
  *     head, written, and published by storing
  *     its seq (position + 1) last (reserve, publish). No wakeup per
- *     record: Go drains the rings every 20 ms while records come
- *     (pollInterval), every 200 ms while they are idle, before each
- *     process record, and when a ring passes a quarter of its size (the
- *     ring buffer `wakes`), and delivers them in time order
- *     (tracer_linux.go, Run). A full ring overwrites its oldest records;
+ *     record: Go drains the rings on its own while records come
+ *     (ebpf/internal/ring, CollectInterval), seldom while they are idle
+ *     (IdleInterval), before each process record, and when a ring passes
+ *     a quarter of its size (the ring buffer `wakes`), and delivers them
+ *     in time order (reader_linux.go). A full ring overwrites its oldest records;
  *     Go counts what it missed as lost.
  *   - Process records (fork, exec, exit, loader) go on the ring buffer
  *     `procs`, and wake Go at once: scans wait on them. A failed
@@ -262,7 +262,7 @@ struct {
 /*
  * The call rings: ring_mask + 1 blocks of slot_mask + 2 entries, ring r at
  * r * (slot_mask + 2); CPU c writes into ring c & ring_mask (at most 16
- * rings: calls_linux.go, maxRings). The block's first entry is its header,
+ * rings: ebpf/internal/ring, MaxRings). The block's first entry is its header,
  * whose seq is the ring's head: how many records were ever reserved in it. Then come
  * its slot_mask + 1 slots; record number pos lives in slot pos & slot_mask.
  * Go sizes the map (calls_linux.go) and reads it through a shared mapping.
@@ -281,7 +281,7 @@ volatile const __u64 slot_mask = 0;
 volatile const __u32 ring_mask = 0;
 
 /*
- * The collector's wakeups (calls_linux.go, poll): reserve writes the ring's
+ * The collector's wakeups (ebpf/internal/ring, Poll): reserve writes the ring's
  * number here, with a wakeup, each time a ring's head passes a multiple of
  * wake_mask + 1 (a quarter of the ring, set by Go). The collector then
  * sleeps long while the rings are idle and still reads a burst before it
@@ -320,7 +320,7 @@ struct {
  * execs, or whose loader has just changed its libraries (dl_state), is
  * stopped with SIGSTOP by the program itself, before it runs one more
  * instruction of its own; Go reads its maps, probes what appeared and sends
- * SIGCONT (tracer_linux.go, hold_linux.go). So no first call into a library is
+ * SIGCONT (follower_linux.go, hold_linux.go). So no first call into a library is
  * missed, however soon after its dlopen it comes. Holding needs a live
  * reader: Go writes the time into hold_alive on every turn of its loop,
  * and a process is held only while that is younger than HOLD_ALIVE_NS, so
@@ -446,7 +446,7 @@ static __always_inline void count_lost(void)
  * each its own position. Marking the slot (seq 0)
  * before writing it lets the reader see that a copy it made while the
  * slot was rewritten is torn. The ring overwrites: a writer never waits,
- * the reader counts what it missed as lost (calls_linux.go).
+ * the reader counts what it missed as lost (ebpf/internal/ring).
  *
  * The record is written in whole 8-byte words, each once (volatile, so
  * that clang does not trim the zeros a program overwrites into dozens of
@@ -491,7 +491,7 @@ static __always_inline struct call *reserve(__u64 pid_tgid, __u8 kind, __u8 phas
 }
 
 /* publish completes a record: its seq, stored last, tells the reader. No
- * wakeup: Go drains the rings on its poll (calls_linux.go, poll), at rest
+ * wakeup: Go drains the rings on its poll (ebpf/internal/ring, Poll), at rest
  * woken by reserve each quarter ring, and before each process record. */
 static __always_inline void publish(struct call *e, __u64 pos)
 {
