@@ -1,7 +1,6 @@
 package dumpcmd
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -22,6 +21,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/collector/format/stack"
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 	"github.com/xpu-timer/xpu-timer/timeline"
 	"github.com/xpu-timer/xpu-timer/viewer"
 )
@@ -137,23 +137,8 @@ func TestDumpLines(t *testing.T) {
 // TestDumpPythonJSON dumps a Python process's Python stacks as JSON.
 func TestDumpPythonJSON(t *testing.T) {
 	privileged.Root(t)
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skipf("no python3: %v", err)
-	}
-	cmd := exec.Command(py, "-c", "import os, time\ndef inner():\n    print('ready', flush=True)\n    time.sleep(1000)\ninner()\n")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if _, err := bufio.NewReader(stdout).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
-	out, err := runCmd("--pid", strconv.Itoa(cmd.Process.Pid), "--json", "--python")
+	pid := testutil.StartPython(t, "import os, time\ndef inner():\n    print('ready', flush=True)\n    time.sleep(1000)\ninner()\n")
+	out, err := runCmd("--pid", strconv.Itoa(pid), "--json", "--python")
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}

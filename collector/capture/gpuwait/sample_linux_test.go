@@ -16,6 +16,7 @@ import (
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
 	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/spinwait"
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 )
 
 // startSpinwait runs spinwait with args and returns its pid once it is
@@ -113,23 +114,7 @@ func TestSampleSpinningAndSleeping(t *testing.T) {
 // thread's own progress (timer's stopSleeps).
 func TestSampleSleepsTwice(t *testing.T) {
 	privileged.Root(t)
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("python3, which make test installs:", err)
-	}
-	cmd := exec.Command(py, "-c", "import threading\nl = threading.Lock()\nl.acquire()\nprint('ready', flush=True)\nl.acquire()\n")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	if line, err := bufio.NewReader(out).ReadString('\n'); err != nil || line != "ready\n" {
-		t.Fatalf("%q %v", line, err)
-	}
-	pid := cmd.Process.Pid
+	pid := testutil.StartPython(t, "import threading\nl = threading.Lock()\nl.acquire()\nprint('ready', flush=True)\nl.acquire()\n")
 	// asleep in the lock, its count settled
 	settled := func() uint64 {
 		t.Helper()

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/xpu-timer/xpu-timer/internal/testutil"
 	"github.com/xpu-timer/xpu-timer/timer"
 )
 
@@ -61,26 +62,10 @@ func TestLookSleeping(t *testing.T) {
 // A running Python process: its frames, innermost first, by function and
 // file; a process gone gives no look.
 func TestLookRunningPython(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("python3, which make test installs:", err)
-	}
 	// Looked at once it runs its code: a process seen before its
 	// interpreter is up is taken for one that is not Python (the loop
 	// forgets it at its exec, which a pyenv shim makes).
-	cmd := exec.Command(py, "-c", "import sys\ndef spin():\n    while True: pass\n\ndef outer():\n    print('ready', flush=True)\n    spin()\n\nouter()\n")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if _, err := out.Read(make([]byte, 6)); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
+	pid := testutil.StartPython(t, "import sys\ndef spin():\n    while True: pass\n\ndef outer():\n    print('ready', flush=True)\n    spin()\n\nouter()\n")
 	p := &Proc{Monotonic: monotonic}
 	const want = "spin@<string>;outer@<string>;<module>@<string>"
 	lookUntil(t, p, pid, want+" running", func(l timer.Look) bool { return l.State == 'R' && l.Python == want })
@@ -101,26 +86,10 @@ func TestLookRunningPython(t *testing.T) {
 // wait reads its frames anew, not those of its last run (a hang's report
 // shows them).
 func TestLookWaitingPython(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Fatal("python3, which make test installs:", err)
-	}
-	cmd := exec.Command(py, "-c", "import threading, time\n"+
+	pid := testutil.StartPython(t, "import threading, time\n"+
 		"def spin(until):\n    while time.monotonic() < until: pass\n\n"+
 		"def wait_here(l):\n    l.acquire()\n\n"+
 		"l = threading.Lock()\nl.acquire()\nprint('ready', flush=True)\nspin(time.monotonic() + 2)\nwait_here(l)\n")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	if _, err := out.Read(make([]byte, 6)); err != nil {
-		t.Fatal(err)
-	}
-	pid := cmd.Process.Pid
 	p := &Proc{Monotonic: monotonic}
 	lookUntil(t, p, pid, "spin running", func(l timer.Look) bool { return l.State == 'R' && l.Python == "spin@<string>;<module>@<string>" })
 	const want = "wait_here@<string>;<module>@<string>"
