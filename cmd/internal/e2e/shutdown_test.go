@@ -1,11 +1,17 @@
 package e2e
 
 import (
+	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/xpu-timer/xpu-timer/internal/privileged"
+	"github.com/xpu-timer/xpu-timer/internal/procfs"
 	"github.com/xpu-timer/xpu-timer/internal/testbed"
 )
 
@@ -46,4 +52,70 @@ func TestLauncherExitsWithJob(t *testing.T) {
 			t.Errorf("run %d: the launcher exited %v after its job's last step, want within 5s", i, took)
 		}
 	}
+}
+
+// TestWatchEndedHoldsNothing ends `xpu-timer watch --pid` the way an
+// operator does, with SIGTERM, while the process it watches is held at an
+// exec (stopped until its new code is probed): the watch exits 0, and the
+// process goes on. Killed by the signal, the watch left it stopped for
+// good. The watch is kept stopped from before the exec until after the
+// signal, so the hold is still there when the signal comes.
+func TestWatchEndedHoldsNothing(t *testing.T) {
+	privileged.Root(t)
+	testbed.Build(t) // the binaries
+	fifo := filepath.Join(t.TempDir(), "go")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	target := exec.Command("sh", "-c", `read x < "$0"; exec sleep 60`, fifo)
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { target.Process.Kill(); target.Wait() })
+	pid := target.Process.Pid
+	w := start(t, []string{bins.xpu, "watch", "--timeout", "300s", "--pid", strconv.Itoa(pid)})
+	w.waitRe(regexp.MustCompile(`"event":"attach".*"pid":`+strconv.Itoa(pid)+`\b`), 30*time.Second)
+
+	watcher := w.cmd.Process
+	if err := watcher.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Signal(syscall.SIGCONT)
+	if err := os.WriteFile(fifo, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !stateWithin(pid, 'T', 5*time.Second) {
+		t.Fatalf("pid %d was not held at its exec (state %c): the test measured nothing", pid, state(pid))
+	}
+	if err := watcher.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := watcher.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.waitExit(30 * time.Second); code != 0 {
+		t.Errorf("watch exited %d on SIGTERM, want 0\n%s", code, w.output())
+	}
+	if !stateWithin(pid, 'S', 5*time.Second) {
+		t.Fatalf("pid %d still %c after the watch ended: left stopped", pid, state(pid))
+	}
+}
+
+// state is a process's state letter, or 0 when it cannot be read.
+func state(pid int) byte {
+	st, err := procfs.ReadStat(pid)
+	if err != nil {
+		return 0
+	}
+	return st.State
+}
+
+// stateWithin waits up to d for pid to be in state s.
+func stateWithin(pid int, s byte, d time.Duration) bool {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if state(pid) == s {
+			return true
+		}
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
 	"syscall"
@@ -69,7 +70,9 @@ A started command's stdout goes to stderr so stdout stays JSON. watch ends
 when the command or every watched process ends (with the command's status),
 or, with --exit-on-hang, after the first hang (status 3): a command it started
 is then sent SIGTERM and, if still running after a grace period, killed with
-its descendants; processes given with --pid are left alone.`,
+its descendants; processes given with --pid are left alone. Without a command,
+SIGINT, SIGTERM or SIGHUP ends it with status 0, its processes left running
+(a command gets those signals instead).`,
 		SilenceUsage: true,
 	}
 	cmd.Flags().Var(seconds{&timeout}, "timeout", "hang timeout (seconds or a duration; default $XPU_TIMER_HANG_TIMEOUT, else 300s)")
@@ -104,6 +107,15 @@ var testTracer agent.Tracer
 func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval time.Duration, exitOnHang bool, pids []int, args []string) error {
 	if ctx == nil {
 		ctx = context.Background()
+	}
+	if len(args) == 0 {
+		// With no command to pass them to, an interrupt, a termination or a hangup
+		// ends the watch as its processes' exits do: the tracer closes,
+		// and a process it holds at an exec or a load goes on (killed
+		// there, it stayed stopped).
+		var stop context.CancelFunc
+		ctx, stop = signal.NotifyContext(ctx, process.Forwarded...)
+		defer stop()
 	}
 	var mu sync.Mutex
 	enc := json.NewEncoder(out)
@@ -211,9 +223,7 @@ loop:
 				break loop
 			}
 		case err := <-done:
-			if err != nil {
-				return err
-			}
+			done <- err // read again below
 			break loop
 		case <-ctx.Done():
 			break loop
