@@ -69,3 +69,45 @@ func BenchmarkHandleCollective(b *testing.B) {
 	}
 	b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(3*n), "ns/event")
 }
+
+// BenchmarkHandleStep feeds the testbed twin's training step as a late
+// attach sees it: 405 launches a step of 32 kernels known by handle only
+// (their lookups came before the attach), on one stream, retired by the
+// step's stream synchronize. It reports ns and allocations per event: a
+// step's ops fill the stream's queue and drain at its synchronize, and
+// every completed kernel is counted under its handle's name.
+func BenchmarkHandleStep(b *testing.B) {
+	e := NewEngine(Config{})
+	e.SetIdentity(1, 0, 1)
+	const launches = 405
+	ev := Event{PID: 1, TID: 1, Kind: KindLaunch, Stream: 7, Grid: [3]uint32{108, 1, 1}, Block: [3]uint32{256, 1, 1}}
+	sync := Event{PID: 1, TID: 1, Kind: KindStreamSynchronize, Stream: 7}
+	t := int64(0)
+	step := func() {
+		for i := range launches {
+			t += 1000
+			ev.Time, ev.Func = t, 0x7f0000001000+uint64(i%32)*0x40
+			e.Handle(ev)
+		}
+		t += 1000
+		sync.Time, sync.Phase = t, PhaseEnter
+		e.Handle(sync)
+		t += 50000
+		sync.Time, sync.Phase = t, PhaseExit
+		e.Handle(sync)
+	}
+	step()
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	// make bench runs one iteration: measure a fixed minimum of steps.
+	n := max(b.N, 512)
+	for range n {
+		step()
+	}
+	el := time.Since(start)
+	b.ReportMetric(float64(el.Nanoseconds())/float64(n*(launches+2)), "ns/event")
+	if st, _ := e.State(1, t); st.Pending != 0 {
+		b.Fatalf("pending %d: the synchronize retired nothing", st.Pending)
+	}
+}

@@ -314,7 +314,7 @@ func (p *proc) retire(s *stream, pos uint64, t int64) {
 func (p *proc) completed(q *qop, dur int64) {
 	switch q.kind {
 	case opKernel:
-		p.stats.kernel(p.kernelName(q.kernel, q.fn)).observed.add(dur)
+		p.kernelAcc(q.kernel, q.fn).observed.add(dur)
 	case opCollective:
 		c := q.comm
 		if q.seq > c.completed {

@@ -7,7 +7,7 @@ import (
 
 // An opQueue behaves as a slice that grows at the back and shrinks at the
 // front, through block ends, and holds no more blocks than its ops need
-// (plus the one it keeps).
+// (plus those it keeps).
 func TestOpQueue(t *testing.T) {
 	var q opQueue
 	var model []uint64
@@ -35,8 +35,8 @@ func TestOpQueue(t *testing.T) {
 		if i := len(model) / 2; q.n > 0 && q.at(i).pos != model[i] {
 			t.Fatalf("step %d: op %d is %d, want %d", step, i, q.at(i).pos, model[i])
 		}
-		if need := (q.head + q.n + queueBlock - 1) / queueBlock; len(q.blocks) > max(need, 1) {
-			t.Fatalf("step %d: %d blocks for %d ops from %d", step, len(q.blocks), q.n, q.head)
+		if need := (q.head + q.n + queueBlock - 1) / queueBlock; len(q.blocks) > max(need, 1) || len(q.spares) > keptBlocks {
+			t.Fatalf("step %d: %d blocks for %d ops from %d, %d kept", step, len(q.blocks), q.n, q.head, len(q.spares))
 		}
 	}
 	if len(model) == 0 || q.n == 0 {
@@ -46,6 +46,29 @@ func TestOpQueue(t *testing.T) {
 		if q.at(i).pos != model[i] {
 			t.Fatalf("op %d is %d, want %d", i, q.at(i).pos, model[i])
 		}
+	}
+}
+
+// A queue that fills with a step's ops and drains at its synchronize, as
+// a training step's stream does, allocates nothing once it has run one
+// step: it keeps the blocks it drained (one block was kept before, and
+// each step allocated the rest again).
+func TestOpQueueStepMakesNoGarbage(t *testing.T) {
+	var q opQueue
+	step := func() {
+		for range 6 * queueBlock {
+			q.grow()
+		}
+		for q.n > 0 {
+			q.drop()
+		}
+	}
+	step()
+	if a := testing.AllocsPerRun(100, step); a != 0 {
+		t.Fatalf("%.1f allocations a step, want 0", a)
+	}
+	if q.n != 0 || len(q.spares) == 0 {
+		t.Fatalf("%d ops left, %d blocks kept: the steps measured nothing", q.n, len(q.spares))
 	}
 }
 

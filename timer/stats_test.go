@@ -2,7 +2,10 @@ package timer
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"math/rand/v2"
+	"strconv"
 	"testing"
 )
 
@@ -173,5 +176,31 @@ func TestStatsMergeProcesses(t *testing.T) {
 	st := e.Stats()
 	if len(st.Kernels) != 1 || st.Kernels[0].Observed.Count != 3 || st.Kernels[0].Observed.MinNs != sec || st.Kernels[0].Observed.MaxNs != 3*sec {
 		t.Fatalf("merged %+v", st.Kernels)
+	}
+}
+
+// A kernel's completions go to the accumulator of its name (or, unnamed,
+// its handle) however the recent-kernel slots fall: handles that share a
+// slot, one handle completed both unnamed and named, and more kernels
+// than slots, in a random order, count as a map of them does.
+func TestKernelAccRecentSlots(t *testing.T) {
+	p := &proc{}
+	want := map[string]uint64{}
+	r := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		fn := uint64(r.IntN(4 * kernelSlots)) // 4 handles a slot
+		name := ""
+		if r.IntN(3) > 0 {
+			name = "k" + strconv.Itoa(int(fn%7))
+		}
+		p.kernelAcc(name, fn).observed.add(1)
+		want[p.kernelName(name, fn)]++
+	}
+	got := map[string]uint64{}
+	for name, k := range p.stats.kernels {
+		got[name] = k.observed.count
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("counts %v, want %v", got, want)
 	}
 }

@@ -331,11 +331,26 @@ func (c *inCall) callName() string {
 	return ev.Call()
 }
 
+// kernelAcc is the accumulator of a kernel completed with name (empty:
+// unnamed) and handle fn, found in p.stats.recent when it was lately.
+func (p *proc) kernelAcc(name string, fn uint64) *kernelAcc {
+	sl := &p.stats.recent[(fn^fn>>6)%kernelSlots]
+	if sl.acc != nil && sl.fn == fn && sl.name == name {
+		return sl.acc
+	}
+	key := p.kernelName(name, fn)
+	*sl = kernelSlot{fn: fn, name: name, key: key, acc: p.stats.kernel(key)}
+	return sl.acc
+}
+
 // kernelName is the statistics key of a kernel: its name, or its stub
 // address when the name is unknown.
 func (p *proc) kernelName(name string, fn uint64) string {
 	if name != "" {
 		return name
+	}
+	if sl := &p.stats.recent[(fn^fn>>6)%kernelSlots]; sl.acc != nil && sl.fn == fn && sl.name == "" {
+		return sl.key
 	}
 	if p.stats.funcNames == nil {
 		p.stats.funcNames = make(map[uint64]string)
