@@ -361,3 +361,72 @@ func TestTwoNodes(t *testing.T) {
 		})
 	}
 }
+
+// With XPU_FAKEGPU_DOORBELL=lazy a launch wakes no thread of the fake
+// device, as a GPU's wakes none of the host's: 2,000 launches from Python
+// (each slower than the run of the one before, so that an executor woken
+// by each sleeps between them) wake the stream's executor a handful of
+// times, where the default doorbell wakes it at most launches; all of the
+// work has run at the synchronize, and work nobody waits for runs within
+// the executor's own tick.
+func TestLazyDoorbell(t *testing.T) {
+	b := Build(t)
+	prog := `import ctypes, os, sys, time
+sys.path.insert(0, sys.argv[1])
+import run
+dev = run.Device(sys.argv[2], "cuda")
+s = dev.stream()
+k = dev.kernel("noop_kernel")
+query = dev.fn("StreamQuery", [ctypes.c_void_p])
+sync = lambda: dev.check(dev.fn("StreamSynchronize", [ctypes.c_void_p])(s), "StreamSynchronize")
+def wakes():
+    n = 0
+    for t in executors:
+        for l in open("/proc/self/task/%s/status" % t):
+            if l.startswith("voluntary_ctxt_switches"):
+                n += int(l.split()[1])
+    return n
+dev.launch(k, 0, s)
+sync()
+executors = [t for t in os.listdir("/proc/self/task") if open("/proc/self/task/%s/comm" % t).read().startswith("gpu-stream")]
+a, t0 = wakes(), time.monotonic()
+for _ in range(2000):
+    dev.launch(k, 0, s)
+sync()
+woke, ms = wakes() - a, (time.monotonic() - t0) * 1000
+dev.launch(k, 0, s)
+time.sleep(0.05)
+print("wakes=%d ms=%d executors=%d unwaited_ran=%d" % (woke, ms, len(executors), query(s) == 0))
+`
+	// A lazy executor wakes for each LAZY_BATCH (256) launches, at the
+	// synchronize, and on its own every 2 ms (LAZY_TICK_NS), each
+	// executor: twice that is allowed, however slow the loop ran.
+	wakes, allowed := map[string]int{}, 0
+	for _, mode := range []string{"lazy", "eager"} {
+		cmd := exec.Command("python3", "-c", prog, b.Root, b.Dir)
+		cmd.Env = append(os.Environ(), "XPU_FAKEGPU_DOORBELL="+mode)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: python3: %v\n%s", mode, err, out)
+		}
+		var n, ms, execs, ran int
+		if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "wakes=%d ms=%d executors=%d unwaited_ran=%d", &n, &ms, &execs, &ran); err != nil {
+			t.Fatalf("%s: %q: %v", mode, out, err)
+		}
+		if ran != 1 {
+			t.Errorf("%s: a launch nobody waited for had not run 50 ms later", mode)
+		}
+		wakes[mode] = n
+		if mode == "lazy" {
+			allowed = 2 * (2000/256 + 1 + execs*(ms/2+1))
+		}
+	}
+	t.Logf("executor wakes for 2,000 launches: lazy %d (at most %d allowed), default %d", wakes["lazy"], allowed, wakes["eager"])
+	if wakes["lazy"] > allowed {
+		t.Errorf("lazy doorbell: %d executor wakes for 2,000 launches, want at most %d", wakes["lazy"], allowed)
+	}
+	if wakes["eager"] < 4*allowed {
+		t.Errorf("default doorbell: %d executor wakes for 2,000 launches, not 4 times the lazy one's %d allowed: the test tells nothing apart",
+			wakes["eager"], allowed)
+	}
+}

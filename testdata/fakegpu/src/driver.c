@@ -36,7 +36,17 @@
  * kernels on a GPU) waits for its own operation to finish; allocations,
  * frees, synchronous memsets and copies, and context teardown wait for
  * the whole device; cuModuleLoadData "compiles" the fake PTX it is given
- * for as long as the PTX says, busy on the CPU. */
+ * for as long as the PTX says, busy on the CPU.
+ *
+ * A launch on a GPU writes a command into memory the GPU reads and wakes
+ * no host thread; here an executor asleep on an empty stream is woken by
+ * each launch (a futex call, and on another CPU an interrupt), a host cost
+ * a real launch does not have. XPU_FAKEGPU_DOORBELL=lazy takes it away
+ * where the host's cost per launch is measured (trainstep): an executor is
+ * woken only when its stream holds LAZY_BATCH operations, when the host
+ * waits for the device or polls it (synchronizes, queries, synchronous
+ * calls, a full stream), and by itself every LAZY_TICK_NS; until then the
+ * work waits queued, as behind a busy GPU. */
 #define _GNU_SOURCE
 #include "vendor.h"
 #include "driver.h"
@@ -98,6 +108,38 @@ static struct fg_stream *g_default;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static _Atomic unsigned g_sched = CU_CTX_SCHED_AUTO;
 
+/* The lazy doorbell (see the top): XPU_FAKEGPU_DOORBELL=lazy, read once. */
+#define LAZY_BATCH 256
+#define LAZY_TICK_NS 2000000
+static int lazy_doorbell(void)
+{
+	static _Atomic int lazy = -1;
+	int l = atomic_load(&lazy);
+	if (l < 0) {
+		const char *e = getenv("XPU_FAKEGPU_DOORBELL");
+		l = e && !strcmp(e, "lazy");
+		atomic_store(&lazy, l);
+	}
+	return l;
+}
+
+/* kick_streams wakes every idle executor with work queued: the host is
+ * about to wait for the device, or polls it. Needed with the lazy
+ * doorbell only. */
+static void kick_streams(void)
+{
+	if (!lazy_doorbell())
+		return;
+	pthread_mutex_lock(&g_streams_mu);
+	for (struct fg_stream *s = g_streams; s; s = s->next) {
+		pthread_mutex_lock(&s->mu);
+		if (s->idle && s->head != s->tail)
+			pthread_cond_signal(&s->work);
+		pthread_mutex_unlock(&s->mu);
+	}
+	pthread_mutex_unlock(&g_streams_mu);
+}
+
 static void notify_done(void)
 {
 	if (atomic_load(&g_waiters) > 0) {
@@ -150,6 +192,7 @@ static NOINLINE void fg_host_wait(_Atomic uint64_t *ctr, uint64_t target)
 {
 	if (atomic_load(ctr) >= target)
 		return;
+	kick_streams();
 	switch (sched_mode()) {
 	case CU_CTX_SCHED_BLOCKING_SYNC:
 		fg_block_wait(ctr, target);
@@ -214,6 +257,7 @@ static void run_op(struct op *o)
 		break;
 	}
 	case OP_WAIT:
+		kick_streams();
 		fg_block_wait(&((struct fg_event *)o->ptr)->done_gen, o->n);
 		break;
 	case OP_HOST:
@@ -241,7 +285,18 @@ static NOINLINE void *fg_executor_main(void *arg)
 		pthread_mutex_lock(&s->mu);
 		while (s->head == s->tail) {
 			s->idle = 1;
-			pthread_cond_wait(&s->work, &s->mu);
+			if (lazy_doorbell()) { /* asleep at most LAZY_TICK_NS */
+				struct timespec t;
+				clock_gettime(CLOCK_REALTIME, &t);
+				t.tv_nsec += LAZY_TICK_NS;
+				if (t.tv_nsec >= 1000000000) {
+					t.tv_sec++;
+					t.tv_nsec -= 1000000000;
+				}
+				pthread_cond_timedwait(&s->work, &s->mu, &t);
+			} else {
+				pthread_cond_wait(&s->work, &s->mu);
+			}
 			s->idle = 0;
 		}
 		o = s->ring[s->head % RING];
@@ -369,7 +424,7 @@ static uint64_t enqueue(struct fg_stream *s, const struct op *o)
 	s->full = 0;
 	s->ring[s->tail % RING] = *o;
 	pos = ++s->tail;
-	if (s->idle)
+	if (s->idle && (!lazy_doorbell() || s->tail - s->head >= (uint64_t)(queue_depth() < LAZY_BATCH ? queue_depth() : LAZY_BATCH)))
 		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->mu);
 	return pos;
@@ -1014,7 +1069,10 @@ DRVAPI CUresult cuStreamSynchronize_ptsz(CUstream s)
 static CUresult stream_query(CUstream st)
 {
 	struct fg_stream *s = resolve(st);
-	return atomic_load(&s->done) >= stream_tail(s) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	if (atomic_load(&s->done) >= stream_tail(s))
+		return CUDA_SUCCESS;
+	kick_streams();
+	return CUDA_ERROR_NOT_READY;
 }
 
 DRVAPI CUresult cuStreamQuery(CUstream s) { return stream_query(s); }
@@ -1103,7 +1161,10 @@ DRVAPI CUresult cuEventQuery(CUevent ev)
 	struct fg_event *e = ev;
 	if (!e)
 		return CUDA_ERROR_INVALID_HANDLE;
-	return atomic_load(&e->done_gen) >= atomic_load(&e->rec_gen) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	if (atomic_load(&e->done_gen) >= atomic_load(&e->rec_gen))
+		return CUDA_SUCCESS;
+	kick_streams();
+	return CUDA_ERROR_NOT_READY;
 }
 
 DRVAPI CUresult cuEventSynchronize(CUevent ev)

@@ -40,7 +40,10 @@
  * (CLOCK_REALTIME, as paired.py reads them; cpu: the CPU time of the
  * thread that makes the calls, what the traps and programs cost it
  * whatever else runs on the machine); --pause-us sleeps that long
- * after each step (tests that keep what they see). Usage:
+ * after each step (tests that keep what they see). It sets
+ * XPU_FAKEGPU_DOORBELL=lazy (driver.c) unless the variable is set: its
+ * launches then wake no thread of the fake device, as a GPU's wake none
+ * of the host's. Usage:
  *   trainstep [--mode eager|gpubound|graph] [--OPTION N]... */
 #define _GNU_SOURCE
 #include "vendor.h"
@@ -284,6 +287,7 @@ int main(int argc, char **argv)
 	/* The device's threads (created below) sleep their copies' few
 	 * microseconds, not the default 50 us of timer slack. */
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	setenv("XPU_FAKEGPU_DOORBELL", "lazy", 0);
 	setvbuf(stdout, NULL, _IOLBF, 0);
 
 	char exe[PATH_MAX];
