@@ -108,19 +108,26 @@ static struct fg_stream *g_default;
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static _Atomic unsigned g_sched = CU_CTX_SCHED_AUTO;
 
-/* The lazy doorbell (see the top): XPU_FAKEGPU_DOORBELL=lazy, read once. */
+/* env_is says whether the variable name is value, read once into *cache
+ * (-1: not read yet). */
+static int env_is(_Atomic int *cache, const char *name, const char *value)
+{
+	int v = atomic_load(cache);
+	if (v < 0) {
+		const char *e = getenv(name);
+		v = e && !strcmp(e, value);
+		atomic_store(cache, v);
+	}
+	return v;
+}
+
+/* The lazy doorbell (see the top): XPU_FAKEGPU_DOORBELL=lazy. */
 #define LAZY_BATCH 256
 #define LAZY_TICK_NS 2000000
 static int lazy_doorbell(void)
 {
 	static _Atomic int lazy = -1;
-	int l = atomic_load(&lazy);
-	if (l < 0) {
-		const char *e = getenv("XPU_FAKEGPU_DOORBELL");
-		l = e && !strcmp(e, "lazy");
-		atomic_store(&lazy, l);
-	}
-	return l;
+	return env_is(&lazy, "XPU_FAKEGPU_DOORBELL", "lazy");
 }
 
 /* kick_streams wakes every idle executor with work queued: the host is
@@ -362,13 +369,7 @@ static long queue_depth(void)
 static int launch_blocking(void)
 {
 	static _Atomic int on = -1;
-	int v = atomic_load(&on);
-	if (v < 0) {
-		const char *e = getenv("CUDA_LAUNCH_BLOCKING");
-		v = e && !strcmp(e, "1");
-		atomic_store(&on, v);
-	}
-	return v;
+	return env_is(&on, "CUDA_LAUNCH_BLOCKING", "1");
 }
 
 static struct fg_stream *resolve(CUstream s)
