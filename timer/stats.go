@@ -279,10 +279,11 @@ type procStats struct {
 
 // kernelSlot remembers the accumulator of a kernel completed lately, by
 // its function handle and the name its launch carried: a step launches
-// and completes the same few dozen kernels over and over, and finding each
-// through two maps (its handle's name, then the name's accumulator) took
-// a fifth of the reader's CPU on the testbed's training step. Accumulators are never
-// removed from kernels, so a slot never points at a stale one.
+// and completes the same few dozen kernels over and over, and finding
+// each through two maps (its handle's name, then the name's accumulator)
+// took a fifth of the reader's CPU on the testbed's training step.
+// Accumulators are never removed from kernels, so a slot never points at
+// a stale one.
 type kernelSlot struct {
 	fn   uint64
 	name string // the name the launch carried ("": unnamed)

@@ -109,10 +109,10 @@ func run(ctx context.Context, out, errw io.Writer, cfg config.Config, interval t
 		ctx = context.Background()
 	}
 	if len(args) == 0 {
-		// With no command to pass them to, an interrupt, a termination or a hangup
-		// ends the watch as its processes' exits do: the tracer closes,
-		// and a process it holds at an exec or a load goes on (killed
-		// there, it stayed stopped).
+		// With no command to pass them to, an interrupt, a termination
+		// or a hangup ends the watch as its processes' exits do: the
+		// tracer closes, and a process it holds at an exec or a load
+		// goes on (killed there, it stayed stopped).
 		var stop context.CancelFunc
 		ctx, stop = signal.NotifyContext(ctx, process.Forwarded...)
 		defer stop()
