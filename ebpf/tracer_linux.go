@@ -39,6 +39,7 @@ type Tracer struct {
 	followed *followedSet // the map followed, mapped
 	multi    bool         // attach with uprobe_multi links (Linux 6.6+)
 	holds    *holds
+	guard    *guard // resumes the held if the tracer dies unclosed (nil: holds off)
 	box      *mailbox
 	r        *reader
 	f        *follower
@@ -80,6 +81,13 @@ func NewTracer(opts Options) (*Tracer, error) {
 		return nil, err
 	}
 	t.holds = &holds{alive: t.objs.HoldAlive, held: t.objs.Held, unheld: t.objs.Unheld, off: opts.noHold}
+	if !opts.noHold {
+		if t.guard, err = startGuard(t.objs.Held); err != nil {
+			t.objs.Close()
+			t.followed.close()
+			return nil, fmt.Errorf("start the holds' guard: %w", err)
+		}
+	}
 	names := newKernelNames(t.objs.FuncNames)
 	t.r = &reader{
 		holds: t.holds, box: t.box, names: names, comms: map[int]*commIDs{},
@@ -226,6 +234,7 @@ func (t *Tracer) Close() error {
 	for _, h := range t.hooks {
 		errs = append(errs, h.Close())
 	}
+	t.guard.close() // the hooks are gone: nothing holds any more
 	errs = append(errs, t.followed.close(), t.objs.Close())
 	return errors.Join(errs...)
 }

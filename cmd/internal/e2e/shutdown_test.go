@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -58,9 +60,56 @@ func TestLauncherExitsWithJob(t *testing.T) {
 // operator does, with SIGTERM, while the process it watches is held at an
 // exec (stopped until its new code is probed): the watch exits 0, and the
 // process goes on. Killed by the signal, the watch left it stopped for
-// good. The watch is kept stopped from before the exec until after the
-// signal, so the hold is still there when the signal comes.
+// good.
 func TestWatchEndedHoldsNothing(t *testing.T) {
+	w, pid := heldUnderStoppedWatch(t)
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.waitExit(30 * time.Second); code != 0 {
+		t.Errorf("watch exited %d on SIGTERM, want 0\n%s", code, w.output())
+	}
+	if !stateWithin(pid, 'S', 5*time.Second) {
+		t.Fatalf("pid %d still %c after the watch ended: left stopped", pid, state(pid))
+	}
+}
+
+// TestWatchKilledHoldsNothing kills the watch with SIGKILL (as the OOM
+// killer does) while the process it watches is held at an exec: the
+// watch's Close never runs, and its guard (ebpf, holdguard_linux.go)
+// resumes the process, then exits. Without the guard the process stayed
+// stopped for good.
+func TestWatchKilledHoldsNothing(t *testing.T) {
+	w, pid := heldUnderStoppedWatch(t)
+	guards := holdGuards(w.cmd.Process.Pid)
+	if len(guards) != 1 {
+		t.Fatalf("the watch has %d hold guards, want 1", len(guards))
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	w.waitExit(30 * time.Second)
+	if !stateWithin(pid, 'S', 5*time.Second) {
+		t.Fatalf("pid %d still %c after the watch was killed: left stopped", pid, state(pid))
+	}
+	for end := time.Now().Add(5 * time.Second); procfs.Alive(guards[0]); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("the hold guard %d still runs 5 s after it resumed the held process", guards[0])
+		}
+	}
+}
+
+// heldUnderStoppedWatch starts a process that waits, then execs, and
+// `xpu-timer watch --pid` on it; once attached, it stops the watch
+// (SIGSTOP) and lets the process exec, which the programs hold (state T)
+// while nobody reads their record. It returns the watch, still stopped
+// (the caller's signals decide how it ends; cleanup lets it go on), and
+// the held process's pid.
+func heldUnderStoppedWatch(t *testing.T) (*proc, int) {
+	t.Helper()
 	privileged.Root(t)
 	testbed.Build(t) // the binaries
 	fifo := filepath.Join(t.TempDir(), "go")
@@ -75,30 +124,28 @@ func TestWatchEndedHoldsNothing(t *testing.T) {
 	pid := target.Process.Pid
 	w := start(t, []string{bins.xpu, "watch", "--timeout", "300s", "--pid", strconv.Itoa(pid)})
 	w.waitRe(regexp.MustCompile(`"event":"attach".*"pid":`+strconv.Itoa(pid)+`\b`), 30*time.Second)
-
-	watcher := w.cmd.Process
-	if err := watcher.Signal(syscall.SIGSTOP); err != nil {
+	if err := w.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	defer watcher.Signal(syscall.SIGCONT)
+	t.Cleanup(func() { w.cmd.Process.Signal(syscall.SIGCONT) })
 	if err := os.WriteFile(fifo, []byte("\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	if !stateWithin(pid, 'T', 5*time.Second) {
 		t.Fatalf("pid %d was not held at its exec (state %c): the test measured nothing", pid, state(pid))
 	}
-	if err := watcher.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+	return w, pid
+}
+
+// holdGuards are the hold guards among pid's children.
+func holdGuards(pid int) []int {
+	var out []int
+	for _, c := range procfs.Descendants(pid) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c)); err == nil && strings.HasPrefix(string(b), "xpu-timer-holdguard\x00") {
+			out = append(out, c)
+		}
 	}
-	if err := watcher.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	if code := w.waitExit(30 * time.Second); code != 0 {
-		t.Errorf("watch exited %d on SIGTERM, want 0\n%s", code, w.output())
-	}
-	if !stateWithin(pid, 'S', 5*time.Second) {
-		t.Fatalf("pid %d still %c after the watch ended: left stopped", pid, state(pid))
-	}
+	return out
 }
 
 // state is a process's state letter, or 0 when it cannot be read.
