@@ -39,6 +39,10 @@ const guardClean = 'c'
 // once its tracer is gone.
 var guardAfter = []time.Duration{50 * time.Millisecond, time.Second}
 
+// guardExe is the binary the guard runs: this one (a test's own to make
+// the start fail).
+var guardExe = "/proc/self/exe"
+
 // The guard's file descriptors: the map held, the pipe's read end.
 const (
 	guardMapFD  = 3
@@ -79,7 +83,9 @@ type guard struct {
 	w   *os.File // the pipe's write end
 }
 
-// startGuard starts the guard of the map held.
+// startGuard starts the guard of the map held. A tracer whose guard
+// cannot start (no fork or exec of its own binary) works on without it,
+// and says so (NewTracer).
 func startGuard(held *ebpf.Map) (*guard, error) {
 	fd, err := unix.FcntlInt(uintptr(held.FD()), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -92,7 +98,7 @@ func startGuard(held *ebpf.Map) (*guard, error) {
 		return nil, err
 	}
 	defer r.Close()
-	cmd := exec.Command("/proc/self/exe")
+	cmd := exec.Command(guardExe)
 	cmd.Args = []string{"xpu-timer-holdguard"}
 	cmd.Env = []string{guardEnv + "=1"}
 	cmd.ExtraFiles = []*os.File{m, r} // guardMapFD, guardPipeFD

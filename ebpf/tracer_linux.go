@@ -82,10 +82,11 @@ func NewTracer(opts Options) (*Tracer, error) {
 	}
 	t.holds = &holds{alive: t.objs.HoldAlive, held: t.objs.Held, unheld: t.objs.Unheld, off: opts.noHold}
 	if !opts.noHold {
-		if t.guard, err = startGuard(t.objs.Held); err != nil {
-			t.objs.Close()
-			t.followed.close()
-			return nil, fmt.Errorf("start the holds' guard: %w", err)
+		// Without a guard the tracer still works, and says what is lost.
+		var gerr error
+		if t.guard, gerr = startGuard(t.objs.Held); gerr != nil {
+			t.box.notice(Notice{Kind: NoticeError, Time: time.Now(),
+				Err: fmt.Errorf("no guard of the holds (killed without closing, the tracer would leave a held process stopped): %w", gerr)})
 		}
 	}
 	names := newKernelNames(t.objs.FuncNames)
