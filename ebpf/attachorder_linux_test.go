@@ -106,6 +106,10 @@ func TestAttachIssuersLast(t *testing.T) {
 		for i := range runs {
 			t.Run(fmt.Sprintf("%s/%d", c.name, i), func(t *testing.T) {
 				tr := newTracer(t, c.opts)
+				// Run last, once the processes are gone: the detaches
+				// (seconds of single uprobes) end within the run, not
+				// behind the package's last test.
+				defer func() { tr.Close(); tr.f.closing.Wait() }()
 				rec := record(t, tr)
 				for range runtime.NumCPU() + 1 {
 					busy := exec.Command("sh", "-c", "while :; do :; done")
