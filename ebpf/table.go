@@ -1,6 +1,7 @@
 package ebpf
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/xpu-timer/xpu-timer/timer"
@@ -291,9 +292,14 @@ func loaderCookie(syms map[string]uint64) uint64 {
 // loaderNames are the file-name prefixes of dynamic loaders.
 var loaderNames = []string{"ld-linux", "ld64.so", "ld-2."}
 
-// libraryNames are the file-name prefixes of the vendor libraries we look
-// for without reading their symbols.
-var libraryNames = []string{"libcudart", "libcuda.", "libnccl", "libmcruntime", "libmccl", "libmcdriver"}
+// The file-name prefixes of the vendor libraries we look for without
+// reading their symbols: the GPU runtimes and drivers, the collective
+// libraries, and both (libraryNames).
+var (
+	gpuNames        = []string{"libcudart", "libcuda.", "libmcruntime", "libmcdriver"}
+	collectiveNames = []string{"libnccl", "libmccl"}
+	libraryNames    = slices.Concat(gpuNames, collectiveNames)
+)
 
 // boringLibraries are mapped libraries never worth a symbol scan.
 var boringLibraries = []string{
@@ -307,9 +313,6 @@ func knownName(path string) bool {
 	return hasPrefix(path, libraryNames)
 }
 
-// collectiveNames are the file-name prefixes of the collective libraries.
-var collectiveNames = []string{"libnccl", "libmccl"}
-
 // attachRank orders a process's mapped libraries for attaching: the GPU
 // runtimes and drivers (0), then the collective libraries (1), then the
 // rest (2): a symbol scan of a large unknown library (libtorch) must not
@@ -317,10 +320,10 @@ var collectiveNames = []string{"libnccl", "libmccl"}
 // collectives an op issues come after what completes them (issuers).
 func attachRank(path string) int {
 	switch {
+	case hasPrefix(path, gpuNames):
+		return 0
 	case hasPrefix(path, collectiveNames):
 		return 1
-	case knownName(path):
-		return 0
 	}
 	return 2
 }
