@@ -294,6 +294,15 @@ type kernelSlot struct {
 // kernelSlots is how many kernels procStats.recent remembers, by handle.
 const kernelSlots = 64
 
+// slot is the slot of procStats.recent for handle fn.
+func (s *procStats) slot(fn uint64) *kernelSlot { return &s.recent[(fn^fn>>6)%kernelSlots] }
+
+// holds says whether the slot is that of the kernel launched with name
+// and handle fn.
+func (k *kernelSlot) holds(name string, fn uint64) bool {
+	return k.acc != nil && k.fn == fn && k.name == name
+}
+
 func (s *procStats) kernel(name string) *kernelAcc {
 	if s.kernels == nil {
 		s.kernels = make(map[string]*kernelAcc)

@@ -334,8 +334,8 @@ func (c *inCall) callName() string {
 // kernelAcc is the accumulator of a kernel completed with name (empty:
 // unnamed) and handle fn, found in p.stats.recent when it was lately.
 func (p *proc) kernelAcc(name string, fn uint64) *kernelAcc {
-	sl := &p.stats.recent[(fn^fn>>6)%kernelSlots]
-	if sl.acc != nil && sl.fn == fn && sl.name == name {
+	sl := p.stats.slot(fn)
+	if sl.holds(name, fn) {
 		return sl.acc
 	}
 	key := p.kernelName(name, fn)
@@ -349,7 +349,7 @@ func (p *proc) kernelName(name string, fn uint64) string {
 	if name != "" {
 		return name
 	}
-	if sl := &p.stats.recent[(fn^fn>>6)%kernelSlots]; sl.acc != nil && sl.fn == fn && sl.name == "" {
+	if sl := p.stats.slot(fn); sl.holds("", fn) {
 		return sl.key
 	}
 	if p.stats.funcNames == nil {
