@@ -407,7 +407,8 @@ static uint64_t enqueue(struct fg_stream *s, const struct op *o)
 		pthread_mutex_unlock(&s->mu);
 		return 0;
 	}
-	for (uint64_t depth = (uint64_t)queue_depth(); s->tail - s->head >= depth;) {
+	uint64_t depth = (uint64_t)queue_depth();
+	while (s->tail - s->head >= depth) {
 		/* full: wait for the executor to take one, as the schedule says */
 		s->full = 1;
 		if (sched_mode() == CU_CTX_SCHED_BLOCKING_SYNC) {
@@ -425,7 +426,9 @@ static uint64_t enqueue(struct fg_stream *s, const struct op *o)
 	s->full = 0;
 	s->ring[s->tail % RING] = *o;
 	pos = ++s->tail;
-	if (s->idle && (!lazy_doorbell() || s->tail - s->head >= (uint64_t)(queue_depth() < LAZY_BATCH ? queue_depth() : LAZY_BATCH)))
+	/* an idle executor is woken by each op, lazily by a batch of them */
+	uint64_t batch = lazy_doorbell() ? (depth < LAZY_BATCH ? depth : LAZY_BATCH) : 1;
+	if (s->idle && s->tail - s->head >= batch)
 		pthread_cond_signal(&s->work);
 	pthread_mutex_unlock(&s->mu);
 	return pos;
