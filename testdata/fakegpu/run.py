@@ -89,7 +89,10 @@ Not a hang (it ends; not in the hang matrix):
 GPU (a healthy job with uneven steps). --init-delay S waits S seconds
 between loading the GPU libraries and creating the communicator, as
 building a model does (a node agent scanning for new ranks every second
-then follows them before their communicator's creation).
+then follows them before their communicator's creation). With
+XPU_FAKEGPU_START_GATE=FILE every rank, its communicator created, waits
+for FILE to exist before its first step (a test's monitoring made ready
+meanwhile).
 
 The CUDA path is the one a real GPU takes: the runtime calls the driver,
 and waits spin on a CPU (XPU_FAKEGPU_SCHED=yield|blocking changes that).
@@ -995,6 +998,9 @@ class Trainer:
         say("xpu-fakegpu rank=%d step=%d busy %s %.1fs" % (self.rank, step, a.busy, a.busy_s))
 
     def train(self):
+        gate = os.environ.get("XPU_FAKEGPU_START_GATE")
+        while gate and not os.path.exists(gate):
+            time.sleep(0.01)
         if self.args.launch_bound:
             return self.launch_bound()
         self.watchdog.start()

@@ -248,13 +248,15 @@ func TestLagAcrossNodes(t *testing.T) {
 
 // twoNodes starts the two nodes of one job, o's node fields set, each
 // under xpu_timer_launch, and a Prometheus scraping both with the
-// shipped rules scaled; it returns the launchers and Prometheus's
-// address.
+// shipped rules scaled; the ranks begin their first step once
+// Prometheus has scraped both nodes and evaluated the rules since
+// (promWatching). It returns the launchers and Prometheus's address.
 func twoNodes(t *testing.T, b *testbed.Bed, promBin string, o testbed.JobOptions, jobName string) ([2]*proc, string) {
 	store, err := testbed.NewStore()
 	if err != nil {
 		t.Fatal(err)
 	}
+	gate := filepath.Join(t.TempDir(), "start")
 	t.Cleanup(func() { // after the launchers' own cleanups
 		testbed.RemoveSegments(testbed.StoreSegments(store))
 		os.RemoveAll(store)
@@ -266,7 +268,8 @@ func twoNodes(t *testing.T, b *testbed.Bed, promBin string, o testbed.JobOptions
 		n.NNodes, n.NodeRank = 2, i
 		args := append([]string{bins.launch, "--hang-timeout", lagTimeout.String(), "--lag-warn", lagWarn.String(),
 			"--timeline-path", t.TempDir(), "--port", "0"}, b.JobCommand(n).Args...)
-		nodes[i] = start(t, args, "XPU_FAKEGPU_STORE="+store, "XPU_TIMER_JOB_NAME="+jobName, fmt.Sprintf("XPU_TIMER_POD_NAME=node-%d", i))
+		nodes[i] = start(t, args, "XPU_FAKEGPU_STORE="+store, "XPU_FAKEGPU_START_GATE="+gate,
+			"XPU_TIMER_JOB_NAME="+jobName, fmt.Sprintf("XPU_TIMER_POD_NAME=node-%d", i))
 	}
 	for _, p := range nodes {
 		u, err := url.Parse(p.metricsURL(30 * time.Second))
@@ -285,7 +288,83 @@ scrape_configs:
     static_configs:
       - targets: [%q, %q]
 `, lagScrape, lagScrape, lagRules(t, dir), targets[0], targets[1])
-	return nodes, testutil.PrometheusConfig(t, promBin, dir, cfg)
+	prom := testutil.PrometheusConfig(t, promBin, dir, cfg)
+	promWatching(t, prom, len(targets), 30*time.Second)
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return nodes, prom
+}
+
+// promWatching waits until the Prometheus at addr has scraped its n
+// targets (all up) and evaluated every rule group after the scrapes
+// that showed them so. A Prometheus just started scrapes its targets first at
+// a random offset within the interval and evaluates its rules at
+// another: a fault that struck before would be timed from the first
+// scrape, not from the peers' wait.
+func promWatching(t *testing.T, addr string, n int, timeout time.Duration) {
+	t.Helper()
+	var targets struct {
+		Data struct {
+			ActiveTargets []struct {
+				Health     string    `json:"health"`
+				LastScrape time.Time `json:"lastScrape"`
+			} `json:"activeTargets"`
+		} `json:"data"`
+	}
+	var rules struct {
+		Data struct {
+			Groups []struct {
+				Name           string    `json:"name"`
+				LastEvaluation time.Time `json:"lastEvaluation"`
+			} `json:"groups"`
+		} `json:"data"`
+	}
+	getJSON := func(url string, v any) error {
+		body, err := scrape(url)
+		if err != nil {
+			return err
+		}
+		return json.Unmarshal([]byte(body), v)
+	}
+	var scraped time.Time // when all were first seen scraped, up
+	ready := func() bool {
+		if scraped.IsZero() {
+			if err := getJSON("http://"+addr+"/api/v1/targets?state=active", &targets); err != nil {
+				return false
+			}
+			if len(targets.Data.ActiveTargets) != n {
+				return false
+			}
+			var last time.Time
+			for _, tg := range targets.Data.ActiveTargets {
+				if tg.Health != "up" {
+					return false
+				}
+				if tg.LastScrape.After(last) {
+					last = tg.LastScrape
+				}
+			}
+			scraped = last
+		}
+		if err := getJSON("http://"+addr+"/api/v1/rules", &rules); err != nil || len(rules.Data.Groups) == 0 {
+			return false
+		}
+		for _, g := range rules.Data.Groups {
+			if !g.LastEvaluation.After(scraped) {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(timeout)
+	for !ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("Prometheus at %s not scraping its %d targets and evaluating its rules within %v: targets %+v, rules %+v",
+				addr, n, timeout, targets.Data.ActiveTargets, rules.Data.Groups)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // lagRules writes the shipped rules with the lag rules' 30 s wait set to
