@@ -34,8 +34,9 @@ func New() *cobra.Command {
 		Long: `agent rescans /proc every --scan-interval for training processes (RANK in
 the environment and a CUDA, NCCL, MACA or MCCL library, or one named by
 --libraries, mapped), follows them and their descendants, and runs the same
-hang detection, dumps, markers and metrics as xpu_timer_launch until SIGINT or
-SIGTERM. It needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (or root) and the
+hang detection, dumps, markers and metrics as xpu_timer_launch until SIGINT,
+SIGTERM or SIGHUP (a closed terminal), which end it with status 0, what it
+held resumed and its probes detached. It needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (or root) and the
 host's PID namespace.
 
 --namespaces, --pod-regex, --pod-uids and --command-regex narrow which
@@ -65,7 +66,7 @@ the pod UID from its cgroup.`,
 			}
 			return err
 		}
-		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+		ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 		defer stop()
 		mon.Start(ctx)
 		Follow(ctx, mon.Agent, Finder{Libraries: cfg.Libraries, Scope: cfg.Scope}, scan, log)

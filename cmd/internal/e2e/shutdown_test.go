@@ -102,6 +102,54 @@ func TestWatchKilledHoldsNothing(t *testing.T) {
 	}
 }
 
+// TestAgentEndedBySignal ends `xpu-timer agent`, following a running
+// job, with each signal that ends a daemon run by hand, one agent after
+// another on the same job: SIGHUP (its terminal closed), SIGINT, SIGTERM.
+// Each agent exits 0 (its Close resumed what it held and detached its
+// probes), and every rank trains on after it. Before, SIGHUP killed the
+// agent unclosed.
+func TestAgentEndedBySignal(t *testing.T) {
+	privileged.Root(t)
+	b := testbed.Build(t)
+	ns := fmt.Sprintf("sig-%d", time.Now().UnixNano())
+	jp := start(t, job{steps: 1_000_000, extra: []string{"--step-ms", "5"}}.args(b), "POD_NAMESPACE="+ns)
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM} {
+		a := start(t, []string{bins.xpu, "agent", "--scan-interval", "1s", "--namespaces", ns,
+			"--timeline-path", t.TempDir(), "--port", "0"})
+		a.until("every rank followed", 60*time.Second, func() bool { return len(a.matching(followingRe)) >= nproc })
+		if err := a.cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		if code := a.waitExit(30 * time.Second); code != 0 {
+			t.Fatalf("the agent exited %d on %v, want 0\n%s", code, sig, a.output())
+		}
+		after := allDone(jp) + 1
+		jp.until(fmt.Sprintf("every rank done with step %d, after the agent ended by %v", after, sig), 30*time.Second,
+			func() bool { return len(jp.stepDone(after)) == nproc })
+		t.Logf("%v: the agent exited 0, the job trained on (step %d)", sig, after)
+	}
+}
+
+// allDone is the last step every rank of p's job is done with (-1: none).
+func allDone(p *proc) int {
+	done := map[int]int{}
+	for _, l := range p.Lines(0) {
+		if r, n, ok := testbed.StepDone(l.Text); ok {
+			done[r] = max(done[r], n)
+		}
+	}
+	if len(done) < nproc {
+		return -1
+	}
+	last := -1
+	for _, n := range done {
+		if last < 0 || n < last {
+			last = n
+		}
+	}
+	return last
+}
+
 // heldUnderStoppedWatch starts a process that waits, then execs, and
 // `xpu-timer watch --pid` on it; once attached, it stops the watch
 // (SIGSTOP) and lets the process exec, which the programs hold (state T)
