@@ -139,6 +139,7 @@ const (
 	probesProgEventSyncEnter         = "event_sync_enter"
 	probesProgFloorClock             = "floor_clock"
 	probesProgFloorFollowed          = "floor_followed"
+	probesProgFloorRecord            = "floor_record"
 	probesProgFloorStack             = "floor_stack"
 	probesProgGetFunctionEnter       = "get_function_enter"
 	probesProgGetFunctionExit        = "get_function_exit"
@@ -234,6 +235,7 @@ type probesProgramSpecs struct {
 	EventSyncEnter         *ebpf.ProgramSpec `ebpf:"event_sync_enter"`
 	FloorClock             *ebpf.ProgramSpec `ebpf:"floor_clock"`
 	FloorFollowed          *ebpf.ProgramSpec `ebpf:"floor_followed"`
+	FloorRecord            *ebpf.ProgramSpec `ebpf:"floor_record"`
 	FloorStack             *ebpf.ProgramSpec `ebpf:"floor_stack"`
 	GetFunctionEnter       *ebpf.ProgramSpec `ebpf:"get_function_enter"`
 	GetFunctionExit        *ebpf.ProgramSpec `ebpf:"get_function_exit"`
@@ -377,6 +379,7 @@ type probesPrograms struct {
 	EventSyncEnter         *ebpf.Program `ebpf:"event_sync_enter"`
 	FloorClock             *ebpf.Program `ebpf:"floor_clock"`
 	FloorFollowed          *ebpf.Program `ebpf:"floor_followed"`
+	FloorRecord            *ebpf.Program `ebpf:"floor_record"`
 	FloorStack             *ebpf.Program `ebpf:"floor_stack"`
 	GetFunctionEnter       *ebpf.Program `ebpf:"get_function_enter"`
 	GetFunctionExit        *ebpf.Program `ebpf:"get_function_exit"`
@@ -424,6 +427,7 @@ func (p *probesPrograms) Close() error {
 		p.EventSyncEnter,
 		p.FloorClock,
 		p.FloorFollowed,
+		p.FloorRecord,
 		p.FloorStack,
 		p.GetFunctionEnter,
 		p.GetFunctionExit,

@@ -87,7 +87,8 @@ ProbeOverhead	ours-empty-bpf-ns	=150	1	ns our program runs in the kernel (bpf_st
 ProbeOverhead	floor-clock-bpf-ns	=150	-	ns bpf_ktime_get_ns alone adds to an empty program vs 150 ns
 ProbeOverhead	floor-followed-bpf-ns	=150	-	ns the followed check alone adds vs 150 ns
 ProbeOverhead	floor-stack-bpf-ns	=150	-	ns a 16-byte stack argument read alone adds vs 150 ns
-ProbeOverhead	ours-empty-bpf-ns	floors-bpf-ns	-	our launch program over the three steps alone, summed
+ProbeOverhead	floor-record-bpf-ns	=150	-	ns a record reserved and published alone (clock in it, no reader) adds vs 150 ns
+ProbeOverhead	ours-empty-bpf-ns	floors-bpf-ns	-	our launch program over its steps alone (followed, stack read, record), summed
 ProbeOverhead	steps/s-traced	steps/s-plain	-	training steps/s, traced vs not
 Viewer	seconds	=5	1	viewer on 4,096 ranks vs 5 s
 Viewer	peak-RSS-MiB	=2048	1	viewer peak RSS vs 2 GiB
