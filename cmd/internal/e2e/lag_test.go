@@ -297,8 +297,8 @@ scrape_configs:
 }
 
 // promWatching waits until the Prometheus at addr has scraped its n
-// targets (all up) and evaluated every rule group after the scrapes
-// that showed them so. A Prometheus just started scrapes its targets first at
+// targets (all up) and evaluated every rule group after the scrapes that
+// showed them so. A Prometheus just started scrapes its targets first at
 // a random offset within the interval and evaluates its rules at
 // another: a fault that struck before would be timed from the first
 // scrape, not from the peers' wait.
