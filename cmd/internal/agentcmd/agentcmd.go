@@ -36,8 +36,8 @@ the environment and a CUDA, NCCL, MACA or MCCL library, or one named by
 --libraries, mapped), follows them and their descendants, and runs the same
 hang detection, dumps, markers and metrics as xpu_timer_launch until SIGINT,
 SIGTERM or SIGHUP (a closed terminal), which end it with status 0, what it
-held resumed and its probes detached. It needs CAP_BPF, CAP_PERFMON and CAP_SYS_PTRACE (or root) and the
-host's PID namespace.
+held resumed and its probes detached. It needs CAP_BPF, CAP_PERFMON and
+CAP_SYS_PTRACE (or root) and the host's PID namespace.
 
 --namespaces, --pod-regex, --pod-uids and --command-regex narrow which
 processes it follows: a process left out gets no probes, no dumps and no
