@@ -157,10 +157,13 @@
 //     look that saw it asleep);
 //   - asleep at both looks in a sleep for time alone (Look.Timed:
 //     nanosleep, or select or poll given no descriptor, what Python's
-//     time.sleep calls) at the same place, though it woke in between: a
-//     loop that only sleeps (a straggler's `while True: time.sleep(1)`)
-//     makes no progress either, from the first of those looks (or when it
-//     last ran before it);
+//     time.sleep calls) at the same place, though it woke in between, no
+//     more often than a loop of that sleep alone can (its length is at
+//     least how long each look saw it last so far, Look.LastRan): a loop
+//     that only sleeps (a straggler's `while True: time.sleep(1)`) makes
+//     no progress either, from the first of those looks (or when it last
+//     ran before it); a thread that went to sleep more often worked
+//     between its sleeps (a rank resting after each step);
 //   - running, in the same Python frames as at the previous look, for at
 //     least half the time between the two looks: spinning, no progress
 //     since the first of those looks;

@@ -49,6 +49,30 @@ func sameCall(a, b string) bool {
 	return len(fa) > 1 && len(fb) > 1 && fa[0] == fb[0] && fa[len(fa)-1] == fb[len(fb)-1]
 }
 
+// sleepLoop says whether a thread asleep for time alone at two looks, at
+// the same call, went to sleep between them no more often than a loop of
+// that sleep alone can, the stops since allowed for: a loop of sleeps of
+// one length d goes to sleep at most (l.Time-prev.Time)/d + 1 times in
+// between, and d is at least how long each look saw its sleep last so far
+// (Look.LastRan). A thread that went to sleep more often waited elsewhere
+// too: it works between its sleeps (a rank resting after each step, woken
+// a dozen times a step by its data loader and collectives). Without both
+// LastRan, any count is taken for the loop.
+func sleepLoop(prev, l Look, stopped int) bool {
+	if l.Sleeps < prev.Sleeps {
+		return false
+	}
+	if prev.LastRan <= 0 || l.LastRan <= 0 || prev.LastRan > prev.Time || l.LastRan > l.Time {
+		return true
+	}
+	d := max(prev.Time-prev.LastRan, l.Time-l.LastRan)
+	if d <= 0 {
+		return true
+	}
+	most := uint64((l.Time-prev.Time)/d) + 1 + uint64(stopSleeps*stopped)
+	return l.Sleeps-prev.Sleeps <= most
+}
+
 // stopSleeps is how many times a stop of every thread (a native sample,
 // a capture) puts a sleeping thread to sleep: in its stop, and back in its
 // wait once let go, however often it is preempted on the way
@@ -93,7 +117,8 @@ func (e *Engine) Observe(l Look) {
 	s.stops = p.stops
 	switch {
 	case blocked(l.State) && !first && blocked(prev.State) && l.Sleeps >= prev.Sleeps && l.Sleeps-prev.Sleeps <= uint64(stopSleeps*stopped) && l.Site == prev.Site,
-		blocked(l.State) && !first && blocked(prev.State) && l.Timed && prev.Timed && sameCall(l.Site, prev.Site):
+		blocked(l.State) && !first && blocked(prev.State) && l.Timed && prev.Timed && sameCall(l.Site, prev.Site) &&
+			sleepLoop(prev, l, stopped):
 		// Not gone to sleep again since the previous look, waiting at
 		// the same place (or only as the native samples and captures
 		// taken meanwhile made it, each of which stops and resumes every
@@ -102,7 +127,8 @@ func (e *Engine) Observe(l Look) {
 		// has made progress: a rank taking a batch from its DataLoader
 		// every step), or in a loop of sleeps for time alone at one
 		// place (a straggler's `while True: time.sleep(1)`): waking only
-		// to sleep again there is no progress.
+		// to sleep again there is no progress; one that went to sleep
+		// more often than that loop can works between its sleeps.
 		if s.since == 0 || s.spinning {
 			s.since, s.spinning = prev.Time, false
 		}

@@ -260,33 +260,43 @@ func TestLoneProcessNotStalled(t *testing.T) {
 
 // A straggler in a loop of sleeps for time alone at one place (`while
 // True: time.sleep(1)`) wakes every second, yet makes no progress: with
-// its peers asleep in place it is stalled a timeout after the first look.
-// A thread that wakes as often in a futex at one place (a healthy loop
-// that waits on a queue, caught there at each look) progresses.
+// its peers asleep in place it is stalled a timeout after the first look,
+// however early in its sleep each look finds it. A thread that wakes as
+// often in a futex at one place (a healthy loop that waits on a queue,
+// caught there at each look) progresses, and so does one found at each
+// look in the same timed sleep that went to sleep 230 times a second (a
+// rank that rests 30-45 ms after each step: a healthy CPU torch job's
+// rank 0 slept 455 times in 38 steps of 2 s).
 func TestSleepLoopIsNoProgress(t *testing.T) {
 	// Python 3.11's time.sleep, as /proc/PID/syscall showed it at two
 	// turns of the loop: its stack addresses change, its call does not.
 	nanosleep := []string{"230 0x1 0x1 0x7ffcf5c32290 0x0 0x0 0x0 0x7ffcf5c32250 0x7f10964ed545",
 		"230 0x1 0x1 0x7ffcf5c322e0 0x0 0x0 0x0 0x7ffcf5c322a0 0x7f10964ed545"}
 	const futex = "202 0x7f0c1c0008e0 0x189 0x0 0x0 0x0 0xffffffff 0x7ffc3ad1e478 0x7f0c1e8e4b4a"
+	timed := func(sleeps uint64, lastRan int64) Look {
+		l := asleep(1, sleeps, nanosleep[sleeps%2], lastRan)
+		l.Timed = true
+		return l
+	}
+	const ms = int64(time.Millisecond)
 	for _, c := range []struct {
-		name  string
-		look  func(sleeps uint64, lastRan int64) Look
+		name string
+		// look is the straggler's i-th look, at now (its Time)
+		look  func(i uint64, now int64) Look
 		stall bool
 	}{
-		{"timed sleep", func(sleeps uint64, lastRan int64) Look {
-			l := asleep(1, sleeps, nanosleep[sleeps%2], lastRan)
-			l.Timed = true
-			return l
-		}, true},
-		{"futex", func(sleeps uint64, lastRan int64) Look { return asleep(1, sleeps, futex, lastRan) }, false},
+		{"timed sleep", func(i uint64, now int64) Look { return timed(10+i, now-sec/2) }, true},
+		{"timed sleep, each look just after it began", func(i uint64, now int64) Look { return timed(10+i, now-ms) }, true},
+		{"timed sleep, no last run known", func(i uint64, now int64) Look { return timed(10+i, 0) }, true},
+		{"futex", func(i uint64, now int64) Look { return asleep(1, 10+i, futex, now-sec/2) }, false},
+		{"timed sleep between steps", func(i uint64, now int64) Look { return timed(10+230*i, now-30*ms) }, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l := newLooker(3 * time.Second)
 			first := l.now + sec
 			var at int64
 			for i := uint64(0); i < 10 && at == 0; i++ {
-				hs := l.tick(c.look(10+i, l.now+sec/2), asleep(2, 5, "barrier", first-10*sec))
+				hs := l.tick(c.look(i, l.now+sec), asleep(2, 5, "barrier", first-10*sec))
 				if kinds(hs)[1] == HangStalled {
 					at = l.now
 				}
@@ -295,7 +305,7 @@ func TestSleepLoopIsNoProgress(t *testing.T) {
 			case c.stall && (at == 0 || at-first < 3*sec || at-first > 4*sec):
 				t.Fatalf("stalled at %v after the first look, want within a check of the 3 s timeout past its last run before", time.Duration(at-first))
 			case !c.stall && at != 0:
-				t.Fatalf("stalled %v after the first look: it wakes and sleeps again, in a futex", time.Duration(at-first))
+				t.Fatalf("stalled %v after the first look: it wakes and sleeps more often than a loop of sleeps alone", time.Duration(at-first))
 			}
 		})
 	}
