@@ -3,8 +3,12 @@ package flight
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
+	"math"
+	"reflect"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/xpu-timer/xpu-timer/timer"
 )
@@ -223,5 +227,149 @@ func BenchmarkAdd(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		ev.Time = int64(i)
 		r.Add(ev)
+	}
+}
+
+// launch is a launch as the tracer decodes it (Peer -1).
+func launch(pid int, t int64) timer.Event {
+	return timer.Event{Time: t, PID: pid, TID: pid + 1, Kind: timer.KindLaunch, Vendor: timer.VendorMACA, Stream: 0x5,
+		Func: 0x7f00 + uint64(t), Kernel: "gemm", Grid: [3]uint32{80, 2, 3}, Block: [3]uint32{256, 4, 1}, Shmem: 4096, Peer: -1}
+}
+
+// TestEveryFieldComesBack sets each field of a launch in turn to a value
+// a launch does not carry (every field of timer.Event, so a field added
+// later is covered): each event reads back whole, packed or not, and a
+// launch as the tracer decodes it is packed.
+func TestEveryFieldComesBack(t *testing.T) {
+	if n := unsafe.Sizeof(slot{}); n != 80 {
+		t.Errorf("a slot is %d bytes, want 80 (the recorder's memory: 4096 a rank)", n)
+	}
+	base := launch(7, 100)
+	r := New(4)
+	r.Add(base)
+	if g := r.procs[7]; g.slots[0].kind != timer.KindLaunch {
+		t.Fatal("a decoded launch was not packed")
+	}
+	if recs, _ := r.Events(7); len(recs) != 1 || recs[0] != (Record{Event: base}) {
+		t.Fatalf("read back %+v, want %+v", recs, base)
+	}
+	typ := reflect.TypeOf(base)
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Name == "PID" {
+			continue // the ring's
+		}
+		for _, v := range []int64{0, 1, -1, 300, 1 << 40} {
+			ev := base
+			fv := reflect.ValueOf(&ev).Elem().Field(i)
+			switch fv.Kind() {
+			case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+				if fv.OverflowInt(v) {
+					continue
+				}
+				fv.SetInt(v)
+			case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+				if v < 0 || fv.OverflowUint(uint64(v)) {
+					continue
+				}
+				fv.SetUint(uint64(v))
+			case reflect.Float32:
+				fv.SetFloat(float64(v) + 0.5)
+			case reflect.String:
+				fv.SetString(fmt.Sprint("s", v))
+			case reflect.Array:
+				fv.Index(fv.Len() - 1).Set(reflect.ValueOf(uint64(v)).Convert(fv.Type().Elem()))
+			default:
+				t.Fatalf("field %s of kind %v: teach this test its values", f.Name, fv.Kind())
+			}
+			r := New(4)
+			r.Add(launch(7, 1)) // a packed neighbour
+			r.Add(ev)
+			recs, _ := r.Events(7)
+			if len(recs) != 2 || recs[1].Event != ev {
+				t.Errorf("%s = %v: read back %+v, want %+v", f.Name, v, recs[len(recs)-1].Event, ev)
+			}
+		}
+	}
+	neg := base
+	neg.ElapsedMs = float32(math.Copysign(0, -1))
+	r = New(4)
+	r.Add(neg)
+	if recs, _ := r.Events(7); math.Float32bits(recs[0].ElapsedMs) != math.Float32bits(neg.ElapsedMs) {
+		t.Errorf("ElapsedMs -0 read back as %v", recs[0].ElapsedMs)
+	}
+}
+
+// TestRingHoldsTheLastEvents adds launches, collectives on two
+// communicators, execs and other calls of interleaved processes to
+// recorders of several sizes and checks, after every event, that each
+// process's events read back as the last ones it added, oldest first,
+// with their sequence numbers.
+func TestRingHoldsTheLastEvents(t *testing.T) {
+	for _, capacity := range []int{1, 3, 16, 40} {
+		r := New(capacity)
+		want := map[int][]Record{}
+		seqs := map[int]map[uint64]uint64{}
+		total := map[int]int{}
+		for i := range 600 {
+			pid := 1 + i%3
+			if i%5 == 0 {
+				pid = 1 // one process makes most
+			}
+			ev := launch(pid, int64(i))
+			rec := Record{}
+			switch {
+			case i%9 == 0:
+				ev = timer.Event{Time: int64(i), PID: pid, TID: pid, Kind: timer.KindCollective, Comm: uint64(0xa + i%2), Op: timer.OpAllReduce, Count: uint64(i), Peer: -1}
+				if seqs[pid] == nil {
+					seqs[pid] = map[uint64]uint64{}
+				}
+				seqs[pid][ev.Comm]++
+				rec.Seq = seqs[pid][ev.Comm]
+			case i%61 == 0:
+				ev = timer.Event{Time: int64(i), PID: pid, TID: pid, Kind: timer.KindProcessExec}
+				clear(seqs[pid])
+			case i%7 == 0 || (i/40)%3 == 1: // bursts of calls
+				ev = timer.Event{Time: int64(i), PID: pid, TID: pid, Kind: timer.KindEventQuery, Handle: uint64(i), Ret: timer.RetNotReady, Peer: -1}
+			}
+			rec.Event = ev
+			r.Add(ev)
+			w := append(want[pid], rec)
+			want[pid] = w[max(0, len(w)-capacity):]
+			total[pid]++
+			got, over := r.Events(pid)
+			if !slices.Equal(got, want[pid]) || int(over) != total[pid]-len(want[pid]) {
+				t.Fatalf("capacity %d, event %d: pid %d holds %+v (%d overwritten), want %+v (%d)", capacity, i, pid, got, over, want[pid], total[pid]-len(want[pid]))
+			}
+			if g := r.procs[pid]; g != nil {
+				wide := 0
+				for _, rec := range want[pid] {
+					if rec.Kind != timer.KindLaunch {
+						wide++
+					}
+				}
+				if g.wide.n != wide || len(g.wide.buf) > max(16, 2*capacity) {
+					t.Fatalf("capacity %d, event %d: pid %d keeps %d whole records in %d, want %d", capacity, i, pid, g.wide.n, len(g.wide.buf), wide)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkAddAll adds batches of events of 8 launch-bound processes, as
+// the tracer delivers them (launches decoded, a collective now and then):
+// ns an event, the rings of all 8 written in turn.
+func BenchmarkAddAll(b *testing.B) {
+	r := New(0)
+	batch := make([]timer.Event, 512)
+	for i := range batch {
+		batch[i] = launch(1000+i%8, int64(i))
+		if i%64 == 0 {
+			batch[i] = timer.Event{PID: 1000 + i%8, TID: 1, Kind: timer.KindCollective, Comm: 0xc0, Op: timer.OpAllReduce, Peer: -1}
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i += len(batch) {
+		r.AddAll(batch)
 	}
 }

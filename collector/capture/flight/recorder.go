@@ -7,6 +7,7 @@ package flight
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"sync"
 
@@ -37,12 +38,114 @@ type Recorder struct {
 	dropped  uint64 // events of processes beyond maxProcs
 }
 
+// ring is one process's last events, oldest at next once full. A launch,
+// nearly every event of a launch-bound rank, is packed in its slot (80
+// bytes, without pointers beyond the kernel's name); any other event is
+// kept whole in wide, its slot marking its place. A launch-bound rank
+// writes a slot an event; a Record copied whole (224 bytes, four cache
+// lines) was a fifth of the launcher's CPU following 8 launch-bound
+// processes (BenchmarkLaunchRate).
 type ring struct {
-	buf   []Record
+	pid   int
+	slots []slot
 	next  int    // slot of the next write
 	total uint64 // events ever added
 	seq   map[uint64]uint64
+	wide  wideQueue // the Records of the slots that are not launches, oldest first
 }
+
+// slot is one event of a ring: a launch packed (kind KindLaunch), or the
+// place of a Record in the ring's wide queue (kind 0, pos its position).
+type slot struct {
+	time   int64
+	stream uint64
+	pos    uint64 // a launch's Func; else the Record's position in wide
+	shmem  uint64
+	kernel string
+	grid   [3]uint32
+	block  [3]uint32
+	tid    int32
+	kind   timer.Kind
+	phase  timer.Phase
+	vendor timer.Vendor
+	peer   int8 // 0 or -1, as the event had it
+}
+
+// pack packs ev into s when ev is a launch that ring.record gives back
+// exactly (every field a launch does not carry at its zero, Peer 0 or
+// -1 as the tracer's are), and says whether it did.
+func (s *slot) pack(ev *timer.Event) bool {
+	// What a launch does not carry, or'ed: one test, not a branch a field.
+	rest := ev.Handle | ev.Handle2 | ev.Bytes | ev.Count | ev.Comm | uint64(ev.Parent) | uint64(len(ev.CallName)) |
+		uint64(uint32(ev.Ret)|uint32(ev.CopyKind)|uint32(ev.Dtype)|uint32(ev.RedOp)|uint32(ev.NRanks)|uint32(ev.Rank)|
+			math.Float32bits(ev.ElapsedMs)|uint32(ev.Op))
+	if ev.Kind != timer.KindLaunch || rest != 0 || ev.CommID != [16]byte{} || uint32(ev.Peer+1) > 1 || int(int32(ev.TID)) != ev.TID {
+		return false
+	}
+	// Field by field: a slot literal is built on the stack and copied in
+	// 16-byte moves that wait for the narrower stores that built it.
+	s.time, s.stream, s.pos, s.shmem, s.kernel = ev.Time, ev.Stream, ev.Func, ev.Shmem, ev.Kernel
+	s.grid, s.block, s.tid = ev.Grid, ev.Block, int32(ev.TID)
+	s.kind, s.phase, s.vendor, s.peer = timer.KindLaunch, ev.Phase, ev.Vendor, int8(ev.Peer)
+	return true
+}
+
+// record is the Record s holds, of process pid.
+func (g *ring) record(s *slot) Record {
+	if s.kind != timer.KindLaunch {
+		return *g.wide.at(s.pos)
+	}
+	return Record{Event: timer.Event{Time: s.time, PID: g.pid, TID: int(s.tid), Kind: timer.KindLaunch, Phase: s.phase,
+		Vendor: s.vendor, Stream: s.stream, Func: s.pos, Kernel: s.kernel, Grid: s.grid, Block: s.block, Shmem: s.shmem,
+		Peer: int32(s.peer)}}
+}
+
+// wideQueue is a ring's Records that are not packed launches, oldest
+// first, in a circular buffer that doubles when full: it holds those of
+// the ring's slots, no more.
+type wideQueue struct {
+	buf  []wideRec
+	head int    // index of the oldest in buf
+	n    int    // Records held
+	base uint64 // position of the oldest: positions count the pushes
+}
+
+// wideRec is a Record of a wide queue, and the event's place among all
+// its ring had (ring.total when it came).
+type wideRec struct {
+	Record
+	at uint64
+}
+
+// push adds rec, the at-th event of its ring, as the newest and returns
+// its position.
+func (q *wideQueue) push(rec Record, at uint64) uint64 {
+	if q.n == len(q.buf) {
+		grown := make([]wideRec, max(2*len(q.buf), 16))
+		k := copy(grown, q.buf[q.head:])
+		copy(grown[k:], q.buf[:q.head])
+		q.buf, q.head = grown, 0
+	}
+	q.buf[(q.head+q.n)%len(q.buf)] = wideRec{rec, at}
+	q.n++
+	return q.base + uint64(q.n) - 1
+}
+
+// pop forgets the oldest; q.n > 0.
+func (q *wideQueue) pop() {
+	q.buf[q.head] = wideRec{} // what it points to may go
+	q.head = (q.head + 1) % len(q.buf)
+	q.n--
+	q.base++
+}
+
+// at is the Record at position pos, still held.
+func (q *wideQueue) at(pos uint64) *Record {
+	return &q.buf[(q.head+int(pos-q.base))%len(q.buf)].Record
+}
+
+// oldestAt is the place of the oldest Record among its ring's events; q.n > 0.
+func (q *wideQueue) oldestAt() uint64 { return q.buf[q.head].at }
 
 // New returns a recorder keeping capacity events per process (DefaultCapacity
 // when capacity <= 0) for at most DefaultMaxProcs processes.
@@ -92,23 +195,27 @@ func (r *Recorder) add(ev *timer.Event, g *ring) *ring {
 			r.dropped++
 			return nil
 		}
-		g = &ring{buf: make([]Record, 0, min(r.capacity, 256)), seq: make(map[uint64]uint64)}
+		g = &ring{pid: ev.PID, slots: make([]slot, 0, min(r.capacity, 256)), seq: make(map[uint64]uint64)}
 		r.procs[ev.PID] = g
 	}
-	slot := g.next
-	if len(g.buf) < r.capacity {
-		g.buf = append(g.buf, Record{})
+	if len(g.slots) < r.capacity {
+		g.slots = append(g.slots, slot{})
+	} else if g.wide.n > 0 && g.wide.oldestAt() == g.total-uint64(r.capacity) {
+		g.wide.pop() // its slot is the one overwritten: known without reading it, most likely out of the cache
 	}
-	rec := &g.buf[slot]
-	rec.Event, rec.Seq = *ev, 0
-	switch ev.Kind {
-	case timer.KindCollective:
-		if _, ok := g.seq[ev.Comm]; ok || len(g.seq) < maxComms {
-			g.seq[ev.Comm]++
-			rec.Seq = g.seq[ev.Comm]
+	s := &g.slots[g.next]
+	if !s.pack(ev) {
+		rec := Record{Event: *ev}
+		switch ev.Kind {
+		case timer.KindCollective:
+			if _, ok := g.seq[ev.Comm]; ok || len(g.seq) < maxComms {
+				g.seq[ev.Comm]++
+				rec.Seq = g.seq[ev.Comm]
+			}
+		case timer.KindProcessExec:
+			clear(g.seq)
 		}
-	case timer.KindProcessExec:
-		clear(g.seq)
+		*s = slot{pos: g.wide.push(rec, g.total)}
 	}
 	if g.next++; g.next == r.capacity {
 		g.next = 0
@@ -133,12 +240,11 @@ func (r *Recorder) Events(pid int) (recs []Record, overwritten uint64) {
 	if g == nil {
 		return nil, 0
 	}
-	if len(g.buf) < r.capacity {
-		recs = slices.Clone(g.buf)
-	} else {
-		recs = make([]Record, 0, len(g.buf))
-		recs = append(recs, g.buf[g.next:]...)
-		recs = append(recs, g.buf[:g.next]...)
+	recs = make([]Record, 0, len(g.slots))
+	for _, s := range [2][]slot{g.slots[g.next:], g.slots[:g.next]} {
+		for i := range s {
+			recs = append(recs, g.record(&s[i]))
+		}
 	}
 	return recs, g.total - uint64(len(recs))
 }
