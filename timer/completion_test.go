@@ -131,3 +131,24 @@ func TestExecStartsAfresh(t *testing.T) {
 		t.Fatalf("recovered %v", rec)
 	}
 }
+
+// TestStreamWaitsBeyondTheBound makes a stream that nothing retires wait
+// for another far more often than maxDeps: it keeps at most maxDeps
+// waits, the newest among them, and its completion still retires what
+// the newest wait awaited.
+func TestStreamWaitsBeyondTheBound(t *testing.T) {
+	const pid, tid, s1, s2, ev1, ev2 = 100, 100, 7, 8, 0xe1, 0xe2
+	e := newTestEngine()
+	for i := range 5 * maxDeps {
+		tm := 0.001 * float64(i)
+		feed(e, launch(tm, pid, tid, s1, "producer"), record(tm, pid, tid, ev1, s1),
+			Event{Time: at(tm), PID: pid, TID: tid, Kind: KindStreamWaitEvent, Stream: s2, Handle: ev1})
+		if n := len(e.procs[pid].streams[s2].deps); n > maxDeps {
+			t.Fatalf("after %d waits the stream keeps %d, more than %d", i+1, n, maxDeps)
+		}
+	}
+	feed(e, launch(6, pid, tid, s2, "consumer"), record(6, pid, tid, ev2, s2), query(7, pid, tid, ev2, 0))
+	if got := pending(t, e, pid); got != 0 {
+		t.Fatalf("pending = %d after the waiting stream completed, want 0 (the newest wait implies every producer)", got)
+	}
+}

@@ -52,13 +52,6 @@ func (q *opQueue) grow() *qop {
 	return &q.blocks[j/queueBlock][j%queueBlock] // zero: new, or cleared by drop
 }
 
-// pop takes the oldest op out; q.n > 0.
-func (q *opQueue) pop() qop {
-	o := *q.front()
-	q.drop()
-	return o
-}
-
 // drop forgets the oldest op; q.n > 0.
 func (q *opQueue) drop() {
 	b := q.blocks[0]

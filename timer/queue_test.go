@@ -21,9 +21,10 @@ func TestOpQueue(t *testing.T) {
 			q.grow().pos = next
 			model = append(model, next)
 		} else {
-			if o := q.pop(); o.pos != model[0] {
-				t.Fatalf("step %d: popped %d, want %d", step, o.pos, model[0])
+			if o := q.front(); o.pos != model[0] {
+				t.Fatalf("step %d: front %d, want %d", step, o.pos, model[0])
 			}
+			q.drop()
 			model = model[1:]
 		}
 		if q.n != len(model) {
