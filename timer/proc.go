@@ -190,7 +190,7 @@ func (p *proc) issue(ev *Event) *stream {
 	q.vendor, q.stream, q.tid, q.issued = ev.Vendor, ev.Stream, int32(ev.TID), ev.Time
 	// s.last is filled in place: an opRef built apart and copied in was
 	// read in 16-byte moves that waited for the narrower stores that built
-	// it, a fifth of the launcher's CPU following launch-bound processes.
+	// it, a sixth of the launcher's CPU following launch-bound processes.
 	ref := &s.last
 	*ref = opRef{}
 	switch ev.Kind {

@@ -90,7 +90,7 @@ func (s *slot) pack(ev *timer.Event) bool {
 	return true
 }
 
-// record is the Record s holds, of process pid.
+// record is the event s, a slot of g, holds, as a Record.
 func (g *ring) record(s *slot) Record {
 	if s.kind != timer.KindLaunch {
 		return *g.wide.at(s.pos)
