@@ -404,14 +404,30 @@ func (f *follower) housekeep() time.Duration {
 	wait := followIdle
 	f.mu.Lock()
 	f.expire(now)
-	for pid, due := range f.dirty {
-		lag := now.Sub(due)
+	var due []int
+	for pid, at := range f.dirty {
+		lag := now.Sub(at)
 		if lag >= 0 && (drained || lag >= maxScanLag) {
-			delete(f.dirty, pid)
-			f.scan(pid)
+			due = append(due, pid)
 			continue
 		}
 		wait = min(wait, max(-lag, maxScanLag/4))
+	}
+	if len(due) > 0 {
+		// Their new libraries' symbol tables read without f.mu, as handle
+		// reads them: Stats, Probed and Close do not wait behind them.
+		// Only this goroutine writes f.dirty.
+		f.mu.Unlock()
+		for _, pid := range due {
+			f.prescan(pid)
+		}
+		f.mu.Lock()
+		for _, pid := range due {
+			delete(f.dirty, pid)
+			if !f.closed {
+				f.scan(pid)
+			}
+		}
 	}
 	if n, at := f.box.takeNews(); at != 0 {
 		f.setLookups(nextLookup(f.look, at, n, int64(lookupWindow)))
