@@ -430,3 +430,60 @@ print("wakes=%d ms=%d executors=%d unwaited_ran=%d" % (woke, ms, len(executors),
 			wakes["eager"], allowed)
 	}
 }
+
+// A blocking synchronize sleeps until its stream is done and wakes once,
+// as a GPU's completion interrupt wakes it (XPU_FAKEGPU_SCHED=blocking):
+// behind 200 kernels of 100 us the calling thread goes to sleep a few
+// times at most (the runtime's and the driver's locks on the way), where
+// woken at every kernel that ended it slept and woke about 200 times; and
+// an event synchronize waits for its own record alone, not for the work
+// queued after it.
+func TestBlockingSyncWakesOnce(t *testing.T) {
+	b := Build(t)
+	prog := `import ctypes, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import run
+dev = run.Device(sys.argv[2], "cuda")
+s = dev.stream()
+k = dev.kernel("gemm_bf16_kernel")
+vp = ctypes.c_void_p
+sync = lambda: dev.check(dev.fn("StreamSynchronize", [vp])(s), "StreamSynchronize")
+def sleeps():
+    for l in open("/proc/self/task/%d/status" % threading.get_native_id()):
+        if l.startswith("voluntary_ctxt_switches"):
+            return int(l.split()[1])
+dev.launch(k, 0, s)
+sync()
+for _ in range(200):
+    dev.launch(k, 100, s)
+a = sleeps()
+sync()
+print("stream_sleeps=%d" % (sleeps() - a))
+ev = vp()
+dev.check(dev.fn("EventCreate", [vp])(ctypes.byref(ev)), "EventCreate")
+dev.launch(k, 1000, s)
+dev.check(dev.fn("EventRecord", [vp, vp])(ev, s), "EventRecord")
+dev.launch(k, 500000, s)
+t0 = time.monotonic()
+dev.check(dev.fn("EventSynchronize", [vp])(ev), "EventSynchronize")
+print("event_ms=%d" % ((time.monotonic() - t0) * 1000))
+sync()
+`
+	cmd := exec.Command("python3", "-c", prog, b.Root, b.Dir)
+	cmd.Env = append(os.Environ(), SchedEnv+"=blocking")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python3: %v\n%s", err, out)
+	}
+	var sleeps, eventMs int
+	if _, err := fmt.Sscanf(strings.TrimSpace(string(out)), "stream_sleeps=%d\nevent_ms=%d", &sleeps, &eventMs); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	t.Logf("a synchronize behind 200 kernels of 100 us: the calling thread slept %d times; an event's synchronize took %d ms", sleeps, eventMs)
+	if sleeps > 5 {
+		t.Errorf("the calling thread slept %d times in one synchronize behind 200 kernels, want at most 5 (woken once)", sleeps)
+	}
+	if eventMs >= 400 {
+		t.Errorf("the event's synchronize took %d ms: it waited for the 500 ms kernel queued after the record", eventMs)
+	}
+}

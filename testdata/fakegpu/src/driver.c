@@ -81,9 +81,13 @@ struct fg_graph {
 struct fg_stream {
 	pthread_mutex_t mu;
 	pthread_cond_t work, space;
-	uint64_t head, tail; /* next op to run, next free slot */
-	_Atomic uint64_t taken; /* head, for a caller waiting for a slot without the lock */
-	int idle, full;
+	/* next op to start (the executor's alone to move, without the lock: a
+	 * caller reads it under the lock, or without it waiting for a slot),
+	 * next free slot (under the lock) */
+	_Atomic uint64_t head;
+	uint64_t tail;
+	int idle;
+	_Atomic int full; /* callers asleep waiting for a slot */
 	_Atomic uint64_t done; /* ops finished */
 	int id;
 	pthread_t th;
@@ -98,8 +102,20 @@ struct fg_event {
 	unsigned flags;
 };
 
-static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* blocking waits */
-static pthread_cond_t g_cv = PTHREAD_COND_INITIALIZER;
+/* Host threads asleep in a blocking wait (fg_block_wait), each until its
+ * counter reaches its target: woken once, when it does, as a GPU's
+ * completion interrupt wakes a blocking synchronize once; woken at every
+ * op instead, a synchronize behind 400 launches slept and woke a dozen
+ * times a step, and the twin (trainstep) charged its calling thread with
+ * switches a real step does not make. */
+struct waiter {
+	_Atomic uint64_t *ctr;
+	uint64_t target;
+	pthread_cond_t cv;
+	struct waiter *next;
+};
+static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER; /* g_waitlist */
+static struct waiter *g_waitlist;
 static _Atomic int g_waiters;
 static pthread_mutex_t g_streams_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct fg_stream *g_streams;
@@ -147,25 +163,43 @@ static void kick_streams(void)
 	pthread_mutex_unlock(&g_streams_mu);
 }
 
-static void notify_done(void)
+/* notify_done wakes the waiters on ctr that it reached; called after each
+ * move of a counter a waiter may wait on. A waiter counts itself in
+ * g_waiters before it reads its counter, and the mover reads g_waiters
+ * after its move (both sequentially consistent): one of them sees the
+ * other's. */
+static void notify_done(_Atomic uint64_t *ctr)
 {
-	if (atomic_load(&g_waiters) > 0) {
-		pthread_mutex_lock(&g_mu);
-		pthread_cond_broadcast(&g_cv);
-		pthread_mutex_unlock(&g_mu);
-	}
+	if (atomic_load(&g_waiters) == 0)
+		return;
+	uint64_t v = atomic_load(ctr);
+	pthread_mutex_lock(&g_mu);
+	for (struct waiter *w = g_waitlist; w; w = w->next)
+		if (w->ctr == ctr && v >= w->target)
+			pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&g_mu);
 }
 
 /* sleep in a futex until *ctr >= target: blocking sync, and every wait of
  * an executor (a stream waiting on another stream's event) */
 static NOINLINE void fg_block_wait(_Atomic uint64_t *ctr, uint64_t target)
 {
+	struct waiter w = {.ctr = ctr, .target = target};
+	pthread_cond_init(&w.cv, NULL);
 	pthread_mutex_lock(&g_mu);
+	w.next = g_waitlist;
+	g_waitlist = &w;
 	atomic_fetch_add(&g_waiters, 1);
 	while (atomic_load(ctr) < target)
-		pthread_cond_wait(&g_cv, &g_mu);
+		pthread_cond_wait(&w.cv, &g_mu);
 	atomic_fetch_sub(&g_waiters, 1);
+	for (struct waiter **p = &g_waitlist; *p; p = &(*p)->next)
+		if (*p == &w) {
+			*p = w.next;
+			break;
+		}
 	pthread_mutex_unlock(&g_mu);
+	pthread_cond_destroy(&w.cv);
 }
 
 static NOINLINE void fg_spin_wait(_Atomic uint64_t *ctr, uint64_t target)
@@ -261,6 +295,7 @@ static void run_op(struct op *o)
 		struct fg_event *e = o->ptr;
 		clock_gettime(CLOCK_MONOTONIC, &e->t);
 		atomic_store(&e->done_gen, o->n);
+		notify_done(&e->done_gen);
 		break;
 	}
 	case OP_WAIT:
@@ -284,10 +319,18 @@ static void run_op(struct op *o)
 	}
 }
 
+/* An executor takes the ops queued on its stream, EXEC_BATCH at most, in
+ * one turn of the lock and runs them one by one, each counted started
+ * (head) as it starts: a stream still holds at most its depth of ops not
+ * started, and a caller queueing more meets the lock free but for that
+ * turn. Taken one at a time under the lock, the caller's launches waited
+ * in the lock's futex behind the executor's turns, a cost a GPU's host
+ * does not pay. */
+#define EXEC_BATCH 64
 static NOINLINE void *fg_executor_main(void *arg)
 {
 	struct fg_stream *s = arg;
-	struct op o;
+	static _Thread_local struct op ops[EXEC_BATCH];
 	for (;;) {
 		pthread_mutex_lock(&s->mu);
 		while (s->head == s->tail) {
@@ -306,15 +349,26 @@ static NOINLINE void *fg_executor_main(void *arg)
 			}
 			s->idle = 0;
 		}
-		o = s->ring[s->head % RING];
-		s->head++;
-		atomic_store_explicit(&s->taken, s->head, memory_order_release);
-		if (s->full)
-			pthread_cond_signal(&s->space);
+		uint64_t head = s->head, n = s->tail - head;
+		if (n > EXEC_BATCH)
+			n = EXEC_BATCH;
+		for (uint64_t i = 0; i < n; i++)
+			ops[i] = s->ring[(head + i) % RING];
 		pthread_mutex_unlock(&s->mu);
-		run_op(&o);
-		atomic_fetch_add_explicit(&s->done, 1, memory_order_release);
-		notify_done();
+		for (uint64_t i = 0; i < n; i++) {
+			/* started: its slot is free (a caller about to sleep for
+			 * one counts itself in full, then reads head again, under
+			 * the lock) */
+			atomic_store(&s->head, head + i + 1);
+			if (atomic_load(&s->full)) {
+				pthread_mutex_lock(&s->mu);
+				pthread_cond_broadcast(&s->space);
+				pthread_mutex_unlock(&s->mu);
+			}
+			run_op(&ops[i]);
+			atomic_fetch_add(&s->done, 1);
+			notify_done(&s->done);
+		}
 	}
 	return NULL;
 }
@@ -408,22 +462,23 @@ static uint64_t enqueue(struct fg_stream *s, const struct op *o)
 		return 0;
 	}
 	uint64_t depth = (uint64_t)queue_depth();
-	while (s->tail - s->head >= depth) {
-		/* full: wait for the executor to take one, as the schedule says */
-		s->full = 1;
+	while (s->tail - atomic_load(&s->head) >= depth) {
+		/* full: wait for the executor to start one, as the schedule says */
 		if (sched_mode() == CU_CTX_SCHED_BLOCKING_SYNC) {
-			pthread_cond_wait(&s->space, &s->mu);
+			atomic_fetch_add(&s->full, 1);
+			if (s->tail - atomic_load(&s->head) >= depth)
+				pthread_cond_wait(&s->space, &s->mu);
+			atomic_fetch_sub(&s->full, 1);
 			continue;
 		}
 		uint64_t want = s->tail - depth + 1;
 		pthread_mutex_unlock(&s->mu);
 		if (sched_mode() == CU_CTX_SCHED_YIELD)
-			fg_yield_wait(&s->taken, want);
+			fg_yield_wait(&s->head, want);
 		else
-			fg_spin_wait(&s->taken, want);
+			fg_spin_wait(&s->head, want);
 		pthread_mutex_lock(&s->mu);
 	}
-	s->full = 0;
 	s->ring[s->tail % RING] = *o;
 	pos = ++s->tail;
 	/* an idle executor is woken by each op, lazily by a batch of them */
