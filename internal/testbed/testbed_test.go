@@ -362,6 +362,16 @@ func TestTwoNodes(t *testing.T) {
 	}
 }
 
+// onStream begins the Python programs of the device tests below (run as
+// python3 -c PROG ROOT DIR): the testbed's device (run.Device) and a
+// stream of its own, s.
+const onStream = `import ctypes, os, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+import run
+dev = run.Device(sys.argv[2], "cuda")
+s = dev.stream()
+`
+
 // With XPU_FAKEGPU_DOORBELL=lazy a launch wakes no thread of the fake
 // device, as a GPU's wakes none of the host's: 2,000 launches from Python
 // (each slower than the run of the one before, so that an executor woken
@@ -371,12 +381,7 @@ func TestTwoNodes(t *testing.T) {
 // the executor's own tick.
 func TestLazyDoorbell(t *testing.T) {
 	b := Build(t)
-	prog := `import ctypes, os, sys, time
-sys.path.insert(0, sys.argv[1])
-import run
-dev = run.Device(sys.argv[2], "cuda")
-s = dev.stream()
-k = dev.kernel("noop_kernel")
+	prog := onStream + `k = dev.kernel("noop_kernel")
 query = dev.fn("StreamQuery", [ctypes.c_void_p])
 sync = lambda: dev.check(dev.fn("StreamSynchronize", [ctypes.c_void_p])(s), "StreamSynchronize")
 def wakes():
@@ -440,12 +445,7 @@ print("wakes=%d ms=%d executors=%d unwaited_ran=%d" % (woke, ms, len(executors),
 // queued after it.
 func TestBlockingSyncWakesOnce(t *testing.T) {
 	b := Build(t)
-	prog := `import ctypes, sys, threading, time
-sys.path.insert(0, sys.argv[1])
-import run
-dev = run.Device(sys.argv[2], "cuda")
-s = dev.stream()
-k = dev.kernel("gemm_bf16_kernel")
+	prog := onStream + `k = dev.kernel("gemm_bf16_kernel")
 vp = ctypes.c_void_p
 sync = lambda: dev.check(dev.fn("StreamSynchronize", [vp])(s), "StreamSynchronize")
 def sleeps():
